@@ -1,0 +1,233 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/stockctl/stockctl/segments"
+)
+
+// Allocation is the outcome of an allocation: how much of a SKU an order
+// took, and from where.
+type Allocation struct {
+	SKU   string
+	Order string
+	Qty   int64
+	// Parts says where the stock came from; the quantities add up to Qty.
+	Parts []segments.Part
+	// Revision is the etcd revision at which the allocation was committed.
+	Revision int64
+	// Replayed is true when the order ID had already been applied before
+	// this call: nothing was deducted now, and the fields describe the first
+	// application.
+	Replayed bool
+	// Released is true when the order has since been released (only
+	// possible on a replay).
+	Released bool
+}
+
+// Step is a business step run by AllocateFunc while the stock it will take
+// is locked: check the stock, create the order, charge the card... Its ctx
+// is cancelled if a lock is lost meanwhile. Returning an error cancels the
+// allocation: nothing is deducted and AllocateFunc returns the error.
+type Step func(ctx context.Context) error
+
+// allocReq is one Allocate or AllocateFunc call.
+type allocReq struct {
+	sku   *skuInfo
+	order string
+	qty   int64
+	step  Step
+}
+
+// Allocate takes qty units of sku for an order, and records the order.
+//
+// The request goes to segment segments.Route(routeKey, N), or a random
+// segment when routeKey is empty. If that segment cannot serve it (too
+// little stock, or its lock stays busy for the home wait budget), it is
+// served from the pool, then from the other segments in turn, and at last by
+// gathering stock from several places in one transaction. It is refused with
+// an *InsufficientStockError only when, at one etcd revision, the pool and
+// all segments together held less than qty.
+//
+// Every deduction commits in an etcd transaction that checks the place's
+// lock is still held and that creates the order record, so it is applied
+// exactly once per order ID: calling Allocate again with the same order,
+// SKU and qty returns the first result with Replayed set, deducting nothing;
+// the same order ID with another SKU or qty is ErrConflict. After a timeout
+// or a lost reply, retrying with the same order ID tells the true outcome.
+//
+// Concurrent allocations of this process waiting for the same place are
+// committed together in one transaction (group commit). ctx bounds the
+// wait; a request already handed to a group commit when ctx ends may still
+// be committed (retry with the same order ID to learn the outcome).
+func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64, routeKey string) (*Allocation, error) {
+	return c.allocate(ctx, sku, order, qty, routeKey, nil)
+}
+
+// AllocateFunc is Allocate with a business step: step runs while the locks
+// of the place(s) the stock will come from are held and the stock is
+// known to be there, and the deduction is committed only if step returns nil
+// and the locks are still held. step's ctx is cancelled if a lock is lost.
+//
+// If a lock is lost after step returned nil, AllocateFunc returns an error
+// wrapping ErrLockLost and nothing is deducted: undo the step's effects, or
+// retry with the same order ID (the step then runs again). A replayed order
+// ID returns the first result without running step.
+func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step) (*Allocation, error) {
+	if step == nil {
+		return nil, fmt.Errorf("allocate %s order %q: %w: step is nil", sku, order, ErrInvalidArgument)
+	}
+	return c.allocate(ctx, sku, order, qty, routeKey, step)
+}
+
+func (c *Coordinator) allocate(ctx context.Context, sku, order string, qty int64, routeKey string, step Step) (*Allocation, error) {
+	if err := firstErr(segments.ValidateSKU(sku), segments.ValidateOrderID(order),
+		segments.ValidateQty(qty), segments.ValidateRouteKey(routeKey)); err != nil {
+		return nil, fmt.Errorf("allocate %s order %q: %w", sku, order, err)
+	}
+	info, err := c.sku(ctx, sku)
+	if err != nil {
+		return nil, fmt.Errorf("allocate %s order %q: %w", sku, order, err)
+	}
+	req := &allocReq{sku: info, order: order, qty: qty, step: step}
+	home := rand.IntN(info.segments)
+	if routeKey != "" {
+		home = segments.Route(routeKey, info.segments)
+	}
+	a, err := c.serve(ctx, req, home)
+	if err != nil {
+		return nil, fmt.Errorf("allocate %s order %q: %w", sku, order, err)
+	}
+	return a, nil
+}
+
+// maxLostRetries bounds how often one allocation starts over after a lost
+// lock or session (each start-over deducted nothing).
+const maxLostRetries = 3
+
+// serve runs the allocation's fallback chain.
+func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allocation, error) {
+	lostRetries := 0
+	r := c.tryPlace(ctx, req, segments.Segment(home), c.opts.homeWait)
+	for {
+		switch {
+		case r.kind == resServed:
+			return r.alloc, nil
+		case r.kind == resFailed:
+			if !r.retryable() || req.step != nil || lostRetries >= maxLostRetries {
+				return nil, r.err
+			}
+			lostRetries++
+		}
+		if err := context.Cause(ctx); err != nil {
+			return nil, err
+		}
+
+		snap, err := c.snapshot(ctx, req.sku, req.order)
+		if err != nil {
+			return nil, err
+		}
+		if snap.orderKV != nil {
+			return c.replay(ctx, req, snap.orderKV)
+		}
+		if snap.total() < req.qty {
+			return nil, &InsufficientStockError{SKU: req.sku.name, Want: req.qty, Remaining: snap.total(), Revision: snap.rev}
+		}
+		r = placeResult{kind: resShort}
+		for _, p := range snap.candidates(req.qty, home) {
+			if r = c.tryPlace(ctx, req, p, c.opts.fallbackWait); r.kind != resShort && r.kind != resBusy {
+				break
+			}
+		}
+		if r.kind == resShort || r.kind == resBusy {
+			r = c.gather(ctx, req, snap)
+		}
+	}
+}
+
+// resultKind is what trying one place (or a gather) came to.
+type resultKind int
+
+const (
+	resShort  resultKind = iota // the place(s) held too little: try elsewhere
+	resBusy                     // the lock stayed busy for the wait budget
+	resServed                   // committed (or replayed): done
+	resFailed                   // err says why; some errors allow starting over
+)
+
+type placeResult struct {
+	kind  resultKind
+	alloc *Allocation
+	err   error
+}
+
+func served(a *Allocation) placeResult { return placeResult{kind: resServed, alloc: a} }
+func failed(err error) placeResult    { return placeResult{kind: resFailed, err: err} }
+
+// retryable reports whether the failure deducted nothing and a new attempt
+// (on a new session) may succeed.
+func (r placeResult) retryable() bool {
+	return errors.Is(r.err, ErrLockLost) || errors.Is(r.err, ErrSessionLost)
+}
+
+// lockFailure turns a failed lock wait into a result.
+func lockFailure(err error) placeResult {
+	if errors.Is(err, ErrLocked) {
+		return placeResult{kind: resBusy}
+	}
+	return failed(err)
+}
+
+// tryPlace tries to serve req from one place, waiting up to wait for its lock.
+func (c *Coordinator) tryPlace(ctx context.Context, req *allocReq, p segments.Place, wait time.Duration) placeResult {
+	if req.step == nil {
+		return c.tryPlaceGrouped(ctx, req, p, wait)
+	}
+	hp, err := c.lockPlace(ctx, req.sku.name, p, wait, nil)
+	if err != nil {
+		return lockFailure(err)
+	}
+	defer hp.unlock()
+	return c.commitOrder(ctx, []*heldPlace{hp}, req)
+}
+
+// gather serves req from several places at once: it locks places that had
+// stock in snap in the global order (pool, then segments by index), so two
+// gatherers can never wait for each other in a cycle, until the locked
+// places hold qty together, and takes from them in one transaction.
+func (c *Coordinator) gather(ctx context.Context, req *allocReq, snap *snapshot) placeResult {
+	var held []*heldPlace
+	defer func() {
+		for _, hp := range held {
+			hp.unlock()
+		}
+	}()
+	var sum int64
+	for _, p := range snap.withStock() {
+		hp, err := c.lockPlace(ctx, req.sku.name, p, -1, nil)
+		if err != nil {
+			return lockFailure(err)
+		}
+		held = append(held, hp)
+		if err := hp.load(ctx, true); err != nil {
+			return failed(err)
+		}
+		if sum += hp.available(); sum >= req.qty {
+			return c.commitOrder(ctx, held, req)
+		}
+	}
+	return placeResult{kind: resShort}
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

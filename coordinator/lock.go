@@ -1,0 +1,213 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxLockNameLen is the longest lock name, in bytes.
+const MaxLockNameLen = 256
+
+// Lock is one acquisition of a named lock.
+//
+// Holding a Lock is never a guarantee that nobody else holds it: a process
+// paused longer than the session TTL, or cut off from etcd, loses the lock
+// without knowing at once. Done and Context say so as soon as this process
+// notices; to make a write safe anyway, commit it in an etcd transaction
+// that includes IsOwner (see Txn): etcd then applies it only while the lock
+// is really held.
+type Lock struct {
+	h        *hold
+	name     string
+	unlocked atomic.Bool
+}
+
+// Lock blocks until it holds the named lock, or ctx ends. Goroutines of one
+// process are served in arrival order, processes in the order they queued in
+// etcd (with the cohort bounds of WithCohort). ctx bounds the whole wait;
+// when it ends, Lock returns its cause and leaves no trace in the queue or
+// in etcd.
+//
+// Reentrancy: called with a ctx that carries a hold of the same lock (the
+// lock's Context, or a ctx derived from it), Lock returns at once with a new
+// handle on the same hold; the lock is released when every handle has been
+// unlocked.
+//
+// Errors: ctx's cause; ErrSessionLost if the session ended while waiting
+// (retrying starts a new one); ErrClosed; ErrInvalidArgument for a bad name;
+// ErrLockLost when re-entering a lost hold; or the etcd client's error.
+func (c *Coordinator) Lock(ctx context.Context, name string) (*Lock, error) {
+	return c.lockNamed(ctx, name, -1)
+}
+
+// TryLock is Lock with a wait budget: it gives up after wait with ErrLocked
+// (a ctx ending first still returns ctx's cause). wait 0 makes one attempt
+// without waiting. Either way a TryLock that fails leaves no key behind.
+func (c *Coordinator) TryLock(ctx context.Context, name string, wait time.Duration) (*Lock, error) {
+	if wait < 0 {
+		return nil, fmt.Errorf("trylock %q: wait %v: %w: must not be negative", name, wait, ErrInvalidArgument)
+	}
+	return c.lockNamed(ctx, name, wait)
+}
+
+func (c *Coordinator) lockNamed(ctx context.Context, name string, wait time.Duration) (*Lock, error) {
+	if err := ValidateLockName(name); err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	h, err := c.lockPrefix(ctx, c.keys.Lock(name), wait, nil)
+	if err != nil {
+		return nil, fmt.Errorf("lock %q: %w", name, err)
+	}
+	return &Lock{h: h, name: name}, nil
+}
+
+// lockPrefix acquires the lock whose keys live under pfx. wait < 0 waits as
+// long as ctx allows; wait >= 0 is a TryLock budget. abort (may be nil) ends
+// the wait with errAborted.
+func (c *Coordinator) lockPrefix(ctx context.Context, pfx string, wait time.Duration, abort <-chan struct{}) (*hold, error) {
+	q, err := c.queue(pfx)
+	if err != nil {
+		return nil, err
+	}
+	if h, ok := ctx.Value(holderKey{c, pfx}).(*hold); ok {
+		if h.q != q {
+			c.unref(q)
+			return nil, ErrLockLost
+		}
+		if err := q.reenter(h); err != nil {
+			c.unref(q)
+			return nil, err
+		}
+		return h, nil
+	}
+	if err := context.Cause(ctx); err != nil {
+		c.unref(q)
+		return nil, err
+	}
+	if abort != nil && isDone(abort) {
+		c.unref(q)
+		return nil, errAborted
+	}
+	actx := ctx
+	if wait > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeoutCause(ctx, wait, ErrLocked)
+		defer cancel()
+	}
+	h, err := q.acquire(actx, abort, wait == 0)
+	if err != nil {
+		c.unref(q)
+		return nil, err
+	}
+	return h, nil
+}
+
+// unlock undoes one acquisition of h and drops its queue reference.
+func (h *hold) unlock(ctx context.Context) error {
+	err := h.q.release(ctx, h)
+	h.q.c.unref(h.q)
+	return err
+}
+
+// Unlock releases this handle's hold on the lock; the lock itself is
+// released when the last handle of a reentrant hold is unlocked. A second
+// Unlock of the same handle returns ErrNotHeld and releases nothing; so does
+// an Unlock of a handle whose lock was taken over meanwhile.
+//
+// ctx bounds the wait for etcd to delete the lock's key. If it ends first,
+// or etcd cannot be reached, Unlock returns the error but the release is not
+// abandoned: the delete is retried in the background until it succeeds or
+// the session ends. Unlock of a lost lock returns its cause (ErrLockLost or
+// ErrClosed): whatever the holder did after the loss was not protected.
+func (l *Lock) Unlock(ctx context.Context) error {
+	if !l.unlocked.CompareAndSwap(false, true) {
+		return fmt.Errorf("unlock %q: %w", l.name, ErrNotHeld)
+	}
+	if err := l.h.unlock(ctx); err != nil {
+		return fmt.Errorf("unlock %q: %w", l.name, err)
+	}
+	return nil
+}
+
+// Name is the lock's name.
+func (l *Lock) Name() string { return l.name }
+
+// Done is closed when the hold ends: when it is released, or lost because
+// the session ended.
+func (l *Lock) Done() <-chan struct{} { return l.h.ctx.Done() }
+
+// Err is nil while the lock is held, ErrLockLost (or ErrClosed) once it was
+// lost, and ErrNotHeld once it was released.
+func (l *Lock) Err() error { return context.Cause(l.h.ctx) }
+
+// Context returns a context that is cancelled when the hold ends (its cause
+// is Err) and that identifies the holder: Lock called with it, or with a
+// context derived from it, re-enters this hold.
+func (l *Lock) Context() context.Context { return l.h.ctx }
+
+// Bind returns a copy of parent that is also cancelled when the hold ends
+// (with Err as its cause) and that identifies the holder like Context. Use
+// it to run work that must stop when the lock is lost while keeping parent's
+// deadline and values.
+func (l *Lock) Bind(parent context.Context) (context.Context, context.CancelFunc) {
+	return l.h.bind(parent)
+}
+
+func (h *hold) bind(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
+	ctx = context.WithValue(ctx, holderKey{h.q.c, h.q.pfx}, h)
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// Token is the fencing token: the create revision of the lock's etcd key.
+// Every holder of a lock gets a larger token than the one before, so a store
+// outside etcd can reject writes carrying a token lower than the highest it
+// has seen.
+func (l *Lock) Token() int64 { return l.h.own.rev }
+
+// Key is the lock's etcd key.
+func (l *Lock) Key() string { return l.h.own.key }
+
+// Lease is the ID of the lease the lock's key is bound to.
+func (l *Lock) Lease() clientv3.LeaseID { return l.h.own.sess.Lease() }
+
+// IsOwner is the etcd comparison that holds exactly while this lock is held.
+// Put it in the If of every transaction the lock protects.
+func (l *Lock) IsOwner() clientv3.Cmp { return l.h.isOwner() }
+
+func (h *hold) isOwner() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(h.own.key), "=", h.own.rev)
+}
+
+// Txn starts a transaction fenced by the lock: its If is IsOwner plus cmps,
+// so the Then branch commits only while the lock is held. A response with
+// Succeeded false and no failing cmp of the caller's means the lock was lost.
+func (l *Lock) Txn(ctx context.Context, cmps ...clientv3.Cmp) clientv3.Txn {
+	return l.h.q.c.client.Txn(ctx).If(append([]clientv3.Cmp{l.IsOwner()}, cmps...)...)
+}
+
+// ValidateLockName checks a lock name: 1 to MaxLockNameLen bytes of
+// printable ASCII other than space and '/' (a '/' would let one lock's keys
+// fall under another's prefix).
+func ValidateLockName(name string) error {
+	if name == "" || len(name) > MaxLockNameLen {
+		return fmt.Errorf("%w: lock name %q: must be 1 to %d bytes", ErrInvalidArgument, name, MaxLockNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c <= ' ' || c >= 0x7f || c == '/' {
+			return fmt.Errorf("%w: lock name %q: byte %d (%s) is not printable ASCII other than space and '/'",
+				ErrInvalidArgument, name, i, strconv.QuoteRune(rune(c)))
+		}
+	}
+	return nil
+}
+

@@ -1,0 +1,176 @@
+package coordinator
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/stockctl/stockctl/internal/keys"
+)
+
+// Defaults. Each is what the matching Option sets when not given.
+const (
+	// DefaultPrefix is the etcd key prefix all of a coordinator's keys live under.
+	DefaultPrefix = "/stockctl/"
+
+	// DefaultSessionTTL is the lease TTL of a coordinator's session. It is
+	// renewed every third of the TTL while the process lives (the watchdog).
+	// Cost: when a process dies or is cut off holding a lock, other
+	// processes wait up to this long for it. Shorter TTLs free locks sooner
+	// but turn shorter pauses (GC, network) into lost locks. etcd's minimum
+	// is about 2 s (1.5 × its election timeout).
+	DefaultSessionTTL = 10 * time.Second
+
+	// DefaultCohortMaxHandoffs bounds how many times in a row a lock is handed
+	// from one goroutine of this process to another without going back to
+	// etcd. Local handoffs cost no round trip; the bound, with
+	// DefaultCohortMaxHold, is what lets other processes' waiters in.
+	DefaultCohortMaxHandoffs = 32
+
+	// DefaultCohortMaxHold bounds how long this process keeps a lock's etcd
+	// key through local handoffs. Once exceeded, the next unlock releases the
+	// key and the local waiters queue in etcd behind other processes. It is
+	// the extra wait a process's waiter can see beyond strict FIFO.
+	DefaultCohortMaxHold = 100 * time.Millisecond
+
+	// DefaultHomeWait is how long an allocation waits for its home
+	// segment's lock before trying the pool and the other segments. It is
+	// what a segment held by a paused or dead process costs a request.
+	DefaultHomeWait = time.Second
+
+	// DefaultFallbackWait is how long an allocation waits for each other
+	// place's lock while falling back, before moving on (and, last, waiting
+	// for the locks of several places in turn to gather the quantity).
+	DefaultFallbackWait = 50 * time.Millisecond
+
+	// DefaultMaxTxnOps is etcd's default --max-txn-ops. A group commit puts
+	// two keys per order, so it bounds a group to about half of it.
+	DefaultMaxTxnOps = 128
+
+	// DefaultCommitTimeout bounds one group commit's round trips. The
+	// commit does not use any one caller's ctx: it serves many callers.
+	DefaultCommitTimeout = 10 * time.Second
+
+	// DefaultReleaseTimeout bounds each attempt to delete a lock key after a
+	// failed wait or a cancelled unlock; failed deletes are retried in the
+	// background until they succeed or the session ends.
+	DefaultReleaseTimeout = 5 * time.Second
+)
+
+type options struct {
+	prefix            string
+	sessionTTL        time.Duration
+	cohortMaxHandoffs int
+	cohortMaxHold     time.Duration
+	releaseTimeout    time.Duration
+	homeWait          time.Duration
+	fallbackWait      time.Duration
+	maxTxnOps         int
+	commitTimeout     time.Duration
+	logger            *slog.Logger
+}
+
+func defaultOptions() options {
+	return options{
+		prefix:            DefaultPrefix,
+		sessionTTL:        DefaultSessionTTL,
+		cohortMaxHandoffs: DefaultCohortMaxHandoffs,
+		cohortMaxHold:     DefaultCohortMaxHold,
+		releaseTimeout:    DefaultReleaseTimeout,
+		homeWait:          DefaultHomeWait,
+		fallbackWait:      DefaultFallbackWait,
+		maxTxnOps:         DefaultMaxTxnOps,
+		commitTimeout:     DefaultCommitTimeout,
+		logger:            slog.New(slog.DiscardHandler),
+	}
+}
+
+// Option configures a Coordinator. Options are validated by New, which
+// returns an error naming the bad value.
+type Option func(*options) error
+
+// WithPrefix sets the etcd key prefix (default DefaultPrefix). Coordinators
+// share locks and stock only when they use the same prefix.
+func WithPrefix(prefix string) Option {
+	return func(o *options) error {
+		if _, err := keys.New(prefix); err != nil {
+			return fmt.Errorf("prefix: %w", err)
+		}
+		o.prefix = prefix
+		return nil
+	}
+}
+
+// WithSessionTTL sets the session lease TTL (default DefaultSessionTTL). It
+// must be a whole number of seconds, at least one second.
+func WithSessionTTL(ttl time.Duration) Option {
+	return func(o *options) error {
+		if ttl < time.Second || ttl%time.Second != 0 {
+			return fmt.Errorf("session TTL %v: must be a whole number of seconds, at least 1s", ttl)
+		}
+		o.sessionTTL = ttl
+		return nil
+	}
+}
+
+// WithCohort sets the bounds on local handoffs (defaults
+// DefaultCohortMaxHandoffs and DefaultCohortMaxHold). maxHandoffs 0
+// disables cohorting: every unlock goes back to etcd.
+func WithCohort(maxHandoffs int, maxHold time.Duration) Option {
+	return func(o *options) error {
+		if maxHandoffs < 0 || maxHold < 0 {
+			return fmt.Errorf("cohort bounds %d handoffs, %v: must not be negative", maxHandoffs, maxHold)
+		}
+		o.cohortMaxHandoffs, o.cohortMaxHold = maxHandoffs, maxHold
+		return nil
+	}
+}
+
+// WithReleaseTimeout bounds each attempt to delete a lock key in cleanup
+// (default DefaultReleaseTimeout).
+func WithReleaseTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("release timeout %v: must be positive", d)
+		}
+		o.releaseTimeout = d
+		return nil
+	}
+}
+
+// WithLogger sets where the coordinator reports session losses and
+// background cleanup failures (default: discarded).
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error {
+		if l == nil {
+			return fmt.Errorf("logger is nil")
+		}
+		o.logger = l
+		return nil
+	}
+}
+
+// WithWaitBudgets sets how long an allocation waits for its home segment's
+// lock and for each fallback place's lock (defaults DefaultHomeWait and
+// DefaultFallbackWait).
+func WithWaitBudgets(home, fallback time.Duration) Option {
+	return func(o *options) error {
+		if home < 0 || fallback < 0 {
+			return fmt.Errorf("wait budgets %v, %v: must not be negative", home, fallback)
+		}
+		o.homeWait, o.fallbackWait = home, fallback
+		return nil
+	}
+}
+
+// WithMaxTxnOps tells the coordinator the etcd server's --max-txn-ops
+// (default DefaultMaxTxnOps); group commits and SKU creation stay within it.
+func WithMaxTxnOps(n int) Option {
+	return func(o *options) error {
+		if n < 8 {
+			return fmt.Errorf("max txn ops %d: must be at least 8", n)
+		}
+		o.maxTxnOps = n
+		return nil
+	}
+}

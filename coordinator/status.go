@@ -1,0 +1,211 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/keys"
+	"github.com/stockctl/stockctl/segments"
+)
+
+// SegmentStatus is one segment's stock.
+type SegmentStatus struct {
+	Index int
+	// Remaining is what the segment can give: its counter plus its inbox.
+	Remaining int64
+	// Inbox is the part of Remaining the rebalancer moved in that the
+	// segment's lock holder has not absorbed yet.
+	Inbox int64
+}
+
+// Status is a SKU's stock at one revision.
+type Status struct {
+	SKU  string
+	Meta segments.Meta
+	// Total is all stock ever put in; Pool and Segments is what remains.
+	Total    int64
+	Pool     int64
+	Segments []SegmentStatus
+	// Allocated is Total − Pool − Σ Remaining: what active orders hold if
+	// the books balance (Audit checks that they do, from the order records).
+	Allocated int64
+	// Orders counts order records, released ones included.
+	Orders   int64
+	Revision int64
+	// Rebalancer is the last pass of the rebalancer, if one ever ran.
+	Rebalancer *segments.RebalancePass
+}
+
+// Remaining is the stock left in the pool and all segments.
+func (s *Status) Remaining() int64 {
+	r := s.Pool
+	for _, seg := range s.Segments {
+		r += seg.Remaining
+	}
+	return r
+}
+
+// Status reads sku's stock in one transaction, so every figure is from the
+// same revision.
+func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
+	if err := segments.ValidateSKU(sku); err != nil {
+		return nil, fmt.Errorf("status %s: %w", sku, err)
+	}
+	resp, err := c.client.Txn(ctx).Then(
+		clientv3.OpGet(c.keys.Meta(sku)),
+		clientv3.OpGet(c.keys.SKUStock(sku), clientv3.WithPrefix()),
+		clientv3.OpGet(c.keys.Orders(sku), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(c.keys.RebalanceLast()),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("status %s: %w", sku, err)
+	}
+	meta, info, err := c.decodeMetaResp(sku, resp.Responses[0].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, fmt.Errorf("status %s: %w", sku, err)
+	}
+	st := &Status{SKU: sku, Meta: meta, Total: meta.Total, Revision: resp.Header.Revision,
+		Segments: make([]SegmentStatus, meta.Segments)}
+	for i := range st.Segments {
+		st.Segments[i].Index = i
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		k, v, err := c.decodeStockKV(info, kv)
+		if err != nil {
+			return nil, fmt.Errorf("status %s: %w", sku, err)
+		}
+		switch k.Kind {
+		case keys.KindPool:
+			st.Pool = v
+		case keys.KindSegment:
+			st.Segments[k.Index].Remaining += v
+		case keys.KindInbox:
+			st.Segments[k.Index].Remaining += v
+			st.Segments[k.Index].Inbox = v
+		}
+	}
+	st.Allocated = st.Total - st.Remaining()
+	st.Orders = resp.Responses[2].GetResponseRange().Count
+	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
+		pass, err := segments.DecodeRebalancePass(string(kvs[0].Key), kvs[0].Value)
+		if err != nil {
+			return nil, fmt.Errorf("status %s: %w", sku, err)
+		}
+		st.Rebalancer = &pass
+	}
+	return st, nil
+}
+
+func (c *Coordinator) decodeMetaResp(sku string, kvs []*mvccpb.KeyValue) (segments.Meta, *skuInfo, error) {
+	if len(kvs) == 0 {
+		return segments.Meta{}, nil, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
+	}
+	meta, err := segments.DecodeMeta(string(kvs[0].Key), kvs[0].Value)
+	if err != nil {
+		return segments.Meta{}, nil, err
+	}
+	if meta.Creating {
+		return segments.Meta{}, nil, fmt.Errorf("%w %q: its creation has not completed", ErrUnknownSKU, sku)
+	}
+	return meta, &skuInfo{name: sku, segments: meta.Segments}, nil
+}
+
+// AuditReport is the outcome of an audit.
+type AuditReport struct {
+	SKU string
+	// OK is true when Total = Pool + Segments + Allocated and nothing was
+	// found wrong.
+	OK       bool
+	Revision int64
+	Total    int64
+	Pool     int64
+	// Segments is the sum of all segments' counters and inboxes.
+	Segments int64
+	// Allocated is the sum of the quantities of active (unreleased) orders.
+	Allocated int64
+	// Orders and ReleasedOrders count the order records.
+	Orders         int64
+	ReleasedOrders int64
+	// Problems names each offending key and what is wrong with it, and the
+	// imbalance if there is one.
+	Problems []string
+}
+
+// Audit checks sku's books at the current revision: the meta record's total
+// must equal the pool, plus every segment's counter and inbox, plus the
+// quantities of all active order records, all read in one transaction.
+// Every value is decoded strictly, and every order's parts must name places
+// of the SKU. A failed audit is reported in the report (OK false), not as an
+// error; errors are for failing to read.
+func (c *Coordinator) Audit(ctx context.Context, sku string) (*AuditReport, error) {
+	return c.AuditAt(ctx, sku, 0)
+}
+
+// AuditAt is Audit at a past revision rev (0: the current one). etcd keeps
+// past revisions until they are compacted.
+func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*AuditReport, error) {
+	if err := segments.ValidateSKU(sku); err != nil {
+		return nil, fmt.Errorf("audit %s: %w", sku, err)
+	}
+	at := clientv3.WithRev(rev)
+	resp, err := c.client.Txn(ctx).Then(
+		clientv3.OpGet(c.keys.Meta(sku), at),
+		clientv3.OpGet(c.keys.SKUStock(sku), clientv3.WithPrefix(), at),
+		clientv3.OpGet(c.keys.Orders(sku), clientv3.WithPrefix(), at),
+	).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("audit %s: %w", sku, err)
+	}
+	meta, info, err := c.decodeMetaResp(sku, resp.Responses[0].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, fmt.Errorf("audit %s: %w", sku, err)
+	}
+	r := &AuditReport{SKU: sku, Total: meta.Total, Revision: rev}
+	if rev == 0 {
+		r.Revision = resp.Header.Revision
+	}
+	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		k, v, err := c.decodeStockKV(info, kv)
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
+			continue
+		}
+		if k.Kind == keys.KindPool {
+			r.Pool = v
+		} else {
+			r.Segments += v
+		}
+	}
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		key := string(kv.Key)
+		o, err := segments.DecodeOrder(key, kv.Value)
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
+			continue
+		}
+		if id, err := c.keys.ParseOrder(sku, key); err != nil || o.SKU != sku || o.ID != id {
+			r.Problems = append(r.Problems, fmt.Sprintf("order record at key %q names SKU %q order %q", key, o.SKU, o.ID))
+			continue
+		}
+		for _, p := range o.Parts {
+			if p.Place.Index() >= meta.Segments {
+				r.Problems = append(r.Problems, fmt.Sprintf("order record at key %q takes from %v of a SKU with %d segments", key, p.Place, meta.Segments))
+			}
+		}
+		r.Orders++
+		if o.Released {
+			r.ReleasedOrders++
+		} else {
+			r.Allocated += o.Qty
+		}
+	}
+	if sum := r.Pool + r.Segments + r.Allocated; sum != r.Total {
+		r.Problems = append(r.Problems, fmt.Sprintf("books do not balance at revision %d: total %d != pool %d + segments %d + allocated %d (= %d)",
+			r.Revision, r.Total, r.Pool, r.Segments, r.Allocated, sum))
+	}
+	r.OK = len(r.Problems) == 0
+	return r, nil
+}

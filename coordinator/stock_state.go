@@ -1,0 +1,31 @@
+package coordinator
+
+import (
+	"sync"
+
+	"github.com/stockctl/stockctl/segments"
+)
+
+// stockState is the coordinator's in-memory view of stock: what it caches
+// of each SKU and each place.
+type stockState struct {
+	mu     sync.Mutex
+	skus   map[string]*skuInfo
+	places map[placeID]*placeState
+}
+
+type placeID struct {
+	sku   string
+	place segments.Place
+}
+
+// skuInfo caches what never changes after a SKU is created.
+type skuInfo struct {
+	name     string
+	segments int
+}
+
+func (s *stockState) init() {
+	s.skus = make(map[string]*skuInfo)
+	s.places = make(map[placeID]*placeState)
+}

@@ -1,0 +1,218 @@
+// Package keys builds every etcd key stockctl reads or writes, and parses
+// them back. Nothing else in the module concatenates key strings, so the
+// layout below is the whole truth about what lives where in etcd.
+//
+// Layout under a prefix P (default "/stockctl/"):
+//
+//	P locks/<name>/<lease>           named locks (one waiter key per session)
+//	P meta/<sku>                     SKU meta record (total, segments, policy)
+//	P stock/<sku>/pool               central pool counter
+//	P stock/<sku>/seg/<iiii>         segment counter, guarded by the segment lock
+//	P stock/<sku>/in/<iiii>          segment inbox: stock moved in by the rebalancer,
+//	                                 absorbed into the segment by its lock holder
+//	P stocklocks/<sku>/pool/<lease>  lock of the pool
+//	P stocklocks/<sku>/seg/<iiii>/<lease>  lock of segment i
+//	P orders/<sku>/<order>           order records of one SKU
+//	P orderid/<order>                global order-ID claim (value: the SKU)
+//	P rebalance/election/<lease>     rebalancer leadership (concurrency.Election)
+//	P rebalance/last                 the rebalancer's last pass
+//
+// Segment indices are written with four decimal digits so that keys sort in
+// index order (the maximum segment count is 1024).
+//
+// Meta records live outside stock/ so that listing SKUs reads no counters,
+// and counters live outside orders/ so that watching stock/ (the rebalancer)
+// never sees order traffic.
+package keys
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// SegmentDigits is the fixed width of a segment index in a key.
+const SegmentDigits = 4
+
+// maxIndex is the largest index SegmentDigits can hold.
+const maxIndex = 9999
+
+// Space builds keys under one prefix. The zero value is not usable; call New.
+type Space struct {
+	prefix string
+}
+
+// New returns the key space under prefix. The prefix must be non-empty and
+// printable; a trailing "/" is added when missing so that two prefixes such
+// as "/a" and "/ab" never share keys.
+func New(prefix string) (Space, error) {
+	if prefix == "" {
+		return Space{}, errors.New("keys: prefix is empty")
+	}
+	for i := 0; i < len(prefix); i++ {
+		if prefix[i] < 0x20 || prefix[i] == 0x7f {
+			return Space{}, fmt.Errorf("keys: prefix %q contains a control character", prefix)
+		}
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return Space{prefix: prefix}, nil
+}
+
+// Prefix is the space's prefix, always ending in "/".
+func (s Space) Prefix() string { return s.prefix }
+
+// Lock is the key prefix of the named lock; waiter keys are Lock(name)+<lease id>.
+// The name must not contain "/" (callers validate it), or one lock's prefix
+// could contain another's waiters.
+func (s Space) Lock(name string) string { return s.prefix + "locks/" + name + "/" }
+
+// MetaPrefix is the prefix of all SKU meta records (listing it lists SKUs).
+func (s Space) MetaPrefix() string { return s.prefix + "meta/" }
+
+// Meta is the meta record of sku.
+func (s Space) Meta(sku string) string { return s.MetaPrefix() + sku }
+
+// StockPrefix is the prefix of every stock counter of every SKU.
+func (s Space) StockPrefix() string { return s.prefix + "stock/" }
+
+// SKUStock is the prefix of sku's pool, segment and inbox counters.
+func (s Space) SKUStock(sku string) string { return s.StockPrefix() + sku + "/" }
+
+// Pool is sku's central pool counter.
+func (s Space) Pool(sku string) string { return s.SKUStock(sku) + "pool" }
+
+// Segment is the counter of segment i of sku.
+func (s Space) Segment(sku string, i int) string { return s.SKUStock(sku) + "seg/" + index(i) }
+
+// Inbox is the inbox counter of segment i of sku.
+func (s Space) Inbox(sku string, i int) string { return s.SKUStock(sku) + "in/" + index(i) }
+
+// PoolLock is the lock prefix guarding sku's pool.
+func (s Space) PoolLock(sku string) string { return s.prefix + "stocklocks/" + sku + "/pool/" }
+
+// SegmentLock is the lock prefix guarding segment i of sku.
+func (s Space) SegmentLock(sku string, i int) string {
+	return s.prefix + "stocklocks/" + sku + "/seg/" + index(i) + "/"
+}
+
+// Orders is the prefix of sku's order records.
+func (s Space) Orders(sku string) string { return s.prefix + "orders/" + sku + "/" }
+
+// Order is the record of order id of sku.
+func (s Space) Order(sku, id string) string { return s.Orders(sku) + id }
+
+// OrderID is the global claim of order id: order IDs are unique across SKUs.
+func (s Space) OrderID(id string) string { return s.prefix + "orderid/" + id }
+
+// Election is the prefix of the rebalancer's leadership election.
+func (s Space) Election() string { return s.prefix + "rebalance/election" }
+
+// RebalanceLast is the record of the rebalancer's last pass.
+func (s Space) RebalanceLast() string { return s.prefix + "rebalance/last" }
+
+func index(i int) string {
+	if i < 0 || i > maxIndex {
+		// Callers validate indices against the SKU's segment count first; a
+		// bad index here is a programming error, and a wrong key would be worse.
+		panic(fmt.Sprintf("keys: segment index %d out of range", i))
+	}
+	s := strconv.Itoa(i)
+	return strings.Repeat("0", SegmentDigits-len(s)) + s
+}
+
+// Kind says what a parsed stock key is.
+type Kind int
+
+// Kinds of stock keys.
+const (
+	KindPool Kind = iota + 1
+	KindSegment
+	KindInbox
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindPool:
+		return "pool"
+	case KindSegment:
+		return "segment"
+	case KindInbox:
+		return "inbox"
+	}
+	return "unknown"
+}
+
+// StockKey is a parsed stock counter key.
+type StockKey struct {
+	SKU   string
+	Kind  Kind
+	Index int // segment index for KindSegment and KindInbox; -1 for the pool
+}
+
+// ParseStock parses a key under StockPrefix, as delivered by a watch.
+func (s Space) ParseStock(key string) (StockKey, error) {
+	rest, ok := strings.CutPrefix(key, s.StockPrefix())
+	if !ok {
+		return StockKey{}, fmt.Errorf("keys: %q is not under %q", key, s.StockPrefix())
+	}
+	sku, tail, ok := strings.Cut(rest, "/")
+	if !ok || sku == "" {
+		return StockKey{}, fmt.Errorf("keys: %q has no SKU", key)
+	}
+	if tail == "pool" {
+		return StockKey{SKU: sku, Kind: KindPool, Index: -1}, nil
+	}
+	kindName, idx, ok := strings.Cut(tail, "/")
+	if !ok {
+		return StockKey{}, fmt.Errorf("keys: %q is not a stock counter", key)
+	}
+	var kind Kind
+	switch kindName {
+	case "seg":
+		kind = KindSegment
+	case "in":
+		kind = KindInbox
+	default:
+		return StockKey{}, fmt.Errorf("keys: %q is not a stock counter", key)
+	}
+	i, err := parseIndex(idx)
+	if err != nil {
+		return StockKey{}, fmt.Errorf("keys: %q: %w", key, err)
+	}
+	return StockKey{SKU: sku, Kind: kind, Index: i}, nil
+}
+
+// ParseMeta returns the SKU of a key under MetaPrefix.
+func (s Space) ParseMeta(key string) (string, error) {
+	sku, ok := strings.CutPrefix(key, s.MetaPrefix())
+	if !ok || sku == "" || strings.Contains(sku, "/") {
+		return "", fmt.Errorf("keys: %q is not a meta key under %q", key, s.MetaPrefix())
+	}
+	return sku, nil
+}
+
+// ParseOrder returns the order ID of a key under Orders(sku).
+func (s Space) ParseOrder(sku, key string) (string, error) {
+	id, ok := strings.CutPrefix(key, s.Orders(sku))
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return "", fmt.Errorf("keys: %q is not an order key of %q", key, sku)
+	}
+	return id, nil
+}
+
+func parseIndex(s string) (int, error) {
+	if len(s) != SegmentDigits {
+		return 0, fmt.Errorf("segment index %q is not %d digits", s, SegmentDigits)
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("segment index %q is not decimal", s)
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, nil
+}

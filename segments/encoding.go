@@ -1,0 +1,248 @@
+package segments
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// Version is the encoding version written in every value's "v" field.
+const Version = 1
+
+// CorruptError reports a stored value that does not decode. Nothing is
+// written when one is returned: the coordinator refuses to build on a value
+// it cannot read.
+type CorruptError struct {
+	Key   string
+	Value []byte
+	Err   error
+}
+
+func (e *CorruptError) Error() string {
+	v := e.Value
+	if len(v) > 64 {
+		v = append(v[:64:64], "..."...)
+	}
+	return fmt.Sprintf("corrupt value at key %q (%q): %v", e.Key, v, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
+// ErrCorrupt is the sentinel of every *CorruptError (errors.Is).
+var ErrCorrupt = errors.New("corrupt value")
+
+// Is makes errors.Is(err, ErrCorrupt) true for a *CorruptError.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+const (
+	counterHead = `{"v":1,"n":`
+	counterTail = `}`
+)
+
+// EncodeCounter encodes a stock counter. n must be in [0, MaxTotal].
+func EncodeCounter(n int64) string {
+	if n < 0 || n > MaxTotal {
+		panic(fmt.Sprintf("segments: counter %d out of range", n))
+	}
+	return counterHead + strconv.FormatInt(n, 10) + counterTail
+}
+
+// DecodeCounter decodes a counter stored at key. It accepts exactly the
+// bytes EncodeCounter writes: JSON, but with no freedom of spacing or order,
+// so that a hand-edited or foreign value is caught rather than guessed at.
+func DecodeCounter(key string, value []byte) (int64, error) {
+	digits, ok := bytes.CutPrefix(value, []byte(counterHead))
+	if ok {
+		digits, ok = bytes.CutSuffix(digits, []byte(counterTail))
+	}
+	if !ok || len(digits) == 0 || len(digits) > 19 || (len(digits) > 1 && digits[0] == '0') {
+		return 0, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("want %sN%s", counterHead, counterTail)}
+	}
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("counter %q is not a non-negative integer", digits)}
+		}
+		n = n*10 + int64(c-'0')
+		if n > MaxTotal {
+			return 0, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("counter exceeds the maximum %d", MaxTotal)}
+		}
+	}
+	return n, nil
+}
+
+// Meta is a SKU's meta record.
+type Meta struct {
+	V int `json:"v"`
+	// Total is all stock ever put in: the initial total plus every restock.
+	// It changes only by restock; allocations and releases move stock
+	// between places and orders without changing it.
+	Total int64 `json:"total"`
+	// Segments is the segment count, fixed at creation.
+	Segments int `json:"segments"`
+	// LowWatermark: the rebalancer refills a segment whose stock falls below it.
+	LowWatermark int64 `json:"lowWatermark"`
+	// RefillBatch is how much the rebalancer moves into a segment at once.
+	RefillBatch int64 `json:"refillBatch"`
+	// Creating is set while CreateSKU is still moving the initial fill from
+	// the pool into the segments; such a SKU serves no requests yet.
+	Creating bool      `json:"creating,omitempty"`
+	Created  time.Time `json:"created"`
+}
+
+// Validate checks the record's fields against the documented limits.
+func (m *Meta) Validate() error {
+	switch {
+	case m.Total < 0 || m.Total > MaxTotal:
+		return invalid("total", m.Total, "must be between 0 and %d", MaxTotal)
+	case m.Segments < 1 || m.Segments > MaxSegments:
+		return invalid("segments", m.Segments, "must be between 1 and %d", MaxSegments)
+	case m.LowWatermark < 0 || m.LowWatermark > MaxTotal:
+		return invalid("low watermark", m.LowWatermark, "must be between 0 and %d", MaxTotal)
+	case m.RefillBatch < 0 || m.RefillBatch > MaxTotal:
+		return invalid("refill batch", m.RefillBatch, "must be between 0 and %d", MaxTotal)
+	}
+	return nil
+}
+
+// EncodeMeta encodes m with the current version.
+func EncodeMeta(m Meta) string {
+	m.V = Version
+	return mustJSON(m)
+}
+
+// DecodeMeta strictly decodes the meta record stored at key.
+func DecodeMeta(key string, value []byte) (Meta, error) {
+	var m Meta
+	if err := strictJSON(value, &m); err != nil {
+		return Meta{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	if err := checkVersion(m.V); err != nil {
+		return Meta{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	if err := m.Validate(); err != nil {
+		return Meta{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	return m, nil
+}
+
+// Part is the quantity an order took from one place.
+type Part struct {
+	Place Place `json:"from"`
+	Qty   int64 `json:"qty"`
+}
+
+// Order is the record of one allocation. It is written in the same etcd
+// transaction as the deduction it records, so the two cannot disagree.
+type Order struct {
+	V     int    `json:"v"`
+	SKU   string `json:"sku"`
+	ID    string `json:"order"`
+	Qty   int64  `json:"qty"`
+	Parts []Part `json:"parts"`
+	// Released is set by Release, in the transaction that returns the parts.
+	Released bool      `json:"released,omitempty"`
+	Created  time.Time `json:"created"`
+}
+
+// Active reports whether the order still holds its stock.
+func (o *Order) Active() bool { return !o.Released }
+
+// EncodeOrder encodes o with the current version.
+func EncodeOrder(o Order) string {
+	o.V = Version
+	return mustJSON(o)
+}
+
+// DecodeOrder strictly decodes the order record stored at key, including
+// that its parts add up to its quantity.
+func DecodeOrder(key string, value []byte) (Order, error) {
+	var o Order
+	if err := strictJSON(value, &o); err != nil {
+		return Order{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	if err := checkVersion(o.V); err != nil {
+		return Order{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	var sum int64
+	for _, p := range o.Parts {
+		if p.Qty < 1 || p.Qty > MaxQty {
+			return Order{}, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("part %v has qty %d", p.Place, p.Qty)}
+		}
+		sum += p.Qty
+	}
+	if err := ValidateQty(o.Qty); err != nil || sum != o.Qty {
+		return Order{}, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("qty %d does not match its parts (sum %d)", o.Qty, sum)}
+	}
+	if ValidateSKU(o.SKU) != nil || ValidateOrderID(o.ID) != nil {
+		return Order{}, &CorruptError{Key: key, Value: value, Err: errors.New("invalid sku or order id")}
+	}
+	return o, nil
+}
+
+func checkVersion(v int) error {
+	if v != Version {
+		return fmt.Errorf("version %d, want %d", v, Version)
+	}
+	return nil
+}
+
+func strictJSON(value []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("segments: encoding %T: %v", v, err))
+	}
+	return string(b)
+}
+
+// RebalancePass is the rebalancer's record of its last pass, kept where
+// status can show it.
+type RebalancePass struct {
+	V int `json:"v"`
+	// Leader identifies the rebalancer that made the pass (host, pid, lease).
+	Leader string `json:"leader"`
+	// At is when the pass ended.
+	At time.Time `json:"at"`
+	// Moves counts the transfers made by the pass; Moved the units moved.
+	Moves int   `json:"moves"`
+	Moved int64 `json:"moved"`
+	// Revision is the revision of the pass's last move, or of its last read.
+	Revision int64 `json:"revision"`
+	// Totals since this leader was elected.
+	TotalMoves int   `json:"totalMoves"`
+	TotalMoved int64 `json:"totalMoved"`
+}
+
+// EncodeRebalancePass encodes p with the current version.
+func EncodeRebalancePass(p RebalancePass) string {
+	p.V = Version
+	return mustJSON(p)
+}
+
+// DecodeRebalancePass strictly decodes a pass record stored at key.
+func DecodeRebalancePass(key string, value []byte) (RebalancePass, error) {
+	var p RebalancePass
+	if err := strictJSON(value, &p); err != nil {
+		return RebalancePass{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	if err := checkVersion(p.V); err != nil {
+		return RebalancePass{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	return p, nil
+}

@@ -1,0 +1,108 @@
+package segments
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Limits on inputs. They keep every sum of counters far from int64 overflow:
+// MaxTotal × (MaxSegments + 2) < 2^63.
+const (
+	// MaxSegments is the largest segment count of a SKU.
+	MaxSegments = 1024
+	// MaxTotal is the largest stock a SKU can hold in total (initial stock
+	// plus every restock).
+	MaxTotal int64 = 1_000_000_000_000_000
+	// MaxQty is the largest quantity of one allocation or restock.
+	MaxQty int64 = 1_000_000_000
+	// MaxSKULen is the longest SKU name, in bytes.
+	MaxSKULen = 64
+	// MaxOrderIDLen is the longest order ID, in bytes.
+	MaxOrderIDLen = 128
+	// MaxRouteKeyLen is the longest route key, in bytes.
+	MaxRouteKeyLen = 1024
+)
+
+// ErrInvalid is the sentinel of every validation error (errors.Is).
+var ErrInvalid = errors.New("invalid argument")
+
+// InvalidError says which input field was wrong and why.
+type InvalidError struct {
+	Field  string // e.g. "sku", "qty", "order"
+	Value  string // the offending value, quoted for printing
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("invalid %s %s: %s", e.Field, e.Value, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+func invalid(field string, value any, format string, args ...any) error {
+	v := fmt.Sprint(value)
+	if s, ok := value.(string); ok {
+		v = fmt.Sprintf("%q", s)
+	}
+	return &InvalidError{Field: field, Value: v, Reason: fmt.Sprintf(format, args...)}
+}
+
+// ValidateSKU checks a SKU name: 1 to MaxSKULen bytes of ASCII letters,
+// digits, '.', '_' and '-', and not "." or "..". The charset keeps SKUs safe
+// inside etcd keys and file names alike.
+func ValidateSKU(sku string) error {
+	switch {
+	case sku == "":
+		return invalid("sku", sku, "must not be empty")
+	case len(sku) > MaxSKULen:
+		return invalid("sku", sku, "is %d bytes, longer than %d", len(sku), MaxSKULen)
+	case sku == "." || sku == "..":
+		return invalid("sku", sku, "must not be %q", sku)
+	}
+	for i := 0; i < len(sku); i++ {
+		c := sku[i]
+		if !isAlnum(c) && c != '.' && c != '_' && c != '-' {
+			return invalid("sku", sku, "byte %d (%q) is not a letter, digit, '.', '_' or '-'", i, c)
+		}
+	}
+	return nil
+}
+
+// ValidateOrderID checks an order ID: 1 to MaxOrderIDLen bytes of printable
+// ASCII other than space and '/'.
+func ValidateOrderID(id string) error {
+	switch {
+	case id == "":
+		return invalid("order", id, "must not be empty")
+	case len(id) > MaxOrderIDLen:
+		return invalid("order", id, "is %d bytes, longer than %d", len(id), MaxOrderIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c >= 0x7f || c == '/' {
+			return invalid("order", id, "byte %d (%q) is not printable ASCII other than space and '/'", i, c)
+		}
+	}
+	return nil
+}
+
+// ValidateQty checks the quantity of an allocation or restock: 1 to MaxQty.
+func ValidateQty(qty int64) error {
+	if qty < 1 || qty > MaxQty {
+		return invalid("qty", qty, "must be between 1 and %d", MaxQty)
+	}
+	return nil
+}
+
+// ValidateRouteKey checks a route key: at most MaxRouteKeyLen bytes. The
+// empty key is valid and means "route at random".
+func ValidateRouteKey(key string) error {
+	if len(key) > MaxRouteKeyLen {
+		return invalid("route key", key[:32]+"...", "is %d bytes, longer than %d", len(key), MaxRouteKeyLen)
+	}
+	return nil
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
