@@ -166,7 +166,7 @@ type placeResult struct {
 }
 
 func served(a *Allocation) placeResult { return placeResult{kind: resServed, alloc: a} }
-func failed(err error) placeResult    { return placeResult{kind: resFailed, err: err} }
+func failed(err error) placeResult     { return placeResult{kind: resFailed, err: err} }
 
 // retryable reports whether the failure deducted nothing and a new attempt
 // (on a new session) may succeed.

@@ -210,4 +210,3 @@ func ValidateLockName(name string) error {
 	}
 	return nil
 }
-

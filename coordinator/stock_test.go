@@ -416,7 +416,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 			_, err := c.CreateSKU(ctx, "n1", coordinator.SKUConfig{Total: 1, Segments: segments.MaxSegments + 1})
 			return err
 		}, coordinator.ErrInvalidArgument, "segments"},
-		{"create negative total", func() error { _, err := c.CreateSKU(ctx, "n2", coordinator.SKUConfig{Total: -1, Segments: 1}); return err }, coordinator.ErrInvalidArgument, "total"},
+		{"create negative total", func() error {
+			_, err := c.CreateSKU(ctx, "n2", coordinator.SKUConfig{Total: -1, Segments: 1})
+			return err
+		}, coordinator.ErrInvalidArgument, "total"},
 		{"create total overflow", func() error {
 			_, err := c.CreateSKU(ctx, "n3", coordinator.SKUConfig{Total: segments.MaxTotal + 1, Segments: 1})
 			return err
