@@ -2,6 +2,7 @@ package embedetcd
 
 import (
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
@@ -13,6 +14,11 @@ import (
 // for every listener and HTTP server it closes itself during a normal Close
 // ("http: Server closed", "use of closed network connection", ...).
 const shutdownNoise = "setting up serving from embedded etcd failed."
+
+// cancelledReadNoise is what etcd logs at level error, with a stack trace,
+// whenever a client gives up on a read-only transaction (its ctx was
+// cancelled or timed out): the client's choice, not a server failure.
+const cancelledReadNoise = "unexpected error during readonly txn"
 
 // newLogger builds etcd's logger: stderr only, at level, and without the
 // error-level noise etcd emits while we are deliberately shutting it down.
@@ -50,5 +56,26 @@ func (c *quietShutdownCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *
 	if ent.Message == shutdownNoise && c.closing.Load() {
 		return ce
 	}
-	return c.Core.Check(ent, ce)
+	if c.Enabled(ent.Level) {
+		return ce.AddCore(ent, c) // so that Write can look at the fields
+	}
+	return ce
+}
+
+func (c *quietShutdownCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
+	if ent.Message == cancelledReadNoise && clientCancelled(fields) {
+		return nil
+	}
+	return c.Core.Write(ent, fields)
+}
+
+// clientCancelled reports whether the entry's error is a client's ctx ending.
+func clientCancelled(fields []zapcore.Field) bool {
+	for _, f := range fields {
+		if err, ok := f.Interface.(error); ok && f.Type == zapcore.ErrorType {
+			msg := err.Error()
+			return strings.Contains(msg, "context canceled") || strings.Contains(msg, "context deadline exceeded")
+		}
+	}
+	return false
 }

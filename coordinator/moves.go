@@ -1,0 +1,179 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/segments"
+)
+
+// ErrFenced is returned by a move whose caller-supplied fence compare
+// failed: for the rebalancer, it lost its leadership. Nothing was moved.
+var ErrFenced = errors.New("coordinator: fence compare failed")
+
+// Refill moves stock from sku's pool into segments: want[i] units into
+// segment i, fewer if the pool holds less (segments served in index order).
+// The stock lands in each segment's inbox, which counts as the segment's
+// stock at once and is absorbed into its counter by the next allocation
+// that needs it; so Refill takes only the pool's lock and never waits
+// behind a busy segment's queue.
+//
+// The move is one transaction fenced by the pool's lock and by fence (the
+// rebalancer passes its leadership compare). It returns what was moved into
+// each segment and the commit revision; with nothing to move (an empty
+// pool) it returns an empty map and revision 0.
+func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
+	info, err := c.sku(ctx, sku)
+	if err != nil {
+		return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
+	}
+	targets := slices.Sorted(maps.Keys(want))
+	for _, i := range targets {
+		if i < 0 || i >= info.segments || want[i] < 0 || want[i] > segments.MaxTotal {
+			return nil, 0, fmt.Errorf("refill %s: %w: %d units into segment %d of %d", sku, ErrInvalidArgument, want[i], i, info.segments)
+		}
+	}
+	pool, err := c.lockPlace(ctx, sku, segments.Pool, -1, nil)
+	if err != nil {
+		return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
+	}
+	defer pool.unlock()
+
+	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
+		if err := pool.load(ctx, false); err != nil {
+			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
+		}
+		reads := make([]clientv3.Op, len(targets))
+		for j, i := range targets {
+			reads[j] = clientv3.OpGet(c.keys.Inbox(sku, i))
+		}
+		inboxes, err := c.client.Txn(ctx).Then(reads...).Commit()
+		if err != nil {
+			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
+		}
+		moved := map[int]int64{}
+		cmps := append(pool.cmps(), fence...)
+		var ops []clientv3.Op
+		left := pool.value
+		for j, i := range targets {
+			key := c.keys.Inbox(sku, i)
+			in, mod, err := decodeCounterKV(key, inboxes.Responses[j].GetResponseRange())
+			if err != nil {
+				return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
+			}
+			q := min(want[i], left)
+			if q <= 0 {
+				continue
+			}
+			left -= q
+			moved[i] = q
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
+			ops = append(ops, clientv3.OpPut(key, segments.EncodeCounter(in+q)))
+		}
+		if len(ops) == 0 {
+			return moved, 0, nil
+		}
+		pool.delta = left - pool.value
+		ops = append(ops, pool.ops()...)
+		resp, err := c.client.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(pool.h.own.key)).Commit()
+		if err != nil {
+			pool.invalidate()
+			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
+		}
+		if resp.Succeeded {
+			pool.committed(resp.Header.Revision)
+			return moved, resp.Header.Revision, nil
+		}
+		if !stillOwned(resp.Responses[0], pool) {
+			return nil, 0, fmt.Errorf("refill %s: %w", sku, ErrLockLost)
+		}
+		if err := c.checkFence(ctx, fence); err != nil {
+			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
+		}
+		pool.invalidate() // an inbox was absorbed meanwhile: read again
+	}
+	return nil, 0, fmt.Errorf("refill %s: %w", sku, errContention)
+}
+
+// Drain moves all of segment seg's stock (its counter and inbox) back to
+// sku's pool, in one transaction fenced by the pool's lock, the segment's
+// lock and fence. It takes the pool's lock and then waits at most wait for
+// the segment's (the global lock order); a segment busy for that long is
+// not idle, and Drain returns ErrLocked without moving anything.
+func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.Duration, fence ...clientv3.Cmp) (int64, int64, error) {
+	info, err := c.sku(ctx, sku)
+	if err != nil {
+		return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
+	}
+	if seg < 0 || seg >= info.segments {
+		return 0, 0, fmt.Errorf("drain %s: %w: segment %d of %d", sku, ErrInvalidArgument, seg, info.segments)
+	}
+	pool, err := c.lockPlace(ctx, sku, segments.Pool, -1, nil)
+	if err != nil {
+		return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
+	}
+	defer pool.unlock()
+	sp, err := c.lockPlace(ctx, sku, segments.Segment(seg), wait, nil)
+	if err != nil {
+		return 0, 0, fmt.Errorf("drain %s segment %d: %w", sku, seg, err)
+	}
+	defer sp.unlock()
+
+	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
+		if err := pool.load(ctx, false); err != nil {
+			return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
+		}
+		if err := sp.load(ctx, true); err != nil {
+			return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
+		}
+		moved := sp.available()
+		if moved == 0 {
+			return 0, 0, nil
+		}
+		sp.delta, pool.delta = -moved, moved
+		cmps := append(append(pool.cmps(), sp.cmps()...), fence...)
+		ops := append(pool.ops(), sp.ops()...)
+		resp, err := c.client.Txn(ctx).If(cmps...).Then(ops...).
+			Else(clientv3.OpGet(pool.h.own.key), clientv3.OpGet(sp.h.own.key)).Commit()
+		if err != nil {
+			pool.invalidate()
+			sp.invalidate()
+			return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
+		}
+		if resp.Succeeded {
+			pool.committed(resp.Header.Revision)
+			sp.committed(resp.Header.Revision)
+			return moved, resp.Header.Revision, nil
+		}
+		if !stillOwned(resp.Responses[0], pool) || !stillOwned(resp.Responses[1], sp) {
+			return 0, 0, fmt.Errorf("drain %s: %w", sku, ErrLockLost)
+		}
+		if err := c.checkFence(ctx, fence); err != nil {
+			return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
+		}
+		pool.invalidate()
+		sp.invalidate()
+	}
+	return 0, 0, fmt.Errorf("drain %s: %w", sku, errContention)
+}
+
+// checkFence reports ErrFenced if the fence compares fail now.
+func (c *Coordinator) checkFence(ctx context.Context, fence []clientv3.Cmp) error {
+	if len(fence) == 0 {
+		return nil
+	}
+	resp, err := c.client.Txn(ctx).If(fence...).Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return ErrFenced
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/coordinator"
+)
+
+var errUnknownSKU = coordinator.ErrUnknownSKU
+
+// lead keeps every SKU stocked until ctx ends (with the term).
+func (r *Rebalancer) lead(ctx context.Context, l *leadership) error {
+	for {
+		err := r.watchAndAct(ctx, l)
+		if ctx.Err() != nil || isFatal(err) {
+			return err
+		}
+		// The watch broke (compaction, a restarted member): start over
+		// from a fresh read.
+		r.log.Debug("rebalancer watch restarted", "err", err)
+	}
+}
+
+// isFatal reports errors that end the term: leadership or the session is gone.
+func isFatal(err error) bool {
+	return errors.Is(err, coordinator.ErrFenced) || errors.Is(err, coordinator.ErrSessionLost) ||
+		errors.Is(err, coordinator.ErrLockLost) || errors.Is(err, coordinator.ErrClosed)
+}
+
+func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
+	views, rev, err := l.loadAll(ctx)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	k := l.c.Keys()
+	stock := l.c.Client().Watch(wctx, k.StockPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	metas := l.c.Client().Watch(wctx, k.MetaPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	sweep := time.NewTicker(r.cfg.SweepInterval)
+	defer sweep.Stop()
+
+	dirty := map[*view]bool{}
+	for _, v := range views {
+		dirty[v] = true
+	}
+	for {
+		if err := r.actOn(ctx, l, dirty); err != nil {
+			return err
+		}
+		clear(dirty)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok := <-stock:
+			if !ok || wr.Err() != nil {
+				return fmt.Errorf("stock watch ended: %v", wr.Err())
+			}
+			now := time.Now()
+			for _, ev := range wr.Events {
+				if v := applyStock(k, views, ev.Kv, now); v != nil {
+					dirty[v] = true
+				}
+			}
+		case wr, ok := <-metas:
+			if !ok || wr.Err() != nil {
+				return fmt.Errorf("meta watch ended: %v", wr.Err())
+			}
+			for _, ev := range wr.Events {
+				if v := r.applyMeta(ctx, l, views, ev); v != nil {
+					dirty[v] = true
+				}
+			}
+		case <-sweep.C:
+			// The safety net: re-read everything, keeping what only this
+			// leader knows (parked segments, crossing times).
+			fresh, _, err := l.loadAll(ctx)
+			if err != nil {
+				return err
+			}
+			for sku, f := range fresh {
+				if old := views[sku]; old != nil && old.meta.Segments == f.meta.Segments {
+					f.parked, f.crossedAt, f.crossRev, f.changed, f.below = old.parked, old.crossedAt, old.crossRev, old.changed, old.below
+					for i := range f.seg {
+						if f.avail(i) != old.avail(i) {
+							f.changed[i] = time.Now()
+						}
+						f.observe(i, max(f.segRev[i], f.inRev[i]), time.Now())
+					}
+				}
+				views[sku] = f
+				dirty[f] = true
+			}
+			for sku := range views {
+				if fresh[sku] == nil {
+					delete(views, sku)
+				}
+			}
+		}
+	}
+}
+
+// applyMeta handles a change of a SKU's meta record: a new SKU, a restock,
+// a new policy, or a deletion.
+func (r *Rebalancer) applyMeta(ctx context.Context, l *leadership, views map[string]*view, ev *clientv3.Event) *view {
+	sku, err := l.c.Keys().ParseMeta(string(ev.Kv.Key))
+	if err != nil {
+		return nil
+	}
+	if ev.Type == mvccpb.DELETE {
+		delete(views, sku)
+		return nil
+	}
+	nv := l.viewFromMeta(ev.Kv, time.Now())
+	if nv == nil {
+		return nil
+	}
+	old := views[sku]
+	if old == nil || old.meta.Segments != nv.meta.Segments {
+		// A new SKU: read its counters.
+		v, err := l.load(ctx, sku)
+		if err != nil {
+			r.log.Warn("rebalancer cannot load a new SKU", "sku", sku, "err", err)
+			return nil
+		}
+		views[sku] = v
+		return v
+	}
+	if nv.meta.Total > old.meta.Total {
+		clear(old.parked) // a restock opens a new phase of the sale
+	}
+	old.meta = nv.meta
+	now := time.Now()
+	for i := range old.seg {
+		old.observe(i, ev.Kv.ModRevision, now)
+	}
+	return old
+}
+
+// actOn runs the policy on each dirty view and records the pass if it moved
+// anything.
+func (r *Rebalancer) actOn(ctx context.Context, l *leadership, dirty map[*view]bool) error {
+	if len(dirty) == 0 {
+		return nil
+	}
+	pass := &Pass{Leader: r.cfg.Identity}
+	for v := range dirty {
+		if err := r.act(ctx, l, v, pass); err != nil {
+			if isFatal(err) || ctx.Err() != nil {
+				return err
+			}
+			r.log.Warn("rebalancer move failed", "sku", v.sku, "err", err)
+		}
+	}
+	if len(pass.Moves) == 0 {
+		return nil
+	}
+	return r.record(ctx, l, pass)
+}

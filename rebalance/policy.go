@@ -1,0 +1,112 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/stockctl/stockctl/coordinator"
+)
+
+// act applies the policy (see the package doc) to one SKU.
+func (r *Rebalancer) act(ctx context.Context, l *leadership, v *view, pass *Pass) error {
+	if err := r.refill(ctx, l, v, pass); err != nil {
+		return err
+	}
+	drained, err := r.consolidate(ctx, l, v, pass)
+	if err != nil || !drained {
+		return err
+	}
+	// The pool has stock again: hand it to segments that ran dry.
+	return r.refill(ctx, l, v, pass)
+}
+
+// refill moves min(batch, pool) into every active segment below its threshold.
+func (r *Rebalancer) refill(ctx context.Context, l *leadership, v *view, pass *Pass) error {
+	if v.pool <= 0 {
+		return nil
+	}
+	want := map[int]int64{}
+	for i := range v.seg {
+		if !v.parked[i] && v.avail(i) < v.threshold() {
+			want[i] = v.meta.RefillBatch
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	moved, rev, err := l.c.Refill(ctx, v.sku, want, l.fence)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for i, q := range moved {
+		m := Move{SKU: v.sku, Segment: i, Kind: Refill, Qty: q, Revision: rev,
+			TriggerRevision: v.crossRev[i], Leader: r.cfg.Identity}
+		if !v.crossedAt[i].IsZero() {
+			m.Latency = now.Sub(v.crossedAt[i])
+		}
+		v.in[i] += q
+		v.inRev[i] = rev
+		v.pool -= q
+		v.changed[i] = now
+		v.observe(i, rev, now)
+		r.moved(pass, m)
+	}
+	if len(moved) > 0 {
+		v.poolRev = rev
+	}
+	return nil
+}
+
+// consolidate drains idle segments into the pool when the pool is empty
+// and some segment has run dry. It reports whether anything was drained.
+func (r *Rebalancer) consolidate(ctx context.Context, l *leadership, v *view, pass *Pass) (bool, error) {
+	if v.pool > 0 {
+		return false, nil
+	}
+	dry := false
+	for i := range v.seg {
+		if v.avail(i) == 0 && !v.parked[i] {
+			dry = true
+			break
+		}
+	}
+	if !dry {
+		return false, nil
+	}
+	now := time.Now()
+	drained := false
+	for i := range v.seg {
+		if v.avail(i) == 0 || (!v.forceIdle && now.Sub(v.changed[i]) < r.cfg.IdleAfter) {
+			continue
+		}
+		moved, rev, err := l.c.Drain(ctx, v.sku, i, r.cfg.DrainWait, l.fence)
+		if errors.Is(err, coordinator.ErrLocked) {
+			continue // busy: not idle after all
+		}
+		if err != nil {
+			return drained, err
+		}
+		if moved == 0 {
+			continue
+		}
+		drained = true
+		v.seg[i], v.in[i], v.segRev[i], v.inRev[i] = 0, 0, rev, rev
+		v.pool += moved
+		v.poolRev = rev
+		v.parked[i] = true
+		v.changed[i] = time.Now()
+		v.observe(i, rev, now)
+		r.moved(pass, Move{SKU: v.sku, Segment: i, Kind: Drain, Qty: moved, Revision: rev, Leader: r.cfg.Identity})
+	}
+	return drained, nil
+}
+
+func (r *Rebalancer) moved(pass *Pass, m Move) {
+	pass.Moves = append(pass.Moves, m)
+	pass.Revision = max(pass.Revision, m.Revision)
+	if r.cfg.OnMove != nil {
+		r.cfg.OnMove(m)
+	}
+}

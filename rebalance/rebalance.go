@@ -1,0 +1,276 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/segments"
+)
+
+// Defaults of Config.
+const (
+	// DefaultSweepInterval is how often the leader re-reads every SKU in
+	// full. Watches make refills prompt; the sweep only bounds how long a
+	// missed event can delay one.
+	DefaultSweepInterval = time.Second
+	// DefaultIdleAfter is how long a segment's stock must stay unchanged
+	// before consolidation counts the segment as receiving no traffic.
+	DefaultIdleAfter = 2 * time.Second
+	// DefaultDrainWait is how long a drain waits for a segment's lock; a
+	// segment busy for longer is not idle and is left alone.
+	DefaultDrainWait = 20 * time.Millisecond
+)
+
+// MoveKind says which way a move went.
+type MoveKind int
+
+const (
+	// Refill moved stock from the pool into a segment.
+	Refill MoveKind = iota + 1
+	// Drain moved a segment's stock back to the pool.
+	Drain
+)
+
+func (k MoveKind) String() string {
+	switch k {
+	case Refill:
+		return "refill"
+	case Drain:
+		return "drain"
+	}
+	return "unknown"
+}
+
+// Move is one committed transfer.
+type Move struct {
+	SKU     string
+	Segment int
+	Kind    MoveKind
+	Qty     int64
+	// Revision is the revision that committed the move.
+	Revision int64
+	// TriggerRevision is, for a refill, the revision of the change that took
+	// the segment below its watermark (0 when found by a sweep).
+	TriggerRevision int64
+	// Latency is, for a refill, the time from this rebalancer seeing the
+	// crossing to the move's commit.
+	Latency time.Duration
+	Leader  string
+}
+
+// Pass summarises one round of decisions by a leader.
+type Pass struct {
+	Leader   string
+	Moves    []Move
+	Revision int64
+}
+
+// Config configures a Rebalancer. The zero value uses the defaults.
+type Config struct {
+	// Identity names this rebalancer in the leadership record and in
+	// status; default "<hostname>/<pid>".
+	Identity string
+	// SweepInterval: see DefaultSweepInterval.
+	SweepInterval time.Duration
+	// IdleAfter: see DefaultIdleAfter.
+	IdleAfter time.Duration
+	// DrainWait: see DefaultDrainWait.
+	DrainWait time.Duration
+	// Logger receives leadership changes and failed moves (default: discarded).
+	Logger *slog.Logger
+	// OnMove, if set, is called after each committed move, from the
+	// rebalancer's goroutine: keep it quick.
+	OnMove func(Move)
+}
+
+// Rebalancer runs the policy while elected.
+type Rebalancer struct {
+	c      *coordinator.Coordinator
+	cfg    Config
+	log    *slog.Logger
+	leader atomic.Bool
+
+	mu         sync.Mutex
+	totalMoves int
+	totalMoved int64
+}
+
+// New returns a rebalancer acting through c. It does nothing until Run or
+// RunOnce.
+func New(c *coordinator.Coordinator, cfg Config) (*Rebalancer, error) {
+	if c == nil {
+		return nil, fmt.Errorf("rebalance: coordinator is nil: %w", coordinator.ErrInvalidArgument)
+	}
+	if cfg.SweepInterval < 0 || cfg.IdleAfter < 0 || cfg.DrainWait < 0 {
+		return nil, fmt.Errorf("rebalance: %w: intervals must not be negative", coordinator.ErrInvalidArgument)
+	}
+	if cfg.Identity == "" {
+		host, _ := os.Hostname()
+		cfg.Identity = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.IdleAfter == 0 {
+		cfg.IdleAfter = DefaultIdleAfter
+	}
+	if cfg.DrainWait == 0 {
+		cfg.DrainWait = DefaultDrainWait
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Rebalancer{c: c, cfg: cfg, log: log}, nil
+}
+
+// Identity is the name this rebalancer campaigns with.
+func (r *Rebalancer) Identity() string { return r.cfg.Identity }
+
+// Leader reports whether this rebalancer is the elected one right now.
+func (r *Rebalancer) Leader() bool { return r.leader.Load() }
+
+// Run campaigns for leadership and, while elected, keeps every SKU's
+// segments stocked; when leadership is lost (its session ended) it
+// campaigns again. It returns when ctx ends, after resigning. Errors other
+// than ctx's end are logged and retried after a pause.
+func (r *Rebalancer) Run(ctx context.Context) error {
+	for {
+		err := r.term(ctx, func(ctx context.Context, l *leadership) error { return r.lead(ctx, l) })
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !errors.Is(err, coordinator.ErrSessionLost) {
+			r.log.Warn("rebalancer term ended", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// RunOnce campaigns (ctx bounds the wait), makes one pass over sku as the
+// leader, records it, and resigns. Consolidation in a single pass counts a
+// segment as idle when its lock is free.
+func (r *Rebalancer) RunOnce(ctx context.Context, sku string) (*Pass, error) {
+	var pass *Pass
+	err := r.term(ctx, func(ctx context.Context, l *leadership) error {
+		v, err := l.load(ctx, sku)
+		if err != nil {
+			return err
+		}
+		v.forceIdle = true
+		pass = &Pass{Leader: r.cfg.Identity}
+		if err := r.act(ctx, l, v, pass); err != nil {
+			return err
+		}
+		return r.record(ctx, l, pass)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rebalance %s: %w", sku, err)
+	}
+	return pass, nil
+}
+
+// leadership is one elected term.
+type leadership struct {
+	c     *coordinator.Coordinator
+	sess  *concurrency.Session
+	e     *concurrency.Election
+	fence clientv3.Cmp
+}
+
+// term wins an election on the coordinator's session, runs f while leader,
+// and resigns. f's ctx ends when the session does.
+func (r *Rebalancer) term(ctx context.Context, f func(context.Context, *leadership) error) error {
+	sess, err := r.c.Session(ctx)
+	if err != nil {
+		return err
+	}
+	// Campaign keeps waiting after its session expired (etcd issue 19597):
+	// bound it by the session too.
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(sess.Ctx(), func() { cancel(coordinator.ErrSessionLost) })
+	defer stop()
+
+	e := concurrency.NewElection(sess, r.c.Keys().Election())
+	if err := e.Campaign(lctx, r.cfg.Identity); err != nil {
+		if cause := context.Cause(lctx); cause != nil {
+			return cause
+		}
+		return fmt.Errorf("campaign: %w", err)
+	}
+	l := &leadership{c: r.c, sess: sess, e: e,
+		fence: clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())}
+	defer func() {
+		r.leader.Store(false)
+		if !isDone(sess.Done()) {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := e.Resign(rctx); err != nil {
+				r.log.Debug("resign failed; leadership ends with the session", "err", err)
+			}
+		}
+	}()
+	// Campaign can return nil after its session expired (the phantom
+	// leader): prove leadership in etcd before acting.
+	resp, err := r.c.Client().Txn(lctx).If(l.fence).Commit()
+	if err != nil {
+		return fmt.Errorf("confirm leadership: %w", err)
+	}
+	if !resp.Succeeded || isDone(sess.Done()) {
+		return coordinator.ErrSessionLost
+	}
+	r.leader.Store(true)
+	r.mu.Lock()
+	r.totalMoves, r.totalMoved = 0, 0
+	r.mu.Unlock()
+	r.log.Info("rebalancer elected", "identity", r.cfg.Identity, "lease", fmt.Sprintf("%x", int64(sess.Lease())))
+	return f(lctx, l)
+}
+
+// record writes the pass where status shows it, fenced by leadership.
+func (r *Rebalancer) record(ctx context.Context, l *leadership, p *Pass) error {
+	r.mu.Lock()
+	for _, m := range p.Moves {
+		r.totalMoves++
+		r.totalMoved += m.Qty
+	}
+	rec := segments.RebalancePass{Leader: r.cfg.Identity, At: time.Now().UTC(), Moves: len(p.Moves),
+		Revision: p.Revision, TotalMoves: r.totalMoves, TotalMoved: r.totalMoved}
+	r.mu.Unlock()
+	for _, m := range p.Moves {
+		rec.Moved += m.Qty
+	}
+	resp, err := r.c.Client().Txn(ctx).If(l.fence).
+		Then(clientv3.OpPut(r.c.Keys().RebalanceLast(), segments.EncodeRebalancePass(rec))).Commit()
+	if err != nil {
+		return fmt.Errorf("record pass: %w", err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("record pass: %w", coordinator.ErrFenced)
+	}
+	return nil
+}
+
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
