@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -68,6 +69,9 @@ func TestSaleSellsExactlyTheTotal(t *testing.T) {
 			raw := etcd.Client(t)
 			mustCreate(t, cs[0], "hot", tc.cfg)
 			start := mustStatus(t, cs[0], "hot").Revision
+			// Bounded: a stuck allocation fails the test with its error.
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
 
 			var sold, orders atomic.Int64
 			var seen sync.Map
@@ -82,7 +86,7 @@ func TestSaleSellsExactlyTheTotal(t *testing.T) {
 						for n := 0; ; n++ {
 							qty := int64(1 + rng.IntN(3))
 							order := fmt.Sprintf("c%d-g%d-%d", ci, g, n)
-							a, err := c.Allocate(t.Context(), "hot", order, qty, order)
+							a, err := c.Allocate(ctx, "hot", order, qty, order)
 							if errors.Is(err, coordinator.ErrInsufficientStock) && qty > 1 {
 								continue // maybe a smaller order still fits
 							}

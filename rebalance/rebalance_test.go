@@ -167,7 +167,8 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 	for i := range cs {
 		cs[i] = newCoordinator(t, etcd, coordinator.WithSessionTTL(ttl))
 	}
-	ctx := t.Context()
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	if _, err := cs[0].CreateSKU(ctx, "f", coordinator.SKUConfig{Total: 2000, Segments: 8, InitialFill: 0, LowWatermark: 4, RefillBatch: 8}); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +293,9 @@ func poolTakenByOrders(t *testing.T, c *coordinator.Coordinator, sku string) int
 func TestSaleWithRebalancer(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	cs := []*coordinator.Coordinator{newCoordinator(t, etcd), newCoordinator(t, etcd), newCoordinator(t, etcd), newCoordinator(t, etcd)}
-	ctx := t.Context()
+	// Bounded: a stuck allocation fails the test with its error instead of hanging it.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	const total = 3000
 	if _, err := cs[0].CreateSKU(ctx, "s", coordinator.SKUConfig{Total: total, Segments: 20, InitialFill: 200, LowWatermark: 10, RefillBatch: 30}); err != nil {
 		t.Fatal(err)

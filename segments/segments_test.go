@@ -136,10 +136,10 @@ func TestOrderAndMetaEncoding(t *testing.T) {
 		t.Fatalf("order round trip: %+v %v", got, err)
 	}
 	bad := []string{
-		`{"v":1,"sku":"s","order":"o","qty":3,"parts":[{"from":"pool","qty":1}],"created":"1970-01-01T00:00:01Z"}`,     // parts ≠ qty
-		`{"v":1,"sku":"s","order":"o","qty":1,"parts":[{"from":"seg/01","qty":1}],"created":"1970-01-01T00:00:01Z"}`,   // bad place
+		`{"v":1,"sku":"s","order":"o","qty":3,"parts":[{"from":"pool","qty":1}],"created":"1970-01-01T00:00:01Z"}`,       // parts ≠ qty
+		`{"v":1,"sku":"s","order":"o","qty":1,"parts":[{"from":"seg/01","qty":1}],"created":"1970-01-01T00:00:01Z"}`,     // bad place
 		`{"v":1,"sku":"s","order":"o","qty":1,"parts":[{"from":"pool","qty":1}],"created":"1970-01-01T00:00:01Z","x":1}`, // unknown field
-		`{"v":3,"sku":"s","order":"o","qty":1,"parts":[{"from":"pool","qty":1}],"created":"1970-01-01T00:00:01Z"}`,     // version
+		`{"v":3,"sku":"s","order":"o","qty":1,"parts":[{"from":"pool","qty":1}],"created":"1970-01-01T00:00:01Z"}`,       // version
 	}
 	for _, v := range bad {
 		if _, err := DecodeOrder("k", []byte(v)); !errors.Is(err, ErrCorrupt) {
