@@ -18,11 +18,18 @@ import (
 // create-revision order; each waiter watches only its predecessor. Three
 // things differ from concurrency.Mutex:
 //
-//   - The predecessor is watched from the read revision + 1. A watch that
-//     starts at or before the current revision is "unsynced" in etcd and is
-//     caught up only every 100 ms, so the stock Mutex stalls up to 100 ms per
-//     handoff. Nothing can be missed: the predecessor existed at the read
-//     revision, so its delete has a later revision.
+//   - The predecessor is watched so that the watch is "synced" in etcd. A
+//     watch whose start revision is at or below the store's current revision
+//     when it is registered is "unsynced" and is caught up only every 100 ms
+//     (watchable_store.go), so the stock Mutex, which watches from the
+//     revision it read, stalls up to 100 ms per handoff. Watching from the
+//     read revision + 1 is not enough either: any write between the read and
+//     the watch's registration (the predecessor's own delete, or unrelated
+//     traffic under load) makes that start revision old too. So the watch
+//     starts at the current revision (start revision 0, always synced), and
+//     its created notification says which revision that is: if anything was
+//     written since the read, one Get tells whether the predecessor is
+//     already gone.
 //   - Every delete is a Txn guarded by the key's create revision, so a late
 //     or repeated delete never removes a newer key of the same session
 //     (etcd issue 22082).
@@ -119,23 +126,39 @@ func (c *Coordinator) waitPredecessors(ctx context.Context, sess *concurrency.Se
 		if len(kvs) == 0 {
 			return nil
 		}
-		if err := c.waitDelete(wctx, string(kvs[0].Key), resp.Header.Revision+1); err != nil {
+		if err := c.waitDelete(wctx, string(kvs[0].Key), resp.Header.Revision); err != nil {
 			return waitErr(wctx, err)
 		}
 	}
 }
 
-// waitDelete returns when key is deleted at or after rev, or when the watch
-// ends in a way that calls for re-reading (e.g. compaction).
-func (c *Coordinator) waitDelete(ctx context.Context, key string, rev int64) error {
+// waitDelete returns when key, which existed at revision readRev, is
+// deleted, or when the watch ends in a way that calls for re-reading (e.g.
+// compaction).
+func (c *Coordinator) waitDelete(ctx context.Context, key string, readRev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for wr := range c.client.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut()) {
+	created := false
+	for wr := range c.client.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 		if wr.CompactRevision != 0 {
 			return nil // the caller re-reads the predecessor
 		}
 		if err := wr.Err(); err != nil {
 			return err
+		}
+		if wr.Created && !created {
+			created = true
+			if wr.Header.Revision > readRev {
+				// Something was written since the read: the delete may be
+				// among it, before the watch's start.
+				resp, err := c.client.Get(wctx, key, clientv3.WithCountOnly())
+				if err != nil {
+					return err
+				}
+				if resp.Count == 0 {
+					return nil
+				}
+			}
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
