@@ -198,7 +198,9 @@ func (c *Coordinator) tryPlace(ctx context.Context, req *allocReq, p segments.Pl
 // gather serves req from several places at once: it locks places that had
 // stock in snap in the global order (pool, then segments by index), so two
 // gatherers can never wait for each other in a cycle, until the locked
-// places hold qty together, and takes from them in one transaction.
+// places hold qty together, and takes from them in one transaction. A place
+// found empty is released at once: a gatherer only ever waits while holding
+// places that contribute, and only lower ones.
 func (c *Coordinator) gather(ctx context.Context, req *allocReq, snap *snapshot) placeResult {
 	var held []*heldPlace
 	defer func() {
@@ -212,10 +214,18 @@ func (c *Coordinator) gather(ctx context.Context, req *allocReq, snap *snapshot)
 		if err != nil {
 			return lockFailure(err)
 		}
-		held = append(held, hp)
 		if err := hp.load(ctx, true); err != nil {
+			hp.unlock()
 			return failed(err)
 		}
+		if hp.available() == 0 {
+			// Sold out since the snapshot: let it go now rather than
+			// hold an empty place while waiting for the next one (which
+			// would queue every other gatherer behind us).
+			hp.unlock()
+			continue
+		}
+		held = append(held, hp)
 		if sum += hp.available(); sum >= req.qty {
 			return c.commitOrder(ctx, held, req)
 		}

@@ -47,14 +47,21 @@ var errAborted = errors.New("coordinator: wait aborted")
 // in the background until the session ends).
 func (c *Coordinator) lockKey(ctx context.Context, sess *concurrency.Session, pfx string, noWait bool) (*ownership, error) {
 	key := pfx + strconv.FormatInt(int64(sess.Lease()), 16)
-	myRev, ownerRev, err := c.putWaiterKey(ctx, sess, pfx, key)
+	// The put must not be cut short by the caller's ctx (a wait budget
+	// expires all the time under load): a put abandoned in flight may still
+	// be applied after the cleanup looked for it, leaving a key under our
+	// live, renewed lease that every other process would queue behind
+	// forever. So the put runs on its own bounded ctx, and the caller's ctx
+	// is checked once its outcome is known.
+	pctx, cancelPut := context.WithTimeout(c.bgCtx, c.opts.releaseTimeout)
+	myRev, ownerRev, err := c.putWaiterKey(pctx, sess, pfx, key)
+	cancelPut()
 	if err != nil {
-		// A wait budget (ErrLocked) or the caller's cancellation that ended
-		// the put is the reason to report, not the RPC's deadline error.
-		if cause := context.Cause(ctx); cause != nil {
-			return nil, cause
-		}
 		return nil, err
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		_ = c.removeKey(c.bgCtx, sess, key, myRev)
+		return nil, cause
 	}
 	if ownerRev != myRev {
 		if noWait {
@@ -84,7 +91,7 @@ func (c *Coordinator) putWaiterKey(ctx context.Context, sess *concurrency.Sessio
 			Commit()
 		if err != nil {
 			// The put may or may not have been applied: clean up by reading.
-			c.removeUnknownKey(sess, key)
+			c.scrubKey(sess, pfx, key)
 			return 0, 0, fmt.Errorf("put lock key %s: %w", key, sessionErr(sess, err))
 		}
 		if !resp.Succeeded {
@@ -126,16 +133,21 @@ func (c *Coordinator) waitPredecessors(ctx context.Context, sess *concurrency.Se
 		if len(kvs) == 0 {
 			return nil
 		}
-		if err := c.waitDelete(wctx, string(kvs[0].Key), resp.Header.Revision); err != nil {
+		if err := c.waitDelete(wctx, string(kvs[0].Key), kvs[0].CreateRevision, resp.Header.Revision); err != nil {
 			return waitErr(wctx, err)
 		}
 	}
 }
 
-// waitDelete returns when key, which existed at revision readRev, is
-// deleted, or when the watch ends in a way that calls for re-reading (e.g.
-// compaction).
-func (c *Coordinator) waitDelete(ctx context.Context, key string, readRev int64) error {
+// waitDelete returns when key, which existed at revision readRev with create
+// revision createRev, is deleted, or when the watch ends in a way that calls
+// for re-reading (e.g. compaction).
+//
+// Lock keys are named after their session's lease, so the predecessor's
+// process may delete its key and put a new one of the same name at once (its
+// next turn, queued behind us). That new key is not the one we wait for: a
+// key found under the name counts only if its create revision is createRev.
+func (c *Coordinator) waitDelete(ctx context.Context, key string, createRev, readRev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	created := false
@@ -151,11 +163,11 @@ func (c *Coordinator) waitDelete(ctx context.Context, key string, readRev int64)
 			if wr.Header.Revision > readRev {
 				// Something was written since the read: the delete may be
 				// among it, before the watch's start.
-				resp, err := c.client.Get(wctx, key, clientv3.WithCountOnly())
+				resp, err := c.client.Get(wctx, key, clientv3.WithKeysOnly())
 				if err != nil {
 					return err
 				}
-				if resp.Count == 0 {
+				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
 					return nil
 				}
 			}
@@ -236,20 +248,47 @@ func (c *Coordinator) deleteGuarded(ctx context.Context, key string, rev int64) 
 	return err
 }
 
-// removeUnknownKey removes key after a put whose outcome is unknown: it reads
-// the key's revision and deletes it guarded by that revision. Only the
-// goroutine with the queue's turn uses key now, so whatever is there is ours
-// from this attempt. A failure leaves the key to the next acquisition (which
-// removes stale keys first) or to the session's end.
-func (c *Coordinator) removeUnknownKey(sess *concurrency.Session, key string) {
-	if isDone(sess.Done()) {
-		return
+// scrubKey cleans up after a put of key whose outcome is unknown (the RPC
+// failed): the put may have been applied, or may still be applied late, and
+// a key of ours that nobody in this process uses would block every other
+// process for as long as our session lives. For a while (a late apply comes
+// within seconds), it looks at the key now and then and deletes it, guarded
+// by its revision, whenever it exists without being this process's current
+// key for the lock.
+func (c *Coordinator) scrubKey(sess *concurrency.Session, pfx, key string) {
+	c.goBackground(func(ctx context.Context) {
+		for delay := 250 * time.Millisecond; delay <= 8*time.Second; delay *= 2 {
+			select {
+			case <-time.After(delay):
+			case <-sess.Done():
+				return // the lease, and the key with it, is gone
+			case <-ctx.Done():
+				return
+			}
+			rctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
+			resp, err := c.client.Get(rctx, key)
+			cancel()
+			if err != nil || len(resp.Kvs) == 0 {
+				continue
+			}
+			if rev := resp.Kvs[0].CreateRevision; !c.keyInUse(pfx, rev) {
+				_ = c.deleteGuarded(ctx, key, rev)
+			}
+		}
+	})
+}
+
+// keyInUse reports whether this process's queue for pfx owns the key with
+// create revision rev, or is between states (acquiring or releasing) and so
+// might: the scrub then waits for its next look.
+func (c *Coordinator) keyInUse(pfx string, rev int64) bool {
+	c.mu.Lock()
+	q := c.queues[pfx]
+	c.mu.Unlock()
+	if q == nil {
+		return false
 	}
-	ctx, cancel := context.WithTimeout(c.bgCtx, c.opts.releaseTimeout)
-	defer cancel()
-	resp, err := c.client.Get(ctx, key)
-	if err != nil || len(resp.Kvs) == 0 {
-		return
-	}
-	_ = c.removeKey(ctx, sess, key, resp.Kvs[0].CreateRevision)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.busy || (q.own != nil && q.own.rev == rev)
 }
