@@ -15,6 +15,8 @@
 //     its cluster and to clients are real ones, not ":0".
 //   - Loopback by default. Non-loopback addresses must be asked for
 //     explicitly with Config.AllowNonLoopback.
+//   - Optional TLS for clients (Config.CertFile and friends): the member then
+//     serves https, and can require client certificates.
 //   - Quiet logs. etcd logs to stderr at level "error" unless told otherwise,
 //     and writes nothing outside Dir.
 package embedetcd

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -79,6 +80,18 @@ type Config struct {
 	// an unauthenticated etcd to the network. The addresses are advertised
 	// as given, so name a reachable address rather than 0.0.0.0.
 	AllowNonLoopback bool
+
+	// CertFile and KeyFile, when set (both or neither), make the member
+	// serve clients over TLS (https) with this certificate; the certificate
+	// must be valid for the client address (e.g. an IP SAN of 127.0.0.1).
+	// Peer traffic stays plain.
+	CertFile, KeyFile string
+	// TrustedCAFile is the CA bundle client certificates are checked
+	// against; it needs CertFile.
+	TrustedCAFile string
+	// ClientCertAuth makes the member require a client certificate signed
+	// by TrustedCAFile (which it needs).
+	ClientCertAuth bool
 }
 
 // Server is a running embedded etcd member.
@@ -129,7 +142,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		grpcs:     grpcs,
 		closing:   closing,
 		lock:      lock,
-		endpoints: []string{"http://" + e.Clients[0].Addr().String()},
+		endpoints: []string{cfg.clientScheme() + "://" + e.Clients[0].Addr().String()},
 	}
 	if err := waitReady(ctx, e, cfg); err != nil {
 		s.Close()
@@ -195,6 +208,14 @@ func (cfg *Config) validate() error {
 	if cfg.ClusterState != embed.ClusterStateFlagNew && cfg.ClusterState != embed.ClusterStateFlagExisting {
 		return fmt.Errorf("embedetcd: ClusterState %q: want %q or %q", cfg.ClusterState, embed.ClusterStateFlagNew, embed.ClusterStateFlagExisting)
 	}
+	switch {
+	case (cfg.CertFile == "") != (cfg.KeyFile == ""):
+		return errors.New("embedetcd: CertFile and KeyFile must be set together")
+	case cfg.TrustedCAFile != "" && cfg.CertFile == "":
+		return errors.New("embedetcd: TrustedCAFile needs CertFile and KeyFile (client TLS)")
+	case cfg.ClientCertAuth && cfg.TrustedCAFile == "":
+		return errors.New("embedetcd: ClientCertAuth needs TrustedCAFile")
+	}
 	if cfg.ReadyTimeout < 0 {
 		return fmt.Errorf("embedetcd: ReadyTimeout %v is negative", cfg.ReadyTimeout)
 	}
@@ -245,6 +266,14 @@ func checkAddr(addr string, allowNonLoopback bool) error {
 		return fmt.Errorf("address %q is not a loopback address (set AllowNonLoopback to allow it)", addr)
 	}
 	return nil
+}
+
+// clientScheme is "https" when the member serves clients over TLS.
+func (cfg *Config) clientScheme() string {
+	if cfg.CertFile != "" {
+		return "https"
+	}
+	return "http"
 }
 
 func isPortZero(addr string) bool {
@@ -299,7 +328,7 @@ func embedConfig(cfg Config, clientAddr, peerAddr string, lg *zap.Logger, grpcs 
 	ec := embed.NewConfig()
 	ec.Name = cfg.Name
 	ec.Dir = cfg.Dir
-	clientURL := url.URL{Scheme: "http", Host: clientAddr}
+	clientURL := url.URL{Scheme: cfg.clientScheme(), Host: clientAddr}
 	peerURL := url.URL{Scheme: "http", Host: peerAddr}
 	ec.ListenClientUrls = []url.URL{clientURL}
 	ec.AdvertiseClientUrls = []url.URL{clientURL}
@@ -311,6 +340,14 @@ func embedConfig(cfg Config, clientAddr, peerAddr string, lg *zap.Logger, grpcs 
 		ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
 	}
 	ec.ClusterState = cfg.ClusterState
+	if cfg.CertFile != "" {
+		ec.ClientTLSInfo = transport.TLSInfo{
+			CertFile:       cfg.CertFile,
+			KeyFile:        cfg.KeyFile,
+			TrustedCAFile:  cfg.TrustedCAFile,
+			ClientCertAuth: cfg.ClientCertAuth,
+		}
+	}
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	if cfg.AutoCompactionRetention != "" {
 		ec.AutoCompactionMode = embed.CompactorModePeriodic

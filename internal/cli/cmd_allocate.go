@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/segments"
+)
+
+func allocateCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "allocate",
+		Usage:     "take stock of a SKU for an order (idempotent by order ID)",
+		ArgsUsage: "SKU --order ID --qty N [--route-key KEY]",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "order", Usage: "order ID, unique across SKUs; retrying it is safe (required)"},
+			&ucli.Int64Flag{Name: "qty", Usage: "units to take (required)"},
+			&ucli.StringFlag{Name: "route-key", Usage: "routes the order to a segment, e.g. a user ID (default: a random segment)"},
+		},
+		Action: allocateAction,
+	}
+}
+
+// partView is where part of an order's stock came from: "pool" or "seg/3".
+type partView struct {
+	From string `json:"from"`
+	Qty  int64  `json:"qty"`
+}
+
+func partViews(parts []segments.Part) []partView {
+	out := make([]partView, 0, len(parts))
+	for _, p := range parts {
+		out = append(out, partView{From: p.Place.String(), Qty: p.Qty})
+	}
+	return out
+}
+
+func partsText(parts []partView) string {
+	s := make([]string, len(parts))
+	for i, p := range parts {
+		s[i] = fmt.Sprintf("%d from %s", p.Qty, p.From)
+	}
+	return strings.Join(s, ", ")
+}
+
+// allocationView is the result of allocate.
+type allocationView struct {
+	SKU      string     `json:"sku"`
+	Order    string     `json:"order"`
+	Qty      int64      `json:"qty"`
+	Parts    []partView `json:"parts"`
+	Revision int64      `json:"revision"`
+	// Replayed: the order ID had already been applied; nothing was taken
+	// now and the fields describe the first application.
+	Replayed bool `json:"replayed"`
+	// Released: the (replayed) order has since been released.
+	Released bool `json:"released"`
+}
+
+func (v allocationView) table() table {
+	var t table
+	t.add("SKU", v.SKU)
+	t.add("ORDER", v.Order)
+	t.add("QTY", v.Qty)
+	t.add("PARTS", partsText(v.Parts))
+	t.add("REVISION", v.Revision)
+	t.add("REPLAYED", v.Replayed)
+	if v.Released {
+		t.add("RELEASED", v.Released)
+	}
+	return t
+}
+
+func allocateAction(c *ucli.Context) error {
+	g, err := readGlobals(c)
+	if err != nil {
+		return err
+	}
+	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
+	if err != nil {
+		return err
+	}
+	if err := requireFlags(c, "order", "qty"); err != nil {
+		return err
+	}
+	order, qty, route := c.String("order"), c.Int64("qty"), c.String("route-key")
+	if err := segments.ValidateOrderID(order); err != nil {
+		return usageError("--order: %v", err)
+	}
+	if err := segments.ValidateQty(qty); err != nil {
+		return usageError("--qty: %v", err)
+	}
+	if err := segments.ValidateRouteKey(route); err != nil {
+		return usageError("--route-key: %v", err)
+	}
+	return withConn(c, g, func(ctx context.Context, cn *conn) error {
+		a, err := cn.coord.Allocate(ctx, sku, order, qty, route)
+		if err != nil {
+			return failed(ctx, fmt.Sprintf("allocate %d of %s for order %q", qty, sku, order), err)
+		}
+		return show(c, g, allocationViewOf(a))
+	})
+}
+
+func allocationViewOf(a *coordinator.Allocation) allocationView {
+	return allocationView{SKU: a.SKU, Order: a.Order, Qty: a.Qty, Parts: partViews(a.Parts),
+		Revision: a.Revision, Replayed: a.Replayed, Released: a.Released}
+}

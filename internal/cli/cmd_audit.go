@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/segments"
+)
+
+func auditCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "audit",
+		Usage:     "check a SKU's books: total = pool + segments + active orders (exit 0 only if they balance)",
+		ArgsUsage: "SKU",
+		Action:    auditAction,
+	}
+}
+
+// auditView is the result of audit.
+type auditView struct {
+	SKU            string   `json:"sku"`
+	OK             bool     `json:"ok"`
+	Total          int64    `json:"total"`
+	Pool           int64    `json:"pool"`
+	Segments       int64    `json:"segments"`
+	Allocated      int64    `json:"allocated"`
+	Orders         int64    `json:"orders"`
+	ReleasedOrders int64    `json:"releasedOrders"`
+	Revision       int64    `json:"revision"`
+	Problems       []string `json:"problems"`
+}
+
+func auditViewOf(r *coordinator.AuditReport) auditView {
+	return auditView{SKU: r.SKU, OK: r.OK, Total: r.Total, Pool: r.Pool, Segments: r.Segments, Allocated: r.Allocated,
+		Orders: r.Orders, ReleasedOrders: r.ReleasedOrders, Revision: r.Revision, Problems: append([]string{}, r.Problems...)}
+}
+
+func (v auditView) table() table {
+	var t table
+	t.add("SKU", v.SKU)
+	verdict := "ok: the books balance"
+	if !v.OK {
+		verdict = "FAILED"
+	}
+	t.add("AUDIT", verdict)
+	t.add("TOTAL", v.Total)
+	t.add("POOL", v.Pool)
+	t.add("SEGMENTS", v.Segments)
+	t.add("ALLOCATED", fmt.Sprintf("%d in %d active orders (%d released)", v.Allocated, v.Orders-v.ReleasedOrders, v.ReleasedOrders))
+	op := "="
+	if v.Pool+v.Segments+v.Allocated != v.Total {
+		op = "≠"
+	}
+	t.add("CHECK", fmt.Sprintf("total %d %s pool %d + segments %d + allocated %d", v.Total, op, v.Pool, v.Segments, v.Allocated))
+	t.add("REVISION", v.Revision)
+	for _, p := range v.Problems {
+		t.notes = append(t.notes, "problem: "+p)
+	}
+	return t
+}
+
+func auditAction(c *ucli.Context) error {
+	g, err := readGlobals(c)
+	if err != nil {
+		return err
+	}
+	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
+	if err != nil {
+		return err
+	}
+	return withConn(c, g, func(ctx context.Context, cn *conn) error {
+		r, err := cn.coord.Audit(ctx, sku)
+		if err != nil {
+			return failed(ctx, "audit "+sku, err)
+		}
+		if err := show(c, g, auditViewOf(r)); err != nil {
+			return err
+		}
+		if !r.OK {
+			return ucli.Exit(fmt.Errorf("audit of %s failed at revision %d: %s", sku, r.Revision, strings.Join(r.Problems, "; ")), ExitFailure)
+		}
+		return nil
+	})
+}

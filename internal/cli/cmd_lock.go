@@ -1,0 +1,276 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/coordinator"
+)
+
+// Defaults of lock's flags.
+const (
+	// DefaultLockTTL is the lease TTL of the lock: if stockctl dies or is
+	// cut off, the lock is free again after at most this long.
+	DefaultLockTTL = coordinator.DefaultSessionTTL
+	// DefaultLockGrace is how long CMD gets to stop after SIGTERM when the
+	// lock is lost, before SIGKILL.
+	DefaultLockGrace = 5 * time.Second
+)
+
+// Environment variables lock passes to CMD.
+const (
+	envLockName      = "STOCKCTL_LOCK_NAME"
+	envLockKey       = "STOCKCTL_LOCK_KEY"
+	envFencingToken  = "STOCKCTL_FENCING_TOKEN"
+	unlockTimeout    = 5 * time.Second
+	lockStatusOnLoss = ExitFailure
+)
+
+func lockCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "lock",
+		Usage: "run a command while holding a named lock",
+		Description: "Waits for the lock (up to --timeout; 0: no limit), then runs CMD with\n" +
+			envLockName + ", " + envLockKey + " and " + envFencingToken + " in its environment, and exits\n" +
+			"with CMD's status (128+N if a signal N killed it). If the lock is lost while CMD runs (the\n" +
+			"lease expired or was revoked, the key was deleted), CMD and its process group get SIGTERM,\n" +
+			"then SIGKILL after --grace, and stockctl exits 1. A lost lock means another holder may run:\n" +
+			"have CMD's writes check the fencing token where they land.",
+		ArgsUsage: "NAME [--ttl D] [--grace D] -- CMD [ARGS...]",
+		Flags: []ucli.Flag{
+			&ucli.DurationFlag{Name: "ttl", Value: DefaultLockTTL, EnvVars: []string{"STOCKCTL_LOCK_TTL"},
+				Usage: "lease TTL, whole seconds: how long the lock outlives a dead or cut-off stockctl"},
+			&ucli.DurationFlag{Name: "grace", Value: DefaultLockGrace, EnvVars: []string{"STOCKCTL_LOCK_GRACE"},
+				Usage: "after a lost lock, how long CMD gets between SIGTERM and SIGKILL"},
+		},
+		Action: lockAction,
+	}
+}
+
+func lockAction(c *ucli.Context) error {
+	g, err := readGlobals(c)
+	if err != nil {
+		return err
+	}
+	args := c.Args().Slice()
+	if len(args) == 0 {
+		return usageError("missing NAME argument (usage: stockctl lock %s)", c.Command.ArgsUsage)
+	}
+	name, argv := args[0], args[1:]
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if err := coordinator.ValidateLockName(name); err != nil {
+		return usageError("invalid lock NAME: %v", err)
+	}
+	if len(argv) == 0 {
+		return usageError("missing the command to run (usage: stockctl lock %s)", c.Command.ArgsUsage)
+	}
+	ttl, grace := c.Duration("ttl"), c.Duration("grace")
+	if ttl < time.Second || ttl%time.Second != 0 {
+		return usageError("invalid --ttl %v: must be a whole number of seconds, at least 1s", ttl)
+	}
+	if grace <= 0 {
+		return usageError("invalid --grace %v: must be positive", grace)
+	}
+
+	ctx, stop := signalContext(c)
+	defer stop()
+	actx, cancel := g.commandContext(c) // connecting and waiting for the lock
+	defer cancel()
+	cn, err := connect(actx, c, g, coordinator.WithSessionTTL(ttl))
+	if err != nil {
+		return err
+	}
+	defer cn.Close()
+	l, err := cn.coord.Lock(actx, name)
+	if err != nil {
+		return failed(actx, "acquire lock "+name, err)
+	}
+	cancel()
+	code, err := runLocked(ctx, c, cn, l, argv, grace)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return ucli.Exit("", code) // CMD's status; CMD said what went wrong
+	}
+	return nil
+}
+
+// runLocked runs argv while l is held and returns its exit status, or an
+// error if it could not run or the lock was lost.
+func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lock, argv []string, grace time.Duration) (int, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin = c.App.Reader
+	cmd.Stdout = c.App.Writer
+	cmd.Stderr = c.App.ErrWriter
+	cmd.Env = append(os.Environ(),
+		envLockName+"="+l.Name(),
+		envLockKey+"="+l.Key(),
+		envFencingToken+"="+strconv.FormatInt(l.Token(), 10))
+	// Its own process group, so that a lost lock stops everything CMD
+	// started, unless CMD talks to our terminal (a background group could
+	// not read it): then it shares our group and gets ^C from the terminal.
+	ownGroup := !isTerminal(c.App.Reader)
+	setProcessGroup(cmd, ownGroup)
+	// If CMD's children keep its output pipes open after it exits, Wait
+	// returns anyway after this long.
+	cmd.WaitDelay = grace
+	if err := cmd.Start(); err != nil {
+		unlock(l)
+		return 0, ucli.Exit(fmt.Errorf("failed to start %q under lock %s: %w", argv[0], l.Name(), err), ExitFailure)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	wctx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	lost := watchLoss(wctx, cn.client, l)
+
+	select {
+	case err := <-exited:
+		stopWatch()
+		code := exitStatus(cmd.ProcessState)
+		if uerr := unlock(l); uerr != nil && code == 0 {
+			// CMD finished, but not all of its run was under the lock.
+			return 0, ucli.Exit(fmt.Errorf("command finished, but lock %s was lost before it did: %w", l.Name(), uerr), lockStatusOnLoss)
+		}
+		if code < 0 {
+			return 0, ucli.Exit(fmt.Errorf("failed to wait for %q: %w", argv[0], err), ExitFailure)
+		}
+		return code, nil
+	case why := <-lost:
+		how := stopChild(cmd, ownGroup, grace, exited)
+		return 0, ucli.Exit(fmt.Errorf("lock %s lost while %q ran (%v); stopped it with %s", l.Name(), argv[0], why, how), lockStatusOnLoss)
+	case <-ctx.Done():
+		// Interrupted: pass it on, and end like CMD does.
+		how := stopChild(cmd, ownGroup, grace, exited)
+		unlock(l)
+		fmt.Fprintf(c.App.ErrWriter, "stockctl: %v: stopped %q with %s\n", context.Cause(ctx), argv[0], how)
+		<-exited
+		return max(exitStatus(cmd.ProcessState), 0), nil
+	}
+}
+
+// stopChild sends SIGTERM, then SIGKILL after grace, and waits for the
+// child to exit; it leaves the exit status in exited for the caller and
+// says which signal it took.
+func stopChild(cmd *exec.Cmd, ownGroup bool, grace time.Duration, exited chan error) string {
+	signalChild(cmd, ownGroup, syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case err := <-exited:
+		exited <- err
+		return "SIGTERM"
+	case <-t.C:
+		signalChild(cmd, ownGroup, syscall.SIGKILL)
+		exited <- <-exited
+		return "SIGKILL after --grace " + grace.String()
+	}
+}
+
+// unlock releases l with a fresh, bounded ctx.
+func unlock(l *coordinator.Lock) error {
+	ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+	defer cancel()
+	return l.Unlock(ctx)
+}
+
+// exitStatus is a finished child's exit status in shell terms: its code,
+// or 128+N when signal N killed it; -1 if it is unknown. It holds even when
+// Wait reported an error only because CMD's children kept its output open
+// (exec.ErrWaitDelay).
+func exitStatus(ps *os.ProcessState) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// watchLoss reports (once) when l is lost: when its hold ends (the
+// coordinator noticed its session ended) or, sooner, when its etcd key is
+// deleted (the lease was revoked or expired, or someone deleted the key).
+// It stops when ctx ends.
+func watchLoss(ctx context.Context, client *clientv3.Client, l *coordinator.Lock) <-chan error {
+	lost := make(chan error, 1)
+	go func() {
+		rev := l.Token() // the key's create revision: nothing before it matters
+		for ctx.Err() == nil {
+			wctx, cancel := context.WithCancel(ctx)
+			wch := client.Watch(clientv3.WithRequireLeader(wctx), l.Key(), clientv3.WithRev(rev), clientv3.WithFilterPut())
+			why := func() error {
+				for {
+					select {
+					case <-l.Done():
+						return l.Err()
+					case wr, ok := <-wch:
+						if !ok {
+							return nil
+						}
+						if wr.CompactRevision != 0 {
+							// History before rev is gone: look at the key itself.
+							resp, err := client.Get(ctx, l.Key())
+							if err != nil {
+								return nil
+							}
+							if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.Token() {
+								return fmt.Errorf("lock key %s is gone", l.Key())
+							}
+							rev = resp.Header.Revision + 1
+							return nil
+						}
+						for _, ev := range wr.Events {
+							if ev.Type == clientv3.EventTypeDelete {
+								return fmt.Errorf("lock key %s was deleted at revision %d (lease revoked or expired?)", l.Key(), ev.Kv.ModRevision)
+							}
+						}
+					}
+				}
+			}()
+			cancel()
+			if why != nil {
+				lost <- why
+				return
+			}
+			// The watch broke (e.g. no leader): rewatch after a pause.
+			select {
+			case <-ctx.Done():
+			case <-l.Done():
+				lost <- l.Err()
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+	return lost
+}
+
+// isTerminal reports whether r is a terminal (a character device other
+// than /dev/null).
+func isTerminal(r any) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
+		return false
+	}
+	return true
+}

@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/stockctl/stockctl/segments"
+)
+
+func releaseCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "release",
+		Usage:     "return an order's stock to where it came from (idempotent)",
+		ArgsUsage: "SKU --order ID",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "order", Usage: "the order ID given to allocate (required)"},
+		},
+		Action: releaseAction,
+	}
+}
+
+// releaseView is the result of release.
+type releaseView struct {
+	SKU   string     `json:"sku"`
+	Order string     `json:"order"`
+	Qty   int64      `json:"qty"`
+	Parts []partView `json:"parts"`
+	// Released is false when the order had already been released: nothing
+	// was returned now.
+	Released bool  `json:"released"`
+	Revision int64 `json:"revision"`
+}
+
+func (v releaseView) table() table {
+	var t table
+	t.add("SKU", v.SKU)
+	t.add("ORDER", v.Order)
+	t.add("QTY", v.Qty)
+	t.add("PARTS", partsText(v.Parts))
+	t.add("RELEASED", v.Released)
+	t.add("REVISION", v.Revision)
+	if !v.Released {
+		t.notes = append(t.notes, "(already released earlier: nothing returned now)")
+	}
+	return t
+}
+
+func releaseAction(c *ucli.Context) error {
+	g, err := readGlobals(c)
+	if err != nil {
+		return err
+	}
+	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
+	if err != nil {
+		return err
+	}
+	if err := requireFlags(c, "order"); err != nil {
+		return err
+	}
+	order := c.String("order")
+	if err := segments.ValidateOrderID(order); err != nil {
+		return usageError("--order: %v", err)
+	}
+	return withConn(c, g, func(ctx context.Context, cn *conn) error {
+		r, err := cn.coord.Release(ctx, sku, order)
+		if err != nil {
+			return failed(ctx, fmt.Sprintf("release order %q of %s", order, sku), err)
+		}
+		return show(c, g, releaseView{SKU: r.SKU, Order: r.Order, Qty: r.Qty, Parts: partViews(r.Parts),
+			Released: r.Released, Revision: r.Revision})
+	})
+}

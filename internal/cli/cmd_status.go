@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/segments"
+)
+
+func statusCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "status",
+		Usage:     "show a SKU's stock: pool, segments, allocated, and the rebalancer's last pass",
+		ArgsUsage: "SKU",
+		Action:    statusAction,
+	}
+}
+
+// statusView is the result of status: the SKU's stock at one revision.
+type statusView struct {
+	SKU          string          `json:"sku"`
+	Total        int64           `json:"total"`
+	Pool         int64           `json:"pool"`
+	Allocated    int64           `json:"allocated"`
+	Orders       int64           `json:"orders"`
+	Revision     int64           `json:"revision"`
+	LowWatermark int64           `json:"lowWatermark"`
+	RefillBatch  int64           `json:"refillBatch"`
+	Segments     []segmentView   `json:"segments"`
+	Rebalancer   *rebalancerView `json:"rebalancer"`
+}
+
+// segmentView is one segment's stock. Remaining counts the inbox: stock
+// the rebalancer moved in that the segment has not absorbed yet.
+type segmentView struct {
+	Index     int   `json:"index"`
+	Remaining int64 `json:"remaining"`
+	Inbox     int64 `json:"inbox"`
+}
+
+// rebalancerView is the rebalancer's last pass (under the prefix, for all
+// SKUs), and its totals since its leader was elected.
+type rebalancerView struct {
+	Leader     string    `json:"leader"`
+	At         time.Time `json:"at"`
+	Moves      int       `json:"moves"`
+	Moved      int64     `json:"moved"`
+	Revision   int64     `json:"revision"`
+	TotalMoves int       `json:"totalMoves"`
+	TotalMoved int64     `json:"totalMoved"`
+}
+
+func statusViewOf(st *coordinator.Status) statusView {
+	v := statusView{SKU: st.SKU, Total: st.Total, Pool: st.Pool, Allocated: st.Allocated, Orders: st.Orders,
+		Revision: st.Revision, LowWatermark: st.Meta.LowWatermark, RefillBatch: st.Meta.RefillBatch,
+		Segments: make([]segmentView, len(st.Segments))}
+	for i, s := range st.Segments {
+		v.Segments[i] = segmentView{Index: s.Index, Remaining: s.Remaining, Inbox: s.Inbox}
+	}
+	if p := st.Rebalancer; p != nil {
+		v.Rebalancer = &rebalancerView{Leader: p.Leader, At: p.At, Moves: p.Moves, Moved: p.Moved,
+			Revision: p.Revision, TotalMoves: p.TotalMoves, TotalMoved: p.TotalMoved}
+	}
+	return v
+}
+
+func (v statusView) table() table {
+	var t table
+	t.add("SKU", v.SKU)
+	t.add("TOTAL", v.Total)
+	t.add("POOL", v.Pool)
+	t.add("ALLOCATED", fmt.Sprintf("%d in %d orders", v.Allocated, v.Orders))
+	t.add("POLICY", fmt.Sprintf("refill %d when a segment holds less than %d", v.RefillBatch, v.LowWatermark))
+	t.add("REVISION", v.Revision)
+	if r := v.Rebalancer; r != nil {
+		t.add("REBALANCER", fmt.Sprintf("%s, last pass %s: %d moves (%d units); %d moves (%d units) since elected",
+			r.Leader, r.At.Local().Format(time.DateTime), r.Moves, r.Moved, r.TotalMoves, r.TotalMoved))
+	} else {
+		t.add("REBALANCER", "never ran")
+	}
+	t.header = []string{"SEGMENT", "REMAINING", "INBOX", "LEVEL"}
+	var full int64
+	for _, s := range v.Segments {
+		full = max(full, s.Remaining)
+	}
+	t.rows = append(t.rows, []string{"pool", fmt.Sprint(v.Pool), "", bar(v.Pool, full)})
+	for _, s := range v.Segments {
+		level := bar(s.Remaining, full)
+		if s.Remaining < max(v.LowWatermark, 1) {
+			level += " low"
+		}
+		t.rows = append(t.rows, []string{fmt.Sprint(s.Index), fmt.Sprint(s.Remaining), fmt.Sprint(s.Inbox), level})
+	}
+	if full > 0 {
+		t.notes = append(t.notes, fmt.Sprintf("(bars: a full bar is %d units, the largest segment; ▸ means more)", full))
+	}
+	return t
+}
+
+func statusAction(c *ucli.Context) error {
+	g, err := readGlobals(c)
+	if err != nil {
+		return err
+	}
+	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
+	if err != nil {
+		return err
+	}
+	return withConn(c, g, func(ctx context.Context, cn *conn) error {
+		st, err := cn.coord.Status(ctx, sku)
+		if err != nil {
+			return failed(ctx, "read the status of "+sku, err)
+		}
+		return show(c, g, statusViewOf(st))
+	})
+}

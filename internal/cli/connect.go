@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/embedetcd"
+)
+
+// conn is a command's connection to etcd: a client, a coordinator on it,
+// and the embedded etcd serving them when no --endpoints were given.
+type conn struct {
+	g         *globals
+	server    *embedetcd.Server // nil with --endpoints
+	endpoints []string
+	client    *clientv3.Client
+	coord     *coordinator.Coordinator
+}
+
+// connect reaches etcd (starting the embedded one in --data-dir when no
+// --endpoints are given) and makes a coordinator. ctx bounds the start of
+// the embedded etcd; reaching etcd is bounded by --dial-timeout. Errors are
+// ready to return from an action.
+func connect(ctx context.Context, c *ucli.Context, g *globals, opts ...coordinator.Option) (*conn, error) {
+	cn := &conn{g: g, endpoints: g.endpoints}
+	if len(cn.endpoints) == 0 {
+		srv, err := startEmbedded(ctx, embedetcd.Config{Dir: g.dataDir})
+		if err != nil {
+			return nil, err
+		}
+		cn.server = srv
+		cn.endpoints = srv.Endpoints()
+	}
+	client, err := dial(ctx, g, cn.endpoints)
+	if err != nil {
+		cn.Close()
+		return nil, err
+	}
+	cn.client = client
+	opts = append([]coordinator.Option{coordinator.WithPrefix(g.prefix), coordinator.WithLogger(warnLogger(c.App.ErrWriter))}, opts...)
+	coord, err := coordinator.New(client, opts...)
+	if err != nil {
+		cn.Close()
+		return nil, failed(ctx, "set up the coordinator", err)
+	}
+	cn.coord = coord
+	return cn, nil
+}
+
+// Close closes the coordinator (releasing its locks and lease), the client
+// and the embedded etcd, in that order.
+func (cn *conn) Close() {
+	if cn.coord != nil {
+		_ = cn.coord.Close()
+	}
+	if cn.client != nil {
+		_ = cn.client.Close()
+	}
+	if cn.server != nil {
+		cn.server.Close()
+	}
+}
+
+// startEmbedded starts the embedded etcd, turning a data dir held by
+// another process into a message that says what to do.
+func startEmbedded(ctx context.Context, cfg embedetcd.Config) (*embedetcd.Server, error) {
+	srv, err := embedetcd.Start(ctx, cfg)
+	switch {
+	case errors.Is(err, embedetcd.ErrDataDirInUse):
+		return nil, ucli.Exit(fmt.Errorf("failed to start the embedded etcd: %w; another stockctl (a `stockctl serve`?) is using it: "+
+			"point --endpoints at that one's etcd, or use another --data-dir", err), ExitFailure)
+	case err != nil:
+		return nil, failed(ctx, "start the embedded etcd in "+cfg.Dir, err)
+	}
+	return srv, nil
+}
+
+// dial connects a client to endpoints and checks, within --dial-timeout,
+// that etcd answers (and accepts the credentials) under the prefix.
+func dial(ctx context.Context, g *globals, endpoints []string) (*clientv3.Client, error) {
+	who := "etcd at " + strings.Join(endpoints, ",")
+	if g.user != "" {
+		who += " as user " + g.user
+	}
+	dctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	defer cancel()
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: g.dialTimeout,
+		TLS:         g.tls,
+		Username:    g.user,
+		Password:    g.password,
+		// The client logs every retry at warn level; stockctl reports the
+		// errors that matter itself.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, failed(dctx, "connect to "+who, err)
+	}
+	// clientv3.New does not wait for a connection; one read of the prefix
+	// key proves etcd answers and that the user may read there.
+	if _, err := client.Get(dctx, g.prefix, clientv3.WithCountOnly()); err != nil {
+		client.Close()
+		if dctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("%w (no answer within --dial-timeout %v)", err, g.dialTimeout)
+		}
+		return nil, failed(ctx, "reach "+who, err)
+	}
+	return client, nil
+}
+
+// warnLogger reports the coordinator's warnings (a lost session) on w.
+func warnLogger(w io.Writer) *slog.Logger {
+	return slog.New(newLineHandler(w, slog.LevelWarn))
+}
+
+// infoLogger reports the rebalancer's leadership changes on w.
+func infoLogger(w io.Writer) *slog.Logger {
+	return slog.New(newLineHandler(w, slog.LevelInfo))
+}
+
+// withConn runs f on a fresh connection under the command's ctx
+// (--timeout, interrupts), and closes everything after.
+func withConn(c *ucli.Context, g *globals, f func(ctx context.Context, cn *conn) error) error {
+	ctx, cancel := g.commandContext(c)
+	defer cancel()
+	cn, err := connect(ctx, c, g)
+	if err != nil {
+		return err
+	}
+	defer cn.Close()
+	return f(ctx, cn)
+}

@@ -1,0 +1,209 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/keys"
+)
+
+// Defaults of the global flags.
+const (
+	// DefaultDataDir is where the embedded etcd keeps its data when no
+	// --endpoints are given.
+	DefaultDataDir = "stockctl.etcd"
+	// DefaultDialTimeout bounds connecting to etcd: an unreachable cluster
+	// costs a command this long before it fails.
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultTimeout bounds one command's work (not serve, rebalance
+	// --watch, a lock's child, or the demo's sale).
+	DefaultTimeout = 30 * time.Second
+)
+
+// Output formats of -o.
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+)
+
+func globalFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "endpoints", EnvVars: []string{"STOCKCTL_ENDPOINTS"},
+			Usage: "etcd endpoints, comma-separated (e.g. http://10.0.0.1:2379); none: an embedded etcd in --data-dir for the command's duration"},
+		&ucli.StringFlag{Name: "prefix", Value: coordinator.DefaultPrefix, EnvVars: []string{"STOCKCTL_PREFIX"},
+			Usage: "etcd key prefix stockctl keeps everything under"},
+		&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: outputTable, EnvVars: []string{"STOCKCTL_OUTPUT"},
+			Usage: "output format: table or json"},
+		&ucli.DurationFlag{Name: "dial-timeout", Value: DefaultDialTimeout, EnvVars: []string{"STOCKCTL_DIAL_TIMEOUT"},
+			Usage: "how long to try to reach etcd"},
+		&ucli.DurationFlag{Name: "timeout", Value: DefaultTimeout, EnvVars: []string{"STOCKCTL_TIMEOUT"},
+			Usage: "bound on the command's work; 0: none"},
+		&ucli.StringFlag{Name: "cacert", EnvVars: []string{"STOCKCTL_CACERT"}, Usage: "CA bundle to verify etcd's TLS certificate with"},
+		&ucli.StringFlag{Name: "cert", EnvVars: []string{"STOCKCTL_CERT"}, Usage: "client TLS certificate (with --key)"},
+		&ucli.StringFlag{Name: "key", EnvVars: []string{"STOCKCTL_KEY"}, Usage: "client TLS private key (with --cert)"},
+		&ucli.StringFlag{Name: "user", EnvVars: []string{"STOCKCTL_USER"},
+			Usage: "etcd user as name:password (the password is never printed)"},
+		&ucli.StringFlag{Name: "data-dir", Value: DefaultDataDir, EnvVars: []string{"STOCKCTL_DATA_DIR"},
+			Usage: "data dir of the embedded etcd (used without --endpoints)"},
+	}
+}
+
+// globals are the validated global flags.
+type globals struct {
+	endpoints   []string
+	prefix      string
+	output      string
+	dialTimeout time.Duration
+	timeout     time.Duration
+	tls         *tls.Config // nil: plain http
+	user        string
+	password    string
+	dataDir     string
+}
+
+// readGlobals validates the global flags. Every problem is a usage error
+// (exit 2) found before anything is started or contacted.
+func readGlobals(c *ucli.Context) (*globals, error) {
+	g := &globals{
+		prefix:      c.String("prefix"),
+		output:      c.String("output"),
+		dialTimeout: c.Duration("dial-timeout"),
+		timeout:     c.Duration("timeout"),
+		dataDir:     c.String("data-dir"),
+	}
+	for _, ep := range strings.Split(c.String("endpoints"), ",") {
+		if ep = strings.TrimSpace(ep); ep == "" {
+			continue
+		}
+		u, err := url.Parse(ep)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, usageError("invalid --endpoints entry %q: want http://host:port or https://host:port", ep)
+		}
+		g.endpoints = append(g.endpoints, ep)
+	}
+	if _, err := keys.New(g.prefix); err != nil {
+		return nil, usageError("invalid --prefix %q: %v", g.prefix, err)
+	}
+	if g.output != outputTable && g.output != outputJSON {
+		return nil, usageError("invalid --output %q: want table or json", g.output)
+	}
+	if g.dialTimeout <= 0 {
+		return nil, usageError("invalid --dial-timeout %v: must be positive", g.dialTimeout)
+	}
+	if g.timeout < 0 {
+		return nil, usageError("invalid --timeout %v: must not be negative (0: no timeout)", g.timeout)
+	}
+	if g.dataDir == "" && len(g.endpoints) == 0 {
+		return nil, usageError("--data-dir is empty: name a directory for the embedded etcd, or give --endpoints")
+	}
+	if u := c.String("user"); u != "" {
+		name, password, ok := strings.Cut(u, ":")
+		if !ok || name == "" || password == "" {
+			// Never echo the value: it holds a password.
+			return nil, usageError("invalid --user: want name:password")
+		}
+		g.user, g.password = name, password
+	}
+	tc, err := tlsConfig(c.String("cacert"), c.String("cert"), c.String("key"), g.endpoints)
+	if err != nil {
+		return nil, err
+	}
+	g.tls = tc
+	return g, nil
+}
+
+// tlsConfig builds the client TLS config: from the files given, or with the
+// system's roots for https endpoints given without any.
+func tlsConfig(cacert, cert, key string, endpoints []string) (*tls.Config, error) {
+	if (cert == "") != (key == "") {
+		return nil, usageError("--cert and --key must be given together")
+	}
+	https := false
+	for _, ep := range endpoints {
+		https = https || strings.HasPrefix(ep, "https://")
+	}
+	if cacert == "" && cert == "" {
+		if https {
+			return &tls.Config{MinVersion: tls.VersionTLS12}, nil
+		}
+		return nil, nil
+	}
+	for flag, path := range map[string]string{"--cacert": cacert, "--cert": cert, "--key": key} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, usageError("invalid %s: %v", flag, err)
+		}
+	}
+	info := transport.TLSInfo{TrustedCAFile: cacert, CertFile: cert, KeyFile: key}
+	tc, err := info.ClientConfig()
+	if err != nil {
+		return nil, usageError("invalid TLS files (--cacert %q, --cert %q, --key %q): %v", cacert, cert, key, err)
+	}
+	return tc, nil
+}
+
+// commandContext is the ctx of a command's work: it ends on SIGINT or
+// SIGTERM, and after --timeout unless that is 0. The cause names which.
+func (g *globals) commandContext(c *ucli.Context) (context.Context, context.CancelFunc) {
+	ctx, stop := signalContext(c)
+	if g.timeout <= 0 {
+		return ctx, stop
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, g.timeout, fmt.Errorf("gave up after --timeout %v", g.timeout))
+	return tctx, func() { cancel(); stop() }
+}
+
+// errInterrupted is the cause of a command's ctx after SIGINT or SIGTERM.
+var errInterrupted = errors.New("interrupted")
+
+// signalContext is a ctx that ends on SIGINT or SIGTERM, for commands that
+// run until interrupted. Its cause is errInterrupted.
+func signalContext(c *ucli.Context) (context.Context, context.CancelFunc) {
+	parent := c.Context
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-sigs:
+			cancel(errInterrupted)
+		case <-done:
+		}
+	}()
+	var once sync.Once
+	return ctx, func() {
+		once.Do(func() {
+			signal.Stop(sigs)
+			close(done)
+			cancel(nil)
+		})
+	}
+}
+
+// boundedContext bounds one step of a long-running command (connecting,
+// creating a SKU) by --timeout.
+func (g *globals) boundedContext(parent context.Context) (context.Context, context.CancelFunc) {
+	if g.timeout <= 0 {
+		return context.WithCancel(parent)
+	}
+	return context.WithTimeoutCause(parent, g.timeout, fmt.Errorf("gave up after --timeout %v", g.timeout))
+}

@@ -1,0 +1,21 @@
+//go:build !unix
+
+package cli
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setProcessGroup does nothing where process groups are not available.
+func setProcessGroup(cmd *exec.Cmd, own bool) {}
+
+// signalChild signals cmd; SIGTERM may not be deliverable here, in which
+// case the escalation to SIGKILL does the job.
+func signalChild(cmd *exec.Cmd, ownGroup bool, sig syscall.Signal) {
+	if sig == syscall.SIGKILL {
+		_ = cmd.Process.Kill()
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+}
