@@ -207,3 +207,39 @@ func TestFreePortsDistinct(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+// Invariant: with the replies blackholed or cut, a put still reaches etcd
+// and is applied, while its caller gets no answer (a deadline) or a dropped
+// connection; after Heal the client works again.
+func TestProxyLosesRepliesOnly(t *testing.T) {
+	s := NewSingle(t, WithNoFsync())
+	direct := s.Client(t)
+	for _, tc := range []struct {
+		name  string
+		fault func(*Proxy)
+	}{
+		{"blackhole replies", (*Proxy).BlackholeReplies},
+		{"cut replies", (*Proxy).CutReplies},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewProxy(t, s.Endpoints()[0])
+			c := NewClient(t, p.Endpoint())
+			key := "lost-reply/" + tc.name
+			eventually(t, "put through proxy", putOp(c, key, "v0"))
+
+			tc.fault(p)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := c.Put(ctx, key, "v1")
+			cancel()
+			if err == nil {
+				t.Fatal("put answered although its reply was lost")
+			}
+			t.Logf("caller saw: %v", err)
+			if got := mustGet(t, direct, key); got != "v1" {
+				t.Fatalf("etcd holds %q, want v1: the request did not reach etcd", got)
+			}
+			p.Heal()
+			eventually(t, "put after heal", putOp(c, key, "v2"))
+		})
+	}
+}

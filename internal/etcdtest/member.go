@@ -57,6 +57,14 @@ func startMember(t testing.TB, cfg embedetcd.Config) (*embedetcd.Server, error) 
 	}
 }
 
+// NewClient returns a client for endpoints (a member's, a cluster's or a
+// proxy's), with quiet logs and the package's dial timeout, closed at t's
+// cleanup.
+func NewClient(t testing.TB, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	return newClient(t, endpoints)
+}
+
 // newClient returns a client for eps that is closed at cleanup.
 func newClient(t testing.TB, eps []string) *clientv3.Client {
 	t.Helper()

@@ -116,6 +116,35 @@ func (p *Proxy) Unblackhole() {
 	p.srv.UnblackholeRx()
 }
 
+// BlackholeReplies drops the traffic from etcd to clients only: requests
+// still reach etcd and are applied, but their replies never arrive, so the
+// clients' calls hang until their deadline. It is how a test loses the reply
+// of a request that succeeded. Heal undoes it.
+func (p *Proxy) BlackholeReplies() {
+	p.srv.BlackholeRx()
+}
+
+// CutReplies corrupts every byte etcd sends to clients, so that a client's
+// connection fails (gRPC reports a protocol error and drops it) as soon as
+// the next reply arrives: the request that reply answers was applied, and
+// the caller sees a dropped connection instead of the answer. New
+// connections fail the same way until Heal.
+func (p *Proxy) CutReplies() {
+	p.srv.ModifyRx(func(b []byte) []byte {
+		bad := make([]byte, len(b))
+		for i := range bad {
+			bad[i] = 0xff
+		}
+		return bad
+	})
+}
+
+// Heal undoes every fault: Blackhole, BlackholeReplies and CutReplies.
+func (p *Proxy) Heal() {
+	p.srv.UnmodifyRx()
+	p.Unblackhole()
+}
+
 // Close stops accepting connections and waits, at most 10s, for the proxied
 // ones to end (they end when their client or the target closes them). It is
 // idempotent.
