@@ -62,10 +62,24 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 			if !ok || wr.Err() != nil {
 				return fmt.Errorf("stock watch ended: %v", wr.Err())
 			}
-			now := time.Now()
-			for _, ev := range wr.Events {
-				if v := applyStock(k, views, ev.Kv, now); v != nil {
-					dirty[v] = true
+			// Apply every response already waiting before acting: in a
+			// busy sale the counters change hundreds of times a second,
+			// and acting between each would let a crossing queue behind
+			// stale events.
+			for more := true; more; {
+				now := time.Now()
+				for _, ev := range wr.Events {
+					if v := applyStock(k, views, ev.Kv, now); v != nil {
+						dirty[v] = true
+					}
+				}
+				select {
+				case wr, ok = <-stock:
+					if !ok || wr.Err() != nil {
+						return fmt.Errorf("stock watch ended: %v", wr.Err())
+					}
+				default:
+					more = false
 				}
 			}
 		case wr, ok := <-metas:
