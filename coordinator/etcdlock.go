@@ -238,6 +238,23 @@ func (c *Coordinator) removeKey(ctx context.Context, sess *concurrency.Session, 
 	return fmt.Errorf("delete lock key %s: %w", key, err)
 }
 
+// releaseKey is removeKey for the key of a hold being unlocked. It also
+// reports whether the key was already gone (its lease expired or was
+// revoked, or it was deleted) before this process noticed: then the hold
+// had been lost, and another process may have held the lock meanwhile.
+func (c *Coordinator) releaseKey(ctx context.Context, sess *concurrency.Session, key string, rev int64) (gone bool, err error) {
+	dctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
+	resp, err := c.client.Txn(dctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	cancel()
+	if err != nil {
+		return false, c.removeKey(ctx, sess, key, rev) // retries in the background
+	}
+	return !resp.Succeeded, nil
+}
+
 func (c *Coordinator) deleteGuarded(ctx context.Context, key string, rev int64) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
 	defer cancel()

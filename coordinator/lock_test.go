@@ -539,6 +539,47 @@ func TestLeaseRevokedWhileHolding(t *testing.T) {
 	_ = again.Unlock(ctx)
 }
 
+// Invariant: Unlock of a hold whose etcd key vanished before the process
+// noticed (its lease expired during a pause, or the key was deleted) says
+// the lock was lost (ErrLockLost), instead of reporting a clean release of
+// a critical section that another process may have entered meanwhile.
+func TestUnlockAfterUnnoticedLoss(t *testing.T) {
+	etcd := etcdtest.NewSingle(t)
+	cs := newCoordinators(t, etcd, 2)
+	raw := etcd.Client(t)
+	ctx := t.Context()
+
+	held, err := cs[0].Lock(ctx, "unnoticed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a lease expiry does to the key, without the session noticing.
+	if _, err := raw.Delete(ctx, held.Key()); err != nil {
+		t.Fatal(err)
+	}
+	other, err := cs[1].Lock(ctx, "unnoticed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Unlock(ctx); !errors.Is(err, coordinator.ErrLockLost) {
+		t.Fatalf("Unlock after the key vanished: %v, want ErrLockLost", err)
+	}
+	if tr, err := other.Txn(ctx).Commit(); err != nil || !tr.Succeeded {
+		t.Fatalf("the other holder lost its lock to the stale unlock (err %v)", err)
+	}
+	if err := other.Unlock(ctx); err != nil {
+		t.Fatalf("a normal unlock: %v", err)
+	}
+	// The process's own queue is usable again.
+	again, err := cs[0].Lock(ctx, "unnoticed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := again.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Invariant: a holder that vanishes without unlocking blocks others only
 // until its lease expires. The holder reaches etcd through a proxy that is
 // then blackholed: like a crashed or partitioned process, it can neither

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"container/list"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -249,7 +250,12 @@ func (q *lockQueue) release(ctx context.Context, h *hold) error {
 	q.busy = true
 	q.mu.Unlock()
 
-	err := q.c.removeKey(ctx, own.sess, own.key, own.rev)
+	gone, err := q.c.releaseKey(ctx, own.sess, own.key, own.rev)
+	if gone {
+		// The session ended in etcd before this process noticed: what the
+		// holder did since was not protected.
+		err = fmt.Errorf("%w: its etcd key was already gone at unlock", ErrLockLost)
+	}
 	own.cancel(ErrNotHeld)
 
 	q.mu.Lock()
