@@ -75,8 +75,10 @@ func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64
 //
 // If a lock is lost after step returned nil, AllocateFunc returns an error
 // wrapping ErrLockLost and nothing is deducted: undo the step's effects, or
-// retry with the same order ID (the step then runs again). A replayed order
-// ID returns the first result without running step.
+// retry with the same order ID (the step then runs again). A retry of an
+// order that was applied returns the first result without running step;
+// duplicates of one order ID sent at the same time may each run step, and
+// exactly one of them deducts (the others return its result as a replay).
 func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step) (*Allocation, error) {
 	if step == nil {
 		return nil, fmt.Errorf("allocate %s order %q: %w: step is nil", sku, order, ErrInvalidArgument)
@@ -111,6 +113,20 @@ const maxLostRetries = 3
 
 // serve runs the allocation's fallback chain.
 func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allocation, error) {
+	if req.step != nil {
+		// A retry of an applied order must not run the step again: look
+		// before taking any lock (a look under the lock would cost every
+		// order a round trip while others wait for it). A duplicate
+		// racing the first application may still run the step; the
+		// commit's order-ID compare lets only one deduct.
+		idx, err := c.client.Get(ctx, c.keys.OrderID(req.order))
+		if err != nil {
+			return nil, err
+		}
+		if len(idx.Kvs) > 0 {
+			return c.replay(ctx, req, idx.Kvs[0])
+		}
+	}
 	lostRetries := 0
 	r := c.tryPlace(ctx, req, segments.Segment(home), c.opts.homeWait)
 	for {

@@ -22,16 +22,6 @@ var errContention = errors.New("coordinator: commit kept failing its compares; r
 // commitOrder commits req from the held places (one for an ordinary
 // allocation, several for a gather), running req's step first if it has one.
 func (c *Coordinator) commitOrder(ctx context.Context, held []*heldPlace, req *allocReq) placeResult {
-	if req.step != nil {
-		// A replay must not run the step again: look before running it.
-		idx, err := c.client.Get(ctx, c.keys.OrderID(req.order))
-		if err != nil {
-			return failed(err)
-		}
-		if len(idx.Kvs) > 0 {
-			return result(c.replay(ctx, req, idx.Kvs[0]))
-		}
-	}
 	enough, err := plan(ctx, held, req.qty)
 	if err != nil {
 		return failed(err)
