@@ -2,16 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,75 +11,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stockctl/stockctl/internal/embedetcd"
+	"github.com/stockctl/stockctl/internal/testpki"
 )
-
-// pki is a CA, a server certificate for 127.0.0.1 and a client
-// certificate, as PEM files.
-type pki struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
-}
-
-func newPKI(t *testing.T) pki {
-	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	key := func() (*ecdsa.PrivateKey, []byte) {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k, der
-	}
-	now := time.Now()
-	caKey, _ := key()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "stockctl test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) (certDER, keyDER []byte) {
-		k, kder := key()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, kder
-	}
-	sc, sk := issue(2, "127.0.0.1", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
-	cc, ck := issue(3, "stockctl-client", x509.ExtKeyUsageClientAuth, nil)
-	return pki{
-		ca:         write("ca.pem", "CERTIFICATE", caDER),
-		serverCert: write("server.pem", "CERTIFICATE", sc),
-		serverKey:  write("server-key.pem", "PRIVATE KEY", sk),
-		clientCert: write("client.pem", "CERTIFICATE", cc),
-		clientKey:  write("client-key.pem", "PRIVATE KEY", ck),
-	}
-}
 
 // setupAuth creates root and a user "shop" whose role may read and write
 // only under /shop/, and turns authentication on.
-func setupAuth(t *testing.T, endpoint string, p pki) {
+func setupAuth(t *testing.T, endpoint string, p testpki.PKI) {
 	t.Helper()
-	tc, err := transport.TLSInfo{TrustedCAFile: p.ca, CertFile: p.clientCert, KeyFile: p.clientKey}.ClientConfig()
+	tc, err := transport.TLSInfo{TrustedCAFile: p.CA, CertFile: p.ClientCert, KeyFile: p.ClientKey}.ClientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,9 +53,9 @@ func setupAuth(t *testing.T, endpoint string, p pki) {
 // is limited to the prefix; the password never shows.
 func TestTLSAndAuth(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
+	p := testpki.New(t)
 	srv, err := embedetcd.Start(t.Context(), embedetcd.Config{Dir: t.TempDir(), UnsafeNoFsync: true,
-		CertFile: p.serverCert, KeyFile: p.serverKey, TrustedCAFile: p.ca, ClientCertAuth: true})
+		CertFile: p.ServerCert, KeyFile: p.ServerKey, TrustedCAFile: p.CA, ClientCertAuth: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +63,7 @@ func TestTLSAndAuth(t *testing.T) {
 	ep := srv.Endpoints()[0]
 	setupAuth(t, ep, p)
 
-	conn := []string{"--endpoints", ep, "--cacert", p.ca, "--cert", p.clientCert, "--key", p.clientKey, "--dial-timeout", "20s"}
+	conn := []string{"--endpoints", ep, "--cacert", p.CA, "--cert", p.ClientCert, "--key", p.ClientKey, "--dial-timeout", "20s"}
 	as := func(user, prefix string, args ...string) result {
 		return run(t, append(append(conn, "--user", user, "--prefix", prefix), args...)...)
 	}
@@ -170,7 +99,7 @@ func TestTLSAndAuth(t *testing.T) {
 		t.Fatalf("stderr shows the password: %q", r.stderr)
 	}
 	// Without a client certificate the TLS handshake fails.
-	r = run(t, "--endpoints", ep, "--cacert", p.ca, "--user", "shop:s3cret-pw", "--prefix", "/shop/", "--dial-timeout", "1s", "status", "iphone")
+	r = run(t, "--endpoints", ep, "--cacert", p.CA, "--user", "shop:s3cret-pw", "--prefix", "/shop/", "--dial-timeout", "1s", "status", "iphone")
 	checkFails(t, r, ExitFailure, "failed to", nil)
 	if strings.Contains(r.stderr, "s3cret-pw") {
 		t.Fatalf("stderr shows the password: %q", r.stderr)

@@ -2,94 +2,17 @@ package embedetcd
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/stockctl/stockctl/internal/testpki"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-// testPKI is a CA with a server certificate for 127.0.0.1 and a client
-// certificate, written as PEM files in a temp dir.
-type testPKI struct {
-	CA, ServerCert, ServerKey, ClientCert, ClientKey string
-}
-
-func newTestPKI(t *testing.T) testPKI {
-	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	keyDER := func(k *ecdsa.PrivateKey) []byte {
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der
-	}
-	now := time.Now()
-	caKey := newKey()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) ([]byte, *ecdsa.PrivateKey) {
-		k := newKey()
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: ips, DNSNames: []string{"localhost"},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, k
-	}
-	srvDER, srvKey := issue(2, "127.0.0.1", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
-	cliDER, cliKey := issue(3, "client", x509.ExtKeyUsageClientAuth, nil)
-	return testPKI{
-		CA:         write("ca.pem", "CERTIFICATE", caDER),
-		ServerCert: write("server.pem", "CERTIFICATE", srvDER),
-		ServerKey:  write("server-key.pem", "PRIVATE KEY", keyDER(srvKey)),
-		ClientCert: write("client.pem", "CERTIFICATE", cliDER),
-		ClientKey:  write("client-key.pem", "PRIVATE KEY", keyDER(cliKey)),
-	}
-}
 
 func tlsClient(t *testing.T, eps []string, info transport.TLSInfo) (*clientv3.Client, error) {
 	t.Helper()
@@ -106,7 +29,7 @@ func tlsClient(t *testing.T, eps []string, info transport.TLSInfo) (*clientv3.Cl
 }
 
 func TestTLSWithClientCertAuth(t *testing.T) {
-	pki := newTestPKI(t)
+	pki := testpki.New(t)
 	s := startT(t, Config{Dir: t.TempDir(), UnsafeNoFsync: true,
 		CertFile: pki.ServerCert, KeyFile: pki.ServerKey, TrustedCAFile: pki.CA, ClientCertAuth: true})
 	eps := s.Endpoints()
