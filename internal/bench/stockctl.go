@@ -1,0 +1,136 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/rebalance"
+)
+
+// leaderWait bounds the wait for the rebalancer's election before a run
+// starts (the run starts anyway: the segments hold stock).
+const leaderWait = 10 * time.Second
+
+// benchSKU is the SKU every stockctl run creates under its own prefix.
+const benchSKU = "hot"
+
+// Stockctl is this project: the segmented coordinator, one per process,
+// each order running the business step in AllocateFunc while its segment's
+// lock is held, with a rebalancer refilling the segments from a pool that
+// holds most of the stock.
+func Stockctl() Spec {
+	return Spec{Name: "stockctl", Title: "stockctl segments + rebalancer + pool, AllocateFunc", Step: true,
+		New: func() Strategy { return &stockctl{} }}
+}
+
+// StockctlNoStep is this project with no business step: Allocate, where
+// concurrent requests for one place are committed together (group commit).
+// Pure allocation throughput; there is no ideal.
+func StockctlNoStep() Spec {
+	return Spec{Name: "stockctl-nostep", Title: "stockctl Allocate, no step (group commit)",
+		New: func() Strategy { return &stockctl{} }}
+}
+
+type stockctl struct {
+	p      Params
+	coords []*coordinator.Coordinator // one per process
+	reb    *coordinator.Coordinator   // the rebalancer's, a process of its own
+	stop   func()
+}
+
+// SKU shape: most of the stock in the pool (see Setup).
+const (
+	// initialFillShare is the share of the total that starts in the
+	// segments; the rest is in the pool, for the rebalancer to hand out.
+	initialFillShare = 10
+)
+
+func (s *stockctl) Setup(ctx context.Context, p Params) error {
+	s.p = p
+	for i := range p.Processes {
+		c, err := coordinator.New(p.Etcd[i], coordinator.WithPrefix(p.Prefix))
+		if err != nil {
+			return err
+		}
+		s.coords = append(s.coords, c)
+	}
+	reb, err := coordinator.New(p.Etcd[0], coordinator.WithPrefix(p.Prefix))
+	if err != nil {
+		return err
+	}
+	s.reb = reb
+	// A quarter more than the run can take, so that it never sells out;
+	// a tenth of it in the segments and the rest in the pool. The
+	// rebalancer refills a segment that falls below half a refill batch.
+	total := p.Units + p.Units/4 + int64(p.Segments)
+	batch := coordinator.DefaultRefillBatch(total, p.Segments)
+	cfg := coordinator.SKUConfig{Total: total, Segments: p.Segments, InitialFill: total / initialFillShare,
+		LowWatermark: max(1, batch/2), RefillBatch: batch}
+	if _, err := s.coords[0].CreateSKU(ctx, benchSKU, cfg); err != nil {
+		return fmt.Errorf("create the SKU: %w", err)
+	}
+	r, err := rebalance.New(reb, rebalance.Config{Identity: "bench-rebalancer"})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.Run(rctx) })
+	var once sync.Once
+	s.stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	deadline := time.Now().Add(leaderWait)
+	for !r.Leader() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return context.Cause(ctx)
+}
+
+func (s *stockctl) Buy(ctx context.Context, buyer int, order string, qty int64, routeKey string) (bool, error) {
+	c := s.coords[s.p.Process(buyer)]
+	var a *coordinator.Allocation
+	var err error
+	if s.p.Step != nil {
+		a, err = c.AllocateFunc(ctx, benchSKU, order, qty, routeKey, func(ctx context.Context) error { return s.p.Step(ctx, buyer) })
+	} else {
+		a, err = c.Allocate(ctx, benchSKU, order, qty, routeKey)
+	}
+	if err != nil {
+		return false, err
+	}
+	return a.Replayed, nil
+}
+
+func (s *stockctl) Verify(ctx context.Context) (Books, error) {
+	if s.stop != nil {
+		s.stop() // the books must not move while they are read
+	}
+	a, err := s.coords[0].Audit(ctx, benchSKU)
+	if err != nil {
+		return Books{}, err
+	}
+	b := Books{Stock: a.Total, Remaining: a.Pool + a.Segments, Sold: a.Allocated, Orders: a.Orders, Problems: a.Problems}
+	if !a.OK && len(b.Problems) == 0 {
+		b.Problems = []string{"the audit failed"}
+	}
+	return b, nil
+}
+
+func (s *stockctl) Teardown(ctx context.Context) error {
+	if s.stop != nil {
+		s.stop()
+	}
+	var errs []error
+	for _, c := range append(s.coords, s.reb) {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	if len(s.p.Etcd) > 0 {
+		errs = append(errs, deletePrefix(ctx, s.p.Etcd[0], s.p.Prefix))
+	}
+	return errors.Join(errs...)
+}
