@@ -58,6 +58,7 @@ func commands() []*ucli.Command {
 		lockCommand(),
 		serveCommand(),
 		demoCommand(),
+		benchCommand(),
 	}
 }
 
