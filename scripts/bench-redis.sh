@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# bench-redis.sh: stockctl bench's full comparison, Redis peers included.
+#
+# Installs Debian's redis-server if it is missing, starts a throwaway one on
+# 127.0.0.1 (a free port, no persistence, in a temporary directory), builds
+# the benchredis module's binary (stockctl with the Redis strategies), runs
+# every strategy at every segment count on an embedded etcd (fsync on), then
+# stockctl alone with --affinity segment, and stops Redis whatever happens.
+#
+#   scripts/bench-redis.sh [stockctl bench flags...]
+#
+# Results: $BENCH_OUT (default /tmp/stockctl-bench) gets bench.json,
+# bench.txt (the table), affinity.json, affinity.txt and redis.log; the plot
+# goes to $BENCH_PLOT (default docs/benchmarks.svg). BENCH_AFFINITY=0 skips
+# the second run.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${BENCH_OUT:-/tmp/stockctl-bench}
+plot=${BENCH_PLOT:-$root/docs/benchmarks.svg}
+mkdir -p "$out"
+
+if ! command -v redis-server >/dev/null; then
+	echo "redis-server is missing: installing Debian's package" >&2
+	sudo=""
+	if [ "$(id -u)" != 0 ]; then sudo=sudo; fi
+	$sudo apt-get update -qq
+	# policy-rc.d-less containers would start the packaged service; ours
+	# runs on its own port regardless.
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+fi
+
+echo "building the benchredis binary" >&2
+(cd "$root/benchredis" && go build -o stockctl-bench ./cmd/stockctl-bench)
+bin=$root/benchredis/stockctl-bench
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/stockctl-redis-XXXXXX")
+pid=""
+cleanup() {
+	if [ -n "$pid" ]; then
+		kill "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	fi
+	cp "$tmp/redis.log" "$out/redis.log" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+# A free port: let redis-server try random ones until one binds (it exits
+# at once when the port is taken).
+port=""
+for _ in $(seq 1 20); do
+	try=$((20000 + RANDOM % 40000))
+	redis-server --bind 127.0.0.1 --port "$try" --save '' --appendonly no --dir "$tmp" \
+		--protected-mode yes --logfile "$tmp/redis.log" --daemonize no &
+	pid=$!
+	for _ in $(seq 1 50); do
+		if redis-cli -h 127.0.0.1 -p "$try" ping >/dev/null 2>&1; then
+			port=$try
+			break
+		fi
+		if ! kill -0 "$pid" 2>/dev/null; then break; fi
+		sleep 0.1
+	done
+	if [ -n "$port" ]; then break; fi
+	kill "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	pid=""
+done
+if [ -z "$port" ]; then
+	echo "could not start redis-server on 127.0.0.1" >&2
+	exit 1
+fi
+echo "redis $(redis-server --version | awk '{print $3}') on 127.0.0.1:$port (pid $pid, no persistence)" >&2
+
+status=0
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+"$bin" -o json bench --redis "127.0.0.1:$port" --plot "$plot" --progress never "$@" >"$out/bench.json" || status=$?
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+# The table, rendered from the same run's JSON by a run with no strategies
+# would be a second run; print it from the JSON instead.
+python3 - "$out/bench.json" >"$out/bench.txt" <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("machine:", r["machine"])
+print("config:", r["config"])
+h = "strategy segments buyers orders orders/s ideal of-ideal p50 p99 max service-p99 per-buyer oversold ok".split()
+print(" | ".join(h))
+for x in r["rows"]:
+    print(" | ".join(str(v) for v in [x["strategy"], x["segments"], x["buyers"], x["orders"], round(x["ordersPerSec"]),
+        round(x["idealPerSec"]), round(x["ofIdeal"], 2), round(x["latencyMs"]["p50"], 1), round(x["latencyMs"]["p99"], 1),
+        round(x["latencyMs"]["max"], 1), round(x["serviceMs"]["p99"], 1),
+        "%d-%d" % (x["ordersPerBuyer"]["min"], x["ordersPerBuyer"]["max"]), x["oversold"], x["ok"]]))
+for t in r["targets"]:
+    print("TARGET", t["name"], "|", t["status"], "|", t["detail"])
+for f in r["failures"]:
+    print("FAILED", f)
+PY
+cat "$out/bench.txt"
+
+if [ "${BENCH_AFFINITY:-1}" != 0 ]; then
+	"$bin" bench --strategies stockctl,stockctl-nostep --affinity segment --progress never "$@" \
+		>"$out/affinity.txt" 2>&1 || status=$?
+	cat "$out/affinity.txt"
+fi
+exit $status
