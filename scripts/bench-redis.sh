@@ -77,8 +77,8 @@ status=0
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$bin" -o json bench --redis "127.0.0.1:$port" --plot "$plot" --progress never "$@" >"$out/bench.json" || status=$?
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-# The table, rendered from the same run's JSON by a run with no strategies
-# would be a second run; print it from the JSON instead.
+# The table, from the same run's JSON (running again for a table would
+# measure another run).
 python3 - "$out/bench.json" >"$out/bench.txt" <<'PY' || true
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -118,19 +118,19 @@ func (p Params) Process(b int) int {
 // Books is a strategy's account of a run, read after it.
 type Books struct {
 	// Stock is what the strategy put on sale.
-	Stock int64
+	Stock int64 `json:"stock"`
 	// Remaining is what its counters still hold (their sum, negative
 	// counters included).
-	Remaining int64
+	Remaining int64 `json:"remaining"`
 	// Negative is the sum of the magnitudes of counters below zero:
 	// units handed out that were not there.
-	Negative int64
+	Negative int64 `json:"negative"`
 	// Sold is the sum of the quantities of the order records; Orders
 	// counts them.
-	Sold   int64
-	Orders int64
+	Sold   int64 `json:"sold"`
+	Orders int64 `json:"orders"`
 	// Problems says what the strategy's own audit found wrong.
-	Problems []string
+	Problems []string `json:"problems"`
 }
 
 // Oversold is the units sold beyond the stock: orders recorded that the

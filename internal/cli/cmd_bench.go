@@ -292,8 +292,7 @@ func writePlot(path string, rows []bench.Row, b benchConfig) (err error) {
 			err = cerr
 		}
 	}()
-	title := fmt.Sprintf("One hot SKU: orders/s by segment count (%v step, %s buyers, %d processes, %s)",
-		b.step, buyersText(b.Buyers), b.Processes, b.Affinity)
+	title := fmt.Sprintf("One hot SKU: %v step, %s buyers, %d processes (%s)", b.step, buyersText(b.Buyers), b.Processes, b.Affinity)
 	return bench.WriteSVG(f, rows, title)
 }
 
