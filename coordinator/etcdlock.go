@@ -214,7 +214,12 @@ func sessionErr(sess *concurrency.Session, err error) error {
 // it succeeds or the session ends (which removes the key anyway), and the
 // first error is returned.
 func (c *Coordinator) removeKey(ctx context.Context, sess *concurrency.Session, key string, rev int64) error {
-	err := c.deleteGuarded(ctx, key, rev)
+	return c.removeFailed(sess, key, rev, c.deleteGuarded(ctx, key, rev))
+}
+
+// removeFailed handles the outcome err of a first attempt to delete key:
+// after a failure it retries in the background and returns the error.
+func (c *Coordinator) removeFailed(sess *concurrency.Session, key string, rev int64, err error) error {
 	if err == nil || isDone(sess.Done()) {
 		return nil
 	}
@@ -250,7 +255,7 @@ func (c *Coordinator) releaseKey(ctx context.Context, sess *concurrency.Session,
 		Commit()
 	cancel()
 	if err != nil {
-		return false, c.removeKey(ctx, sess, key, rev) // retries in the background
+		return false, c.removeFailed(sess, key, rev, err) // retries in the background
 	}
 	return !resp.Succeeded, nil
 }
