@@ -1,0 +1,23 @@
+// Package e2e is stockctl's reliability suite: each test runs real embedded
+// etcd (no mocks), injects a fault instead of waiting for one, states the
+// invariant it checks and fails when it breaks.
+//
+//	paused_test.go     a holder frozen past its lease (Jepsen's scenario), fenced and unfenced
+//	killed_test.go     a separate OS process SIGKILLed while holding segment locks
+//	failover_test.go   the etcd leader stopped and restarted during a sale (3 members)
+//	partition_test.go  a client cut off from etcd by a blackholed proxy
+//	rebalancer_test.go the leading rebalancer's process killed or lease revoked mid-sale
+//	retries_test.go    allocations whose reply is lost, retried under their order ID
+//	linear_test.go     a porcupine model of one SKU, checked on histories of the above
+//
+// The separate OS processes are this package's test binary re-executed in a
+// helper mode (see helper_test.go), so nothing extra is built. Every load loop
+// is bounded in count and time and talks to 127.0.0.1 only.
+//
+// Run it with:
+//
+//	go test -race -count=1 -v ./e2e/
+//
+// docs/reliability.md lists the scenarios, their invariants and the figures
+// of a run.
+package e2e

@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// A separate OS process (this test binary in helper mode) holds the locks
+// of segments 0–2 of a SKU, each inside an AllocateFunc whose business step
+// never ends, and allocates in a loop on segment 3; it is SIGKILLed mid-sale.
+//
+// Invariants:
+//   - buyers of this process on segments 4–7 are served while the helper
+//     holds its locks, and between the kill and the moment its locks are free;
+//   - each of the dead process's segment locks is acquired by another process
+//     within TTL + 1 s of the kill (plus freeTolerance for a loaded machine);
+//   - each allocation the helper had sent is either fully recorded (claim and
+//     order record written together, for its quantity, parts adding up) or
+//     absent, every one it had acknowledged is recorded, and the allocations
+//     whose steps never returned are absent;
+//   - the books balance.
+func TestKilledProcess(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	const sku, segs = "kill", 8
+	hold := []int{0, 1, 2}
+	// waiter queues for the held segments' locks and waits long enough for
+	// the lease to expire, rather than falling back to other places.
+	waiter := newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl), coordinator.WithWaitBudgets(30*time.Second, 50*time.Millisecond))
+	buyers := newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	if _, err := waiter.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: segs * 1000, Segments: segs, InitialFill: segs * 1000}); err != nil {
+		t.Fatal(err)
+	}
+
+	helper := startHelper(t, helperConfig{
+		Mode: "alloc", Endpoints: etcd.Endpoints(), TTLSec: int(ttl / time.Second), SKU: sku,
+		Hold:  hold,
+		Churn: []string{routeKeyFor(t, segs, 3), routeKeyFor(t, segs, 3) + "-b"},
+	})
+	waitFor(t, "the helper to hold its segments and acknowledge allocations", 60*time.Second, func() bool {
+		return helper.count("HOLD ") == len(hold) && helper.count("ACK ") >= 20
+	})
+
+	// Buyers on the other segments, bounded in count and by stop.
+	var served sync.Map // order → time served
+	var servedN atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	buyerErrs := make(chan error, 8)
+	for b := range 8 {
+		route := routeKeyFor(t, segs, 4+b%4)
+		wg.Go(func() {
+			for n := 0; n < 2000 && !stop.Load(); n++ {
+				order := fmt.Sprintf("buyer-%d-%d", b, n)
+				actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := buyers.Allocate(actx, sku, order, 1, route)
+				acancel()
+				if err != nil {
+					buyerErrs <- fmt.Errorf("buyer %d order %s: %w", b, order, err)
+					return
+				}
+				served.Store(order, time.Now())
+				servedN.Add(1)
+			}
+		})
+	}
+	waitFor(t, "buyers served while the helper holds its locks", 30*time.Second, func() bool { return servedN.Load() >= 20 })
+
+	// Queue behind each held lock before the kill, so that the acquisition
+	// is timed from the kill and not from a later lock call.
+	acquired := make([]time.Time, len(hold))
+	waitErrs := make([]error, len(hold))
+	var waiters sync.WaitGroup
+	for i, seg := range hold {
+		waiters.Go(func() {
+			_, waitErrs[i] = waiter.AllocateFunc(ctx, sku, fmt.Sprintf("after-kill-%d", seg), 1, routeKeyFor(t, segs, seg),
+				func(context.Context) error {
+					acquired[i] = time.Now()
+					return nil
+				})
+		})
+	}
+	for _, seg := range hold {
+		lockPfx := waiter.Keys().SegmentLock(sku, seg)
+		waitFor(t, fmt.Sprintf("a waiter queued on segment %d", seg), 30*time.Second, func() bool {
+			resp, err := waiter.Client().Get(ctx, lockPfx, clientv3WithPrefixCount()...)
+			return err == nil && resp.Count == 2
+		})
+	}
+
+	killedAt := helper.kill(t)
+	waiters.Wait()
+	var slowest time.Duration
+	for i, seg := range hold {
+		if waitErrs[i] != nil {
+			t.Fatalf("waiter on segment %d: %v", seg, waitErrs[i])
+		}
+		freed := acquired[i].Sub(killedAt)
+		t.Logf("segment %d: lock acquired by another process %v after the SIGKILL", seg, freed.Round(time.Millisecond))
+		slowest = max(slowest, freed)
+	}
+	lastFreed := killedAt.Add(slowest)
+	stop.Store(true)
+	wg.Wait()
+	close(buyerErrs)
+	for err := range buyerErrs {
+		t.Fatal(err)
+	}
+	duringOutage := 0
+	served.Range(func(_, v any) bool {
+		if at := v.(time.Time); at.After(killedAt) && at.Before(lastFreed) {
+			duringOutage++
+		}
+		return true
+	})
+	t.Logf("locks freed after %v at most (bound TTL + 1 s = %v, + tolerance %v); buyers on other segments served %d orders in all, %d between the kill and the last lock freed",
+		slowest.Round(time.Millisecond), ttl+time.Second, freeTolerance, servedN.Load(), duringOutage)
+	if slowest > ttl+time.Second+freeTolerance {
+		t.Errorf("the dead process's locks were freed %v after the kill, more than TTL + 1 s (+%v tolerance)", slowest, freeTolerance)
+	}
+	if duringOutage == 0 {
+		t.Error("no buyer on another segment was served between the kill and the locks being freed")
+	}
+
+	// Every allocation the helper sent is whole or absent.
+	sent := map[string]int64{}
+	acked := map[string]bool{}
+	for _, l := range helper.Lines() {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 3 && f[0] == "SENT":
+			q, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				t.Fatalf("helper line %q: %v", l, err)
+			}
+			sent[f[1]] = q
+		case len(f) == 3 && f[0] == "ACK":
+			acked[f[1]] = true
+		}
+	}
+	var recorded, absent, inFlightRecorded, inFlightAbsent int
+	for order, qty := range sent {
+		o, ok := orderState(t, waiter, sku, order)
+		switch {
+		case ok && o.Qty != qty:
+			t.Errorf("order %s recorded with qty %d, sent with %d", order, o.Qty, qty)
+		case !ok && acked[order]:
+			t.Errorf("order %s was acknowledged but is not recorded", order)
+		}
+		if ok {
+			recorded++
+			if !acked[order] {
+				inFlightRecorded++
+			}
+		} else {
+			absent++
+			inFlightAbsent++
+		}
+	}
+	for _, seg := range hold {
+		if _, ok := orderState(t, waiter, sku, fmt.Sprintf("hold-%d", seg)); ok {
+			t.Errorf("the allocation on segment %d whose step never returned is recorded", seg)
+		}
+	}
+	rep := mustAudit(t, waiter, sku)
+	t.Logf("helper: %d allocations sent, %d acknowledged; unacknowledged at the kill: %d recorded whole, %d absent, none half-applied; audit %+v",
+		len(sent), len(acked), inFlightRecorded, inFlightAbsent, *rep)
+	if len(acked) == 0 || recorded < len(acked) {
+		t.Fatalf("%d recorded of %d acknowledged", recorded, len(acked))
+	}
+}

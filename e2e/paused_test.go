@@ -1,0 +1,238 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// pausedRun is what one run of the paused-holder scenario counted.
+type pausedRun struct {
+	acked       int64 // increments acknowledged to their writer
+	final       int64 // the counter at the end
+	lost        int64 // acked − final
+	doubles     int64 // acknowledged writes of a value another acknowledged write had written
+	staleAcked  int   // the paused holders' late writes that were acknowledged
+	staleDenied int   // ... that etcd rejected
+}
+
+// Jepsen's scenario. A holder takes the lock, reads a counter, checks that
+// it still holds the lock, and is then frozen (its traffic blackholed, so it
+// can neither renew its 2 s lease nor write) until its lease has expired
+// and other holders have taken the lock and incremented the counter. Then
+// it wakes and writes what it computed before the pause.
+//
+// Invariant (fenced: every write is a Txn whose If is the lock's IsOwner):
+// 0 lost updates (the counter equals the acknowledged increments), 0 double
+// writes (no value written by two acknowledged writes), and every late write
+// of a woken holder is rejected.
+//
+// Control (the same writes guarded by the same lock, without the fence):
+// every late write is acknowledged, and each costs at least one
+// acknowledged update: it erases the increments made during the pause, or
+// a worker's write racing it erases the late write itself. Its value was
+// written before, so it is also a double write. The control must show at
+// least one lost update and one double write per pause, or the pause was
+// not injected.
+func TestPausedHolder(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fenced bool
+	}{
+		{"fenced", true},
+		{"unfenced control", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runPausedHolder(t, tc.fenced)
+			t.Logf("%s: %d acknowledged increments, counter %d: %d lost (%.1f%%), %d double writes; late writes of paused holders: %d acknowledged, %d rejected",
+				tc.name, r.acked, r.final, r.lost, 100*float64(r.lost)/float64(max(r.acked, 1)), r.doubles, r.staleAcked, r.staleDenied)
+			if tc.fenced {
+				if r.lost != 0 || r.doubles != 0 || r.staleAcked != 0 || r.staleDenied != pausedRounds {
+					t.Fatalf("fenced writes: %d lost updates, %d double writes, %d late writes acknowledged, %d rejected; want 0, 0, 0, %d",
+						r.lost, r.doubles, r.staleAcked, r.staleDenied, pausedRounds)
+				}
+				return
+			}
+			// The control must show the failure the fence prevents: if it
+			// does not, the pause was not injected.
+			if r.staleAcked != pausedRounds || r.lost < pausedRounds || r.doubles < pausedRounds {
+				t.Fatalf("unfenced control: %d late writes acknowledged, %d lost updates, %d double writes; want %d, ≥ %d, ≥ %d",
+					r.staleAcked, r.lost, r.doubles, pausedRounds, pausedRounds, pausedRounds)
+			}
+		})
+	}
+}
+
+const (
+	pausedRounds          = 3  // holders frozen per run
+	incrementsDuringPause = 5  // increments the others make before a frozen holder wakes
+	pausedWorkers         = 2  // other holders, each a coordinator of its own
+	maxWorkerIncrements   = 50 // per worker per round: bounds the load loop
+)
+
+func runPausedHolder(t *testing.T, fenced bool) pausedRun {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	raw := etcd.Client(t)
+	proxy := etcdtest.NewProxy(t, etcd.Endpoints()[0])
+	opts := []coordinator.Option{coordinator.WithSessionTTL(ttl), coordinator.WithReleaseTimeout(200 * time.Millisecond)}
+	victim := newCoord(t, []string{proxy.Endpoint()}, opts...)
+	workers := make([]*coordinator.Coordinator, pausedWorkers)
+	for i := range workers {
+		workers[i] = newCoord(t, etcd.Endpoints(), opts...)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const lockName, counter = "paused", "/e2e/paused/counter"
+
+	var mu sync.Mutex
+	written := map[int64]int{} // value → acknowledged writes of it
+	var acked atomic.Int64
+	ack := func(v int64) {
+		mu.Lock()
+		written[v]++
+		mu.Unlock()
+		acked.Add(1)
+	}
+	// write stores v under l: fenced or not. It reports whether the write
+	// was acknowledged.
+	write := func(ctx context.Context, cli *clientv3.Client, l *coordinator.Lock, v int64) (bool, error) {
+		if fenced {
+			tr, err := l.Txn(ctx).Then(clientv3.OpPut(counter, strconv.FormatInt(v, 10))).Commit()
+			return err == nil && tr.Succeeded, err
+		}
+		_, err := cli.Put(ctx, counter, strconv.FormatInt(v, 10))
+		return err == nil, err
+	}
+	read := func(ctx context.Context, cli *clientv3.Client) (int64, error) {
+		resp, err := cli.Get(ctx, counter)
+		if err != nil || len(resp.Kvs) == 0 {
+			return 0, err
+		}
+		return strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
+	}
+
+	// Workers increment while a round is open, at most maxWorkerIncrements
+	// each per round.
+	var round atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, pausedWorkers)
+	for _, w := range workers {
+		wg.Go(func() {
+			done := int64(-1)
+			n := 0
+			for !stop.Load() {
+				if r := round.Load(); r != done {
+					done, n = r, 0
+				}
+				if n >= maxWorkerIncrements {
+					time.Sleep(5 * time.Millisecond) // wait for the next round
+					continue
+				}
+				n++
+				if err := increment(ctx, w, lockName, read, write, ack); err != nil && ctx.Err() == nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+
+	var r pausedRun
+	for rd := range pausedRounds {
+		round.Store(int64(rd))
+		// The victim takes the lock (on a new session after the first
+		// round), reads, checks the lock, and freezes before writing.
+		var l *coordinator.Lock
+		retry(t, "victim lock", 30*time.Second, anyErr, func(actx context.Context) (err error) {
+			l, err = victim.Lock(actx, lockName)
+			return err
+		})
+		var v int64
+		retry(t, "victim read", 30*time.Second, anyErr, func(actx context.Context) (err error) {
+			v, err = read(actx, victim.Client())
+			return err
+		})
+		if l.Err() != nil {
+			t.Fatalf("round %d: the victim lost the lock before the pause: %v", rd, l.Err())
+		}
+		before := acked.Load()
+		proxy.Blackhole() // the pause: no keepalive, no write
+		waitFor(t, fmt.Sprintf("round %d: %d increments by others while the holder is frozen", rd, incrementsDuringPause),
+			30*time.Second, func() bool { return acked.Load()-before >= incrementsDuringPause })
+		proxy.Unblackhole() // it wakes and writes what it computed
+		var ok bool
+		retry(t, "victim late write", 30*time.Second, anyErr, func(actx context.Context) (err error) {
+			ok, err = write(actx, victim.Client(), l, v+1)
+			return err
+		})
+		if ok {
+			ack(v + 1)
+			r.staleAcked++
+		} else {
+			r.staleDenied++
+		}
+		uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := l.Unlock(uctx); err == nil {
+			t.Errorf("round %d: unlock after the pause succeeded; the lock cannot have been lost", rd)
+		}
+		ucancel()
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("worker: %v", err)
+	}
+
+	final, err := read(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.acked, r.final = acked.Load(), final
+	r.lost = r.acked - r.final
+	for _, n := range written {
+		r.doubles += int64(n - 1)
+	}
+	return r
+}
+
+// increment is one critical section: lock, read, check, write v+1, unlock.
+func increment(ctx context.Context, c *coordinator.Coordinator, name string,
+	read func(context.Context, *clientv3.Client) (int64, error),
+	write func(context.Context, *clientv3.Client, *coordinator.Lock, int64) (bool, error),
+	ack func(int64)) error {
+	l, err := c.Lock(ctx, name)
+	if err != nil {
+		if errors.Is(err, coordinator.ErrSessionLost) {
+			return nil // nothing was written; the next call starts a new session
+		}
+		return err
+	}
+	defer l.Unlock(context.WithoutCancel(ctx))
+	v, err := read(ctx, c.Client())
+	if err != nil {
+		return err
+	}
+	if l.Err() != nil {
+		return nil
+	}
+	ok, err := write(ctx, c.Client(), l, v+1)
+	if err != nil {
+		return err
+	}
+	if ok {
+		ack(v + 1)
+	}
+	return nil
+}
