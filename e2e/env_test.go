@@ -104,13 +104,22 @@ func mustAudit(t testing.TB, c *coordinator.Coordinator, sku string) *coordinato
 // routeKeyFor returns a route key that routes to segment seg of n.
 func routeKeyFor(t testing.TB, n, seg int) string {
 	t.Helper()
-	for i := range 1_000_000 {
-		if k := fmt.Sprintf("user-%d", i); segments.Route(k, n) == seg {
-			return k
+	return routeKeysFor(t, n, seg, 1)[0]
+}
+
+// routeKeysFor returns k distinct route keys that route to segment seg of n.
+func routeKeysFor(t testing.TB, n, seg, k int) []string {
+	t.Helper()
+	var keys []string
+	for i := 0; i < 1_000_000 && len(keys) < k; i++ {
+		if key := fmt.Sprintf("user-%d", i); segments.Route(key, n) == seg {
+			keys = append(keys, key)
 		}
 	}
-	t.Fatalf("no route key for segment %d of %d", seg, n)
-	return ""
+	if len(keys) < k {
+		t.Fatalf("no %d route keys for segment %d of %d", k, seg, n)
+	}
+	return keys
 }
 
 // orderState reads an order's claim and record directly from etcd.

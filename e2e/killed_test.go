@@ -45,7 +45,7 @@ func TestKilledProcess(t *testing.T) {
 	helper := startHelper(t, helperConfig{
 		Mode: "alloc", Endpoints: etcd.Endpoints(), TTLSec: int(ttl / time.Second), SKU: sku,
 		Hold:  hold,
-		Churn: []string{routeKeyFor(t, segs, 3), routeKeyFor(t, segs, 3) + "-b"},
+		Churn: routeKeysFor(t, segs, 3, 2),
 	})
 	waitFor(t, "the helper to hold its segments and acknowledge allocations", 60*time.Second, func() bool {
 		return helper.count("HOLD ") == len(hold) && helper.count("ACK ") >= 20
