@@ -38,7 +38,7 @@ func TestKilledProcess(t *testing.T) {
 	buyers := newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	if _, err := waiter.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: segs * 1000, Segments: segs, InitialFill: segs * 1000}); err != nil {
+	if _, err := waiter.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: segs * 5000, Segments: segs, InitialFill: segs * 5000}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -51,7 +51,9 @@ func TestKilledProcess(t *testing.T) {
 		return helper.count("HOLD ") == len(hold) && helper.count("ACK ") >= 20
 	})
 
-	// Buyers on the other segments, bounded in count and by stop.
+	// Buyers on the other segments, bounded in count (8 × 1000 orders of
+	// one unit: less than the 20,000 units of their segments, so they never
+	// need the held ones) and by stop.
 	var served sync.Map // order → time served
 	var servedN atomic.Int64
 	var stop atomic.Bool
@@ -60,7 +62,7 @@ func TestKilledProcess(t *testing.T) {
 	for b := range 8 {
 		route := routeKeyFor(t, segs, 4+b%4)
 		wg.Go(func() {
-			for n := 0; n < 2000 && !stop.Load(); n++ {
+			for n := 0; n < 1000 && !stop.Load(); n++ {
 				order := fmt.Sprintf("buyer-%d-%d", b, n)
 				actx, acancel := context.WithTimeout(ctx, 10*time.Second)
 				_, err := buyers.Allocate(actx, sku, order, 1, route)
@@ -82,8 +84,9 @@ func TestKilledProcess(t *testing.T) {
 	waitErrs := make([]error, len(hold))
 	var waiters sync.WaitGroup
 	for i, seg := range hold {
+		route := routeKeyFor(t, segs, seg)
 		waiters.Go(func() {
-			_, waitErrs[i] = waiter.AllocateFunc(ctx, sku, fmt.Sprintf("after-kill-%d", seg), 1, routeKeyFor(t, segs, seg),
+			_, waitErrs[i] = waiter.AllocateFunc(ctx, sku, fmt.Sprintf("after-kill-%d", seg), 1, route,
 				func(context.Context) error {
 					acquired[i] = time.Now()
 					return nil

@@ -63,8 +63,9 @@ func TestClientPartition(t *testing.T) {
 	}
 	inStep := make(chan struct{})
 	allocErr := make(chan error, 1)
+	route := routeKeyFor(t, segs, 0)
 	go func() {
-		_, err := a.AllocateFunc(ctx, sku, "a-in-flight", 1, routeKeyFor(t, segs, 0), func(sctx context.Context) error {
+		_, err := a.AllocateFunc(ctx, sku, "a-in-flight", 1, route, func(sctx context.Context) error {
 			close(inStep)
 			<-sctx.Done() // a long business step, cut short by the lost lock
 			return context.Cause(sctx)

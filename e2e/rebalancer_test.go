@@ -14,7 +14,9 @@ import (
 
 // The leading rebalancer is taken out mid-sale (30% sold, 40 buyers, most
 // of the stock still in the pool): its process is SIGKILLed, or its lease
-// revoked. A second rebalancer waits in the election.
+// revoked. A second rebalancer waits in the election. (Buyers that reach
+// 50% wait for it to lead, so that the sale cannot end before it has
+// anything to do.)
 //
 // Invariants:
 //   - the waiting rebalancer leads within the TTL of the fault (+1 s, and
@@ -75,7 +77,9 @@ func runRebalancerFailover(t *testing.T, kill bool) {
 	r2, stop2 := startRebalancer(t, newCoord(t, etcd.Endpoints(), opts...), cfg(second))
 
 	buyers := []*coordinator.Coordinator{newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...)}
-	gate := newFaultGate(total, 0.3)
+	// The fault at 30% sold; buyers held at 50% until the successor leads,
+	// so that it finds the pool still stocked and has work to do.
+	gate := newFaultGate(total, 0.3, 0.5)
 	wait := startSale(t, saleConfig(40, gatedBuy(gate, sku, buyers)))
 	waitFor(t, "30% of the stock sold", 60*time.Second, func() bool { return gate.reached(0) })
 	if r2.Leader() {
@@ -97,6 +101,8 @@ func runRebalancerFailover(t *testing.T, kill bool) {
 	gate.open(0)
 	waitFor(t, "the second rebalancer to lead", 30*time.Second, r2.Leader)
 	took := time.Since(faultAt)
+	waitFor(t, "50% of the stock sold", 60*time.Second, func() bool { return gate.reached(1) })
+	gate.open(1)
 	res, err := wait()
 	if err != nil {
 		t.Fatal(err)
