@@ -27,7 +27,10 @@ var ErrFenced = errors.New("coordinator: fence compare failed")
 // The move is one transaction fenced by the pool's lock and by fence (the
 // rebalancer passes its leadership compare). It returns what was moved into
 // each segment and the commit revision; with nothing to move (an empty
-// pool) it returns an empty map and revision 0.
+// pool) it returns an empty map and revision 0. Once the transaction is
+// sent, cancelling ctx does not abandon it: Refill waits for etcd's answer
+// (at most the commit timeout), so an error means nothing moved unless
+// etcd could not be reached at all.
 func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
 	info, err := c.sku(ctx, sku)
 	if err != nil {
@@ -81,7 +84,9 @@ func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64
 		}
 		pool.delta = left - pool.value
 		ops = append(ops, pool.ops()...)
-		resp, err := c.client.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(pool.h.own.key)).Commit()
+		resp, err := c.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return c.client.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(pool.h.own.key)).Commit()
+		})
 		if err != nil {
 			pool.invalidate()
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
@@ -105,7 +110,8 @@ func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64
 // sku's pool, in one transaction fenced by the pool's lock, the segment's
 // lock and fence. It takes the pool's lock and then waits at most wait for
 // the segment's (the global lock order); a segment busy for that long is
-// not idle, and Drain returns ErrLocked without moving anything.
+// not idle, and Drain returns ErrLocked without moving anything. As with
+// Refill, a sent transaction is not abandoned when ctx is cancelled.
 func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.Duration, fence ...clientv3.Cmp) (int64, int64, error) {
 	info, err := c.sku(ctx, sku)
 	if err != nil {
@@ -139,8 +145,10 @@ func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.
 		sp.delta, pool.delta = -moved, moved
 		cmps := append(append(pool.cmps(), sp.cmps()...), fence...)
 		ops := append(pool.ops(), sp.ops()...)
-		resp, err := c.client.Txn(ctx).If(cmps...).Then(ops...).
-			Else(clientv3.OpGet(pool.h.own.key), clientv3.OpGet(sp.h.own.key)).Commit()
+		resp, err := c.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return c.client.Txn(ctx).If(cmps...).Then(ops...).
+				Else(clientv3.OpGet(pool.h.own.key), clientv3.OpGet(sp.h.own.key)).Commit()
+		})
 		if err != nil {
 			pool.invalidate()
 			sp.invalidate()
@@ -161,6 +169,21 @@ func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.
 		sp.invalidate()
 	}
 	return 0, 0, fmt.Errorf("drain %s: %w", sku, errContention)
+}
+
+// commitMove sends a move's transaction on a context that the caller's
+// cancellation does not reach, bounded by the commit timeout. A move whose
+// Txn was sent and then abandoned might have committed unseen, and its
+// caller (the rebalancer) would neither report it nor know the books
+// changed; waiting for the answer keeps "an error means nothing moved"
+// true except when etcd itself cannot be reached.
+func (c *Coordinator) commitMove(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // not sent: nothing moved
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.commitTimeout)
+	defer cancel()
+	return commit(cctx)
 }
 
 // checkFence reports ErrFenced if the fence compares fail now.

@@ -44,7 +44,10 @@ func (l *moveLog) snapshot() []rebalance.Move {
 }
 
 // startRebalancer runs a rebalancer until the test ends.
-func startRebalancer(t *testing.T, c *coordinator.Coordinator, cfg rebalance.Config) *rebalance.Rebalancer {
+// startRebalancer runs a rebalancer until the test ends or until the
+// returned stop is called; stop returns once Run has returned, so no move
+// commits after it.
+func startRebalancer(t *testing.T, c *coordinator.Coordinator, cfg rebalance.Config) (*rebalance.Rebalancer, func()) {
 	t.Helper()
 	r, err := rebalance.New(c, cfg)
 	if err != nil {
@@ -56,11 +59,12 @@ func startRebalancer(t *testing.T, c *coordinator.Coordinator, cfg rebalance.Con
 		defer close(done)
 		_ = r.Run(ctx)
 	}()
-	t.Cleanup(func() {
+	stop := func() {
 		cancel()
 		<-done
-	})
-	return r
+	}
+	t.Cleanup(stop)
+	return r, stop
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -163,6 +167,7 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 	const ttl = 2 * time.Second
 	cs := make([]*coordinator.Coordinator, 3)
 	rs := make([]*rebalance.Rebalancer, 3)
+	stops := make([]func(), 3)
 	var log moveLog
 	for i := range cs {
 		cs[i] = newCoordinator(t, etcd, coordinator.WithSessionTTL(ttl))
@@ -173,7 +178,7 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range cs {
-		rs[i] = startRebalancer(t, cs[i], rebalance.Config{Identity: fmt.Sprintf("r%d", i), OnMove: log.add, SweepInterval: 200 * time.Millisecond})
+		rs[i], stops[i] = startRebalancer(t, cs[i], rebalance.Config{Identity: fmt.Sprintf("r%d", i), OnMove: log.add, SweepInterval: 200 * time.Millisecond})
 	}
 	waitFor(t, "a leader", func() bool { return rs[0].Leader() || rs[1].Leader() || rs[2].Leader() })
 	leader := -1
@@ -239,6 +244,11 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 	})
 	stop.Store(true)
 	wg.Wait()
+	// Stop every rebalancer before reading the log and the books: a refill
+	// committed after the log was read would look like stock gone missing.
+	for _, s := range stops {
+		s()
+	}
 
 	moves := log.snapshot()
 	revs := map[int64]bool{}

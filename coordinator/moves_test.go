@@ -1,0 +1,150 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// cancelAfterWrite is a gRPC interceptor that models a caller's ctx being
+// cancelled while a write's reply is on its way: once armed, the first Txn
+// that writes a key with the given prefix is sent and committed, then the
+// caller's cancel runs, and the reply is dropped if that cancel reached the
+// call's ctx.
+type cancelAfterWrite struct {
+	mu     sync.Mutex
+	prefix string
+	cancel context.CancelFunc
+	fired  bool
+}
+
+func (c *cancelAfterWrite) arm(prefix string, cancel context.CancelFunc) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prefix, c.cancel, c.fired = prefix, cancel, false
+}
+
+func (c *cancelAfterWrite) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	txn, ok := req.(*etcdserverpb.TxnRequest)
+	if !ok || err != nil || !c.take(txn) {
+		return err
+	}
+	c.cancel()
+	return ctx.Err() // a cancelled call never sees its reply
+}
+
+// take reports whether txn writes under the armed prefix, at most once per arming.
+func (c *cancelAfterWrite) take(txn *etcdserverpb.TxnRequest) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancel == nil || c.fired {
+		return false
+	}
+	for _, op := range txn.Success {
+		if put := op.GetRequestPut(); put != nil && strings.HasPrefix(string(put.Key), c.prefix) {
+			c.fired = true
+			return true
+		}
+	}
+	return false
+}
+
+// Invariant: a move whose caller cancels its ctx after the transaction was
+// sent reports what etcd did. A committed move is returned as a success
+// with its revision (the rebalancer reports it and no refill goes
+// unrecorded); the books balance either way.
+func TestMoveOutcomeSurvivesCancel(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	var hook cancelAfterWrite
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   etcd.Endpoints(),
+		DialTimeout: 10 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(hook.intercept)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	c, err := coordinator.New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.CreateSKU(t.Context(), "m", coordinator.SKUConfig{Total: 100, Segments: 2, InitialFill: 20}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name     string
+		prefix   string // the key the move's commit writes
+		move     func(ctx context.Context) (int64, int64, error)
+		poolGain int64
+	}{
+		{"refill", c.Keys().Inbox("m", 0), func(ctx context.Context) (int64, int64, error) {
+			moved, rev, err := c.Refill(ctx, "m", map[int]int64{0: 7})
+			return moved[0], rev, err
+		}, -7},
+		{"drain", c.Keys().Pool("m"), func(ctx context.Context) (int64, int64, error) {
+			return c.Drain(ctx, "m", 1, time.Second)
+		}, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := auditOK(t, c)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			hook.arm(tc.prefix, cancel)
+			moved, rev, err := tc.move(ctx)
+			if err != nil {
+				t.Fatalf("the move committed but returned %v", err)
+			}
+			if ctx.Err() == nil {
+				t.Fatal("the interceptor never cancelled the move's ctx: the test proves nothing")
+			}
+			after := auditOK(t, c)
+			if got := after.Pool - before.Pool; got != tc.poolGain || rev == 0 || moved != abs(tc.poolGain) {
+				t.Fatalf("returned %d moved at revision %d; the pool changed by %d, want %d", moved, rev, got, tc.poolGain)
+			}
+		})
+	}
+
+	// A ctx cancelled before the move is sent moves nothing.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	before := auditOK(t, c)
+	if _, _, err := c.Refill(ctx, "m", map[int]int64{0: 1}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("refill on a cancelled ctx: %v", err)
+	}
+	if after := auditOK(t, c); after.Pool != before.Pool {
+		t.Fatalf("a cancelled refill moved stock: pool %d -> %d", before.Pool, after.Pool)
+	}
+}
+
+func auditOK(t *testing.T, c *coordinator.Coordinator) *coordinator.AuditReport {
+	t.Helper()
+	rep, err := c.Audit(context.Background(), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK {
+		t.Fatalf("audit %+v", rep)
+	}
+	return rep
+}
+
+func abs(n int64) int64 {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
