@@ -124,19 +124,20 @@ func (p *Proxy) BlackholeReplies() {
 	p.srv.BlackholeRx()
 }
 
-// CutReplies corrupts every byte etcd sends to clients, so that a client's
-// connection fails (gRPC reports a protocol error and drops it) as soon as
-// the next reply arrives: the request that reply answers was applied, and
-// the caller sees a dropped connection instead of the answer. New
-// connections fail the same way until Heal.
+// CutReplies loses the reply of the next request: from the first frame
+// etcd sends in answer to a request sent after the call, it corrupts every
+// byte etcd sends to clients, so that the client's connection fails (gRPC
+// reports a protocol error and drops it) instead of delivering the answer.
+// The request was applied; its caller sees a dropped connection. Frames
+// etcd sends before that answer (an earlier reply's tail, flow control,
+// keepalive answers on older streams) pass unharmed: breaking the
+// connection on one of them would stop the request from reaching etcd.
+// New connections fail the same way until Heal. It needs plaintext HTTP/2
+// (the proxy reads the frame headers) and one client connection.
 func (p *Proxy) CutReplies() {
-	p.srv.ModifyRx(func(b []byte) []byte {
-		bad := make([]byte, len(b))
-		for i := range bad {
-			bad[i] = 0xff
-		}
-		return bad
-	})
+	r := newReplyCutter()
+	p.srv.ModifyTx(r.sent)
+	p.srv.ModifyRx(r.received)
 }
 
 // Heal undoes every fault: Blackhole, BlackholeReplies and CutReplies.
