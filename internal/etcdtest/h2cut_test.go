@@ -30,7 +30,7 @@ func chunks(b []byte, n int) [][]byte {
 func TestH2FramesScan(t *testing.T) {
 	stream := bytes.Join([][]byte{
 		[]byte(h2ClientPreface),
-		h2Frame(0x4, 0, ""),                   // SETTINGS
+		h2Frame(0x4, 0, ""),                    // SETTINGS
 		h2Frame(h2FrameHeaders, 1, "PRI *hdr"), // payload starting like the preface
 		h2Frame(h2FrameData, 1, string(h2Frame(h2FrameHeaders, 9, "x"))),
 		h2Frame(0x8, 0, "wind"), // WINDOW_UPDATE
