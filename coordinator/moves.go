@@ -171,17 +171,18 @@ func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.
 	return 0, 0, fmt.Errorf("drain %s: %w", sku, errContention)
 }
 
-// commitMove sends a move's transaction on a context that the caller's
-// cancellation does not reach, bounded by the commit timeout. A move whose
-// Txn was sent and then abandoned might have committed unseen, and its
-// caller (the rebalancer) would neither report it nor know the books
-// changed; waiting for the answer keeps "an error means nothing moved"
-// true except when etcd itself cannot be reached.
+// commitMove sends a move's transaction the way group commits are sent: on
+// the coordinator's own context (ended only by Close), bounded by the commit
+// timeout, never on the caller's. A move whose Txn was sent and then
+// abandoned might have committed unseen, and its caller (the rebalancer)
+// would neither report it nor know the books changed; waiting for the
+// answer keeps "an error means nothing moved" true except when etcd itself
+// cannot be reached.
 func (c *Coordinator) commitMove(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // not sent: nothing moved
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.opts.commitTimeout)
+	cctx, cancel := context.WithTimeout(c.bgCtx, c.opts.commitTimeout)
 	defer cancel()
 	return commit(cctx)
 }

@@ -43,7 +43,6 @@ func (l *moveLog) snapshot() []rebalance.Move {
 	return append([]rebalance.Move(nil), l.moves...)
 }
 
-// startRebalancer runs a rebalancer until the test ends.
 // startRebalancer runs a rebalancer until the test ends or until the
 // returned stop is called; stop returns once Run has returned, so no move
 // commits after it.

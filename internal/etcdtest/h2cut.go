@@ -4,22 +4,24 @@ import (
 	"bytes"
 	"encoding/binary"
 	"sync"
+
+	"golang.org/x/net/http2"
 )
 
 // HTTP/2 frame layout (RFC 9113 §4.1): a 9-byte header of length (24 bits),
 // type, flags and stream ID (31 bits), then length bytes of payload. A
-// client connection opens with a 24-byte preface.
+// client connection opens with http2.ClientPreface.
 const (
 	h2HeaderLen     = 9
-	h2FrameData     = 0x0
-	h2FrameHeaders  = 0x1
-	h2ClientPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+	h2FrameData     = byte(http2.FrameData)
+	h2FrameHeaders  = byte(http2.FrameHeaders)
+	h2ClientPreface = http2.ClientPreface
 )
 
 // h2Frames follows the frame boundaries of one direction of a plaintext
 // HTTP/2 connection, across the chunks the proxy copies.
 type h2Frames struct {
-	hdr  []byte // a frame header (or the preface) read in part so far
+	hdr  []byte // a frame header read in part so far
 	skip int    // payload bytes of the current frame still to pass
 }
 
