@@ -92,6 +92,11 @@ type Config struct {
 	// ClientCertAuth makes the member require a client certificate signed
 	// by TrustedCAFile (which it needs).
 	ClientCertAuth bool
+
+	// GRPCServerOptions are added to the member's client gRPC servers: for
+	// tests that inject faults into real server traffic (an interceptor
+	// answering as another etcd version would).
+	GRPCServerOptions []grpc.ServerOption
 }
 
 // Server is a running embedded etcd member.
@@ -349,6 +354,7 @@ func embedConfig(cfg Config, clientAddr, peerAddr string, lg *zap.Logger, grpcs 
 		}
 	}
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ec.GRPCAdditionalServerOptions = cfg.GRPCServerOptions
 	if cfg.AutoCompactionRetention != "" {
 		ec.AutoCompactionMode = embed.CompactorModePeriodic
 		ec.AutoCompactionRetention = cfg.AutoCompactionRetention

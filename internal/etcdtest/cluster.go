@@ -56,12 +56,13 @@ func NewCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	initial := strings.Join(peers, ",")
 	for i := range n {
 		c.cfgs[i] = embedetcd.Config{
-			Dir:            dirs[i],
-			Name:           fmt.Sprintf("m%d", i),
-			ClientAddr:     fmt.Sprintf("127.0.0.1:%d", ports[i]),
-			PeerAddr:       fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
-			InitialCluster: initial,
-			UnsafeNoFsync:  o.noFsync,
+			Dir:               dirs[i],
+			Name:              fmt.Sprintf("m%d", i),
+			ClientAddr:        fmt.Sprintf("127.0.0.1:%d", ports[i]),
+			PeerAddr:          fmt.Sprintf("127.0.0.1:%d", ports[n+i]),
+			InitialCluster:    initial,
+			UnsafeNoFsync:     o.noFsync,
+			GRPCServerOptions: o.grpcOptions,
 		}
 		c.endpoints[i] = fmt.Sprintf("http://127.0.0.1:%d", ports[i])
 	}

@@ -1,16 +1,26 @@
 package etcdtest
 
+import "google.golang.org/grpc"
+
 // Option configures NewSingle and NewCluster.
 type Option func(*options)
 
 type options struct {
-	noFsync bool
+	noFsync     bool
+	grpcOptions []grpc.ServerOption
 }
 
 // WithNoFsync turns off fsync in the members. Tests get faster, and a crash
 // of the test process could lose writes, which tests do not care about.
 func WithNoFsync() Option {
 	return func(o *options) { o.noFsync = true }
+}
+
+// WithGRPCServerOptions adds options to the members' client gRPC servers,
+// e.g. an interceptor that injects the answers of another etcd version into
+// real traffic.
+func WithGRPCServerOptions(opts ...grpc.ServerOption) Option {
+	return func(o *options) { o.grpcOptions = append(o.grpcOptions, opts...) }
 }
 
 func buildOptions(opts []Option) options {
