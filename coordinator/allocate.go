@@ -119,7 +119,7 @@ func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allo
 		// order a round trip while others wait for it). A duplicate
 		// racing the first application may still run the step; the
 		// commit's order-ID compare lets only one deduct.
-		idx, err := c.client.Get(ctx, c.keys.OrderID(req.order))
+		idx, err := c.kv.Get(ctx, c.keys.OrderID(req.order))
 		if err != nil {
 			return nil, err
 		}

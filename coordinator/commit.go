@@ -66,7 +66,7 @@ func (c *Coordinator) commitOrder(ctx context.Context, held []*heldPlace, req *a
 		ops = append(ops, c.orderPuts(req, parts)...)
 		diag = append(diag, clientv3.OpGet(c.keys.OrderID(req.order)))
 
-		resp, err := c.client.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
+		resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
 		if err != nil {
 			for _, hp := range held {
 				hp.invalidate()

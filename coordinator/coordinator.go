@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/stockctl/stockctl/internal/etcdcall"
 	"github.com/stockctl/stockctl/internal/keys"
 )
 
@@ -23,9 +24,14 @@ import (
 // every waiter fails with ErrSessionLost; the next call starts a new session.
 type Coordinator struct {
 	client *clientv3.Client
-	keys   keys.Space
-	opts   options
-	log    *slog.Logger
+	// kv is client's KV through etcdcall: no call sends its caller's
+	// deadline to the server, so that the end of a wait budget or of the
+	// caller's ctx is recognised whatever the server answers (etcd 3.4
+	// answers an expired deadline with an error of its own).
+	kv   clientv3.KV
+	keys keys.Space
+	opts options
+	log  *slog.Logger
 
 	// sessSem serialises session creation without holding mu across the
 	// Grant round trip, and lets a waiter give up when its ctx ends.
@@ -65,6 +71,7 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 	bgCtx, bgStop := context.WithCancel(context.Background())
 	c := &Coordinator{
 		client:  client,
+		kv:      etcdcall.KV(client),
 		keys:    space,
 		opts:    o,
 		log:     o.logger,
@@ -79,6 +86,13 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 
 // Client is the etcd client the coordinator uses.
 func (c *Coordinator) Client() *clientv3.Client { return c.client }
+
+// KV is the coordinator's view of the client's KV: no call made through it
+// sends its caller's deadline to the server (it is cancelled when the
+// caller's ctx ends instead), and the end of the caller's ctx reads as the
+// ctx's cause whatever the server answered. Packages that build on the
+// coordinator use it for their own reads and fenced writes.
+func (c *Coordinator) KV() clientv3.KV { return c.kv }
 
 // Prefix is the etcd key prefix the coordinator works under.
 func (c *Coordinator) Prefix() string { return c.keys.Prefix() }
@@ -149,7 +163,11 @@ func (c *Coordinator) session(ctx context.Context) (*concurrency.Session, error)
 	// Grant with the caller's ctx: concurrency.NewSession would grant with
 	// the client's ctx, which no caller can bound.
 	ttl := int64(c.opts.sessionTTL / time.Second)
-	lease, err := c.client.Grant(ctx, ttl)
+	var lease *clientv3.LeaseGrantResponse
+	err := etcdcall.Run(ctx, func(ctx context.Context) (err error) {
+		lease, err = c.client.Grant(ctx, ttl)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: start session: grant lease: %w", err)
 	}
@@ -232,7 +250,10 @@ func (c *Coordinator) revokeInBackground(id clientv3.LeaseID) {
 	c.goBackground(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
 		defer cancel()
-		if _, err := c.client.Revoke(ctx, id); err != nil {
+		if err := etcdcall.Run(ctx, func(ctx context.Context) error {
+			_, err := c.client.Revoke(ctx, id)
+			return err
+		}); err != nil {
 			c.log.Debug("revoke of a lost lease failed; it expires by itself", "lease", fmt.Sprintf("%x", int64(id)), "err", err)
 		}
 	})

@@ -83,7 +83,7 @@ func (c *Coordinator) lockKey(ctx context.Context, sess *concurrency.Session, pf
 // reusing it would hand its old fencing token to a new holder.
 func (c *Coordinator) putWaiterKey(ctx context.Context, sess *concurrency.Session, pfx, key string) (myRev, ownerRev int64, err error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		resp, err := c.client.Txn(ctx).
+		resp, err := c.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
 				clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
@@ -118,7 +118,7 @@ func (c *Coordinator) waitPredecessors(ctx context.Context, sess *concurrency.Se
 
 	predecessor := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))
 	for {
-		resp, err := c.client.Txn(wctx).
+		resp, err := c.kv.Txn(wctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
 			Then(clientv3.OpGet(pfx, predecessor...)).
 			Commit()
@@ -163,7 +163,7 @@ func (c *Coordinator) waitDelete(ctx context.Context, key string, createRev, rea
 			if wr.Header.Revision > readRev {
 				// Something was written since the read: the delete may be
 				// among it, before the watch's start.
-				resp, err := c.client.Get(wctx, key, clientv3.WithKeysOnly())
+				resp, err := c.kv.Get(wctx, key, clientv3.WithKeysOnly())
 				if err != nil {
 					return err
 				}
@@ -249,7 +249,7 @@ func (c *Coordinator) removeFailed(sess *concurrency.Session, key string, rev in
 // had been lost, and another process may have held the lock meanwhile.
 func (c *Coordinator) releaseKey(ctx context.Context, sess *concurrency.Session, key string, rev int64) (gone bool, err error) {
 	dctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
-	resp, err := c.client.Txn(dctx).
+	resp, err := c.kv.Txn(dctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).
 		Commit()
@@ -263,7 +263,7 @@ func (c *Coordinator) releaseKey(ctx context.Context, sess *concurrency.Session,
 func (c *Coordinator) deleteGuarded(ctx context.Context, key string, rev int64) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
 	defer cancel()
-	_, err := c.client.Txn(ctx).
+	_, err := c.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).
 		Commit()
@@ -288,7 +288,7 @@ func (c *Coordinator) scrubKey(sess *concurrency.Session, pfx, key string) {
 				return
 			}
 			rctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
-			resp, err := c.client.Get(rctx, key)
+			resp, err := c.kv.Get(rctx, key)
 			cancel()
 			if err != nil || len(resp.Kvs) == 0 {
 				continue

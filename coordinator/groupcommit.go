@@ -168,7 +168,7 @@ func (c *Coordinator) commitGroup(hp *heldPlace, batch []*pendingAlloc) {
 			ops = append(ops, c.orderPuts(a.req, parts[i])...)
 			diag = append(diag, clientv3.OpGet(c.keys.OrderID(a.req.order)))
 		}
-		resp, err := c.client.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
+		resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
 		if err != nil {
 			hp.invalidate()
 			resolveAll(failed(err))

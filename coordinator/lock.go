@@ -8,6 +8,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/etcdcall"
 )
 
 // MaxLockNameLen is the longest lock name, in bytes.
@@ -95,8 +97,10 @@ func (c *Coordinator) lockPrefix(ctx context.Context, pfx string, wait time.Dura
 	}
 	actx := ctx
 	if wait > 0 {
+		// A budget, not a deadline: etcd must never answer for it (see
+		// etcdcall), and its end must read as ErrLocked.
 		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeoutCause(ctx, wait, ErrLocked)
+		actx, cancel = etcdcall.Budget(ctx, wait, ErrLocked)
 		defer cancel()
 	}
 	h, err := q.acquire(actx, abort, wait == 0)
@@ -192,7 +196,7 @@ func (h *hold) isOwner() clientv3.Cmp {
 // so the Then branch commits only while the lock is held. A response with
 // Succeeded false and no failing cmp of the caller's means the lock was lost.
 func (l *Lock) Txn(ctx context.Context, cmps ...clientv3.Cmp) clientv3.Txn {
-	return l.h.q.c.client.Txn(ctx).If(append([]clientv3.Cmp{l.IsOwner()}, cmps...)...)
+	return l.h.q.c.kv.Txn(ctx).If(append([]clientv3.Cmp{l.IsOwner()}, cmps...)...)
 }
 
 // ValidateLockName checks a lock name: 1 to MaxLockNameLen bytes of

@@ -56,7 +56,7 @@ func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64
 		for j, i := range targets {
 			reads[j] = clientv3.OpGet(c.keys.Inbox(sku, i))
 		}
-		inboxes, err := c.client.Txn(ctx).Then(reads...).Commit()
+		inboxes, err := c.kv.Txn(ctx).Then(reads...).Commit()
 		if err != nil {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 		}
@@ -85,7 +85,7 @@ func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64
 		pool.delta = left - pool.value
 		ops = append(ops, pool.ops()...)
 		resp, err := c.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-			return c.client.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(pool.h.own.key)).Commit()
+			return c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(pool.h.own.key)).Commit()
 		})
 		if err != nil {
 			pool.invalidate()
@@ -146,7 +146,7 @@ func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.
 		cmps := append(append(pool.cmps(), sp.cmps()...), fence...)
 		ops := append(pool.ops(), sp.ops()...)
 		resp, err := c.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-			return c.client.Txn(ctx).If(cmps...).Then(ops...).
+			return c.kv.Txn(ctx).If(cmps...).Then(ops...).
 				Else(clientv3.OpGet(pool.h.own.key), clientv3.OpGet(sp.h.own.key)).Commit()
 		})
 		if err != nil {
@@ -192,7 +192,7 @@ func (c *Coordinator) checkFence(ctx context.Context, fence []clientv3.Cmp) erro
 	if len(fence) == 0 {
 		return nil
 	}
-	resp, err := c.client.Txn(ctx).If(fence...).Commit()
+	resp, err := c.kv.Txn(ctx).If(fence...).Commit()
 	if err != nil {
 		return err
 	}

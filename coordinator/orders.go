@@ -33,7 +33,7 @@ func (c *Coordinator) replay(ctx context.Context, req *allocReq, idx *mvccpb.Key
 // readOrder reads and decodes an order record.
 func (c *Coordinator) readOrder(ctx context.Context, sku, order string) (segments.Order, *mvccpb.KeyValue, error) {
 	key := c.keys.Order(sku, order)
-	resp, err := c.client.Get(ctx, key)
+	resp, err := c.kv.Get(ctx, key)
 	if err != nil {
 		return segments.Order{}, nil, fmt.Errorf("read order: %w", err)
 	}

@@ -111,7 +111,7 @@ func (hp *heldPlace) load(ctx context.Context, inbox bool) error {
 	if inbox && hp.inKey != "" {
 		ops = append(ops, clientv3.OpGet(hp.inKey))
 	}
-	resp, err := hp.c.client.Txn(ctx).Then(ops...).Commit()
+	resp, err := hp.c.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", hp.key, err)
 	}

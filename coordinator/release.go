@@ -109,7 +109,7 @@ func (c *Coordinator) releaseOnce(ctx context.Context, info *skuInfo, order stri
 	orderKey := string(kv.Key)
 	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(orderKey), "=", kv.ModRevision))
 	ops = append(ops, clientv3.OpPut(orderKey, segments.EncodeOrder(o)))
-	resp, err := c.client.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
+	resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
 	if err != nil {
 		for _, hp := range held {
 			hp.invalidate()

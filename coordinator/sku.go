@@ -77,7 +77,7 @@ func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) 
 		RefillBatch: cfg.RefillBatch, Creating: true, Created: time.Now().UTC().Truncate(time.Second),
 	}
 	metaKey := c.keys.Meta(sku)
-	resp, err := c.client.Txn(ctx).
+	resp, err := c.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(metaKey), "=", 0)).
 		Then(clientv3.OpPut(metaKey, segments.EncodeMeta(meta)),
 			clientv3.OpPut(c.keys.Pool(sku), segments.EncodeCounter(cfg.Total))).
@@ -103,7 +103,7 @@ func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) 
 		return segments.Meta{}, fmt.Errorf("create %s: %w", sku, err)
 	}
 	meta.Creating = false
-	done, err := c.client.Txn(ctx).
+	done, err := c.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(metaKey), "=", metaRev)).
 		Then(clientv3.OpPut(metaKey, segments.EncodeMeta(meta))).
 		Commit()
@@ -135,7 +135,7 @@ func (c *Coordinator) fillSegments(ctx context.Context, sku string, cfg SKUConfi
 		if err != nil {
 			return err
 		}
-		poolResp, err := c.client.Get(ctx, c.keys.Pool(sku))
+		poolResp, err := c.kv.Get(ctx, c.keys.Pool(sku))
 		if err != nil {
 			return err
 		}
@@ -158,7 +158,7 @@ func (c *Coordinator) fillSegments(ctx context.Context, sku string, cfg SKUConfi
 			return fmt.Errorf("%w: pool of %s holds less than the initial fill", ErrCorrupt, sku)
 		}
 		ops = append(ops, clientv3.OpPut(c.keys.Pool(sku), segments.EncodeCounter(pool)))
-		resp, err := c.client.Txn(ctx).
+		resp, err := c.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(metaKey), "=", metaRev),
 				clientv3.Compare(clientv3.ModRevision(c.keys.Pool(sku)), "=", poolMod)).
 			Then(ops...).Commit()
@@ -167,7 +167,7 @@ func (c *Coordinator) fillSegments(ctx context.Context, sku string, cfg SKUConfi
 		}
 		if !resp.Succeeded {
 			// A concurrent resumption moved stock or finished: re-read.
-			m, err := c.client.Get(ctx, metaKey)
+			m, err := c.kv.Get(ctx, metaKey)
 			if err != nil {
 				return err
 			}
@@ -204,7 +204,7 @@ func (c *Coordinator) Meta(ctx context.Context, sku string) (segments.Meta, int6
 		return segments.Meta{}, 0, err
 	}
 	key := c.keys.Meta(sku)
-	resp, err := c.client.Get(ctx, key)
+	resp, err := c.kv.Get(ctx, key)
 	if err != nil {
 		return segments.Meta{}, 0, fmt.Errorf("read meta of %s: %w", sku, err)
 	}
@@ -223,7 +223,7 @@ func (c *Coordinator) Meta(ctx context.Context, sku string) (segments.Meta, int6
 
 // SKUs lists the SKUs whose creation has completed, in name order.
 func (c *Coordinator) SKUs(ctx context.Context) ([]string, error) {
-	resp, err := c.client.Get(ctx, c.keys.MetaPrefix(), clientv3.WithPrefix())
+	resp, err := c.kv.Get(ctx, c.keys.MetaPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("list SKUs: %w", err)
 	}
@@ -277,7 +277,7 @@ func (c *Coordinator) Restock(ctx context.Context, sku string, qty int64) (*Rest
 		}
 		hp.delta = qty
 		meta.Total += qty
-		resp, err := c.client.Txn(ctx).
+		resp, err := c.kv.Txn(ctx).
 			If(append(hp.cmps(), clientv3.Compare(clientv3.ModRevision(c.keys.Meta(sku)), "=", metaRev))...).
 			Then(append(hp.ops(), clientv3.OpPut(c.keys.Meta(sku), segments.EncodeMeta(meta)))...).
 			Else(clientv3.OpGet(hp.h.own.key)).
@@ -315,7 +315,7 @@ func (c *Coordinator) SetPolicy(ctx context.Context, sku string, lowWatermark, r
 		if err := meta.Validate(); err != nil {
 			return fmt.Errorf("set policy of %s: %w", sku, err)
 		}
-		resp, err := c.client.Txn(ctx).
+		resp, err := c.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(c.keys.Meta(sku)), "=", rev)).
 			Then(clientv3.OpPut(c.keys.Meta(sku), segments.EncodeMeta(meta))).
 			Commit()

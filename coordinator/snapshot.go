@@ -64,7 +64,7 @@ func (c *Coordinator) snapshot(ctx context.Context, sku *skuInfo, order string) 
 	if order != "" {
 		ops = append(ops, clientv3.OpGet(c.keys.OrderID(order)))
 	}
-	resp, err := c.client.Txn(ctx).Then(ops...).Commit()
+	resp, err := c.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("read stock: %w", err)
 	}

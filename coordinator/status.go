@@ -54,7 +54,7 @@ func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
 	if err := segments.ValidateSKU(sku); err != nil {
 		return nil, fmt.Errorf("status %s: %w", sku, err)
 	}
-	resp, err := c.client.Txn(ctx).Then(
+	resp, err := c.kv.Txn(ctx).Then(
 		clientv3.OpGet(c.keys.Meta(sku)),
 		clientv3.OpGet(c.keys.SKUStock(sku), clientv3.WithPrefix()),
 		clientv3.OpGet(c.keys.Orders(sku), clientv3.WithPrefix(), clientv3.WithCountOnly()),
@@ -151,7 +151,7 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 		return nil, fmt.Errorf("audit %s: %w", sku, err)
 	}
 	at := clientv3.WithRev(rev)
-	resp, err := c.client.Txn(ctx).Then(
+	resp, err := c.kv.Txn(ctx).Then(
 		clientv3.OpGet(c.keys.Meta(sku), at),
 		clientv3.OpGet(c.keys.SKUStock(sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(c.keys.Orders(sku), clientv3.WithPrefix(), at),

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdcall"
 	"github.com/stockctl/stockctl/segments"
 )
 
@@ -207,7 +208,9 @@ func (r *Rebalancer) term(ctx context.Context, f func(context.Context, *leadersh
 	defer stop()
 
 	e := concurrency.NewElection(sess, r.c.Keys().Election())
-	if err := e.Campaign(lctx, r.cfg.Identity); err != nil {
+	// Through etcdcall: the caller's deadline must not reach the server,
+	// whose own answer to it would not read as the ctx's end.
+	if err := etcdcall.Run(lctx, func(ctx context.Context) error { return e.Campaign(ctx, r.cfg.Identity) }); err != nil {
 		if cause := context.Cause(lctx); cause != nil {
 			return cause
 		}
@@ -220,14 +223,14 @@ func (r *Rebalancer) term(ctx context.Context, f func(context.Context, *leadersh
 		if !isDone(sess.Done()) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if err := e.Resign(rctx); err != nil {
+			if err := etcdcall.Run(rctx, e.Resign); err != nil {
 				r.log.Debug("resign failed; leadership ends with the session", "err", err)
 			}
 		}
 	}()
 	// Campaign can return nil after its session expired (the phantom
 	// leader): prove leadership in etcd before acting.
-	resp, err := r.c.Client().Txn(lctx).If(l.fence).Commit()
+	resp, err := r.c.KV().Txn(lctx).If(l.fence).Commit()
 	if err != nil {
 		return fmt.Errorf("confirm leadership: %w", err)
 	}
@@ -255,7 +258,7 @@ func (r *Rebalancer) record(ctx context.Context, l *leadership, p *Pass) error {
 	for _, m := range p.Moves {
 		rec.Moved += m.Qty
 	}
-	resp, err := r.c.Client().Txn(ctx).If(l.fence).
+	resp, err := r.c.KV().Txn(ctx).If(l.fence).
 		Then(clientv3.OpPut(r.c.Keys().RebalanceLast(), segments.EncodeRebalancePass(rec))).Commit()
 	if err != nil {
 		return fmt.Errorf("record pass: %w", err)

@@ -91,7 +91,7 @@ func (v *view) observe(i int, rev int64, now time.Time) {
 // loadAll reads every SKU's meta record and counters at one revision.
 func (l *leadership) loadAll(ctx context.Context) (map[string]*view, int64, error) {
 	k := l.c.Keys()
-	resp, err := l.c.Client().Txn(ctx).Then(
+	resp, err := l.c.KV().Txn(ctx).Then(
 		clientv3.OpGet(k.MetaPrefix(), clientv3.WithPrefix()),
 		clientv3.OpGet(k.StockPrefix(), clientv3.WithPrefix()),
 	).Commit()
@@ -114,7 +114,7 @@ func (l *leadership) loadAll(ctx context.Context) (map[string]*view, int64, erro
 // load reads one SKU.
 func (l *leadership) load(ctx context.Context, sku string) (*view, error) {
 	k := l.c.Keys()
-	resp, err := l.c.Client().Txn(ctx).Then(
+	resp, err := l.c.KV().Txn(ctx).Then(
 		clientv3.OpGet(k.Meta(sku)),
 		clientv3.OpGet(k.SKUStock(sku), clientv3.WithPrefix()),
 	).Commit()

@@ -138,7 +138,7 @@ func rebalanceAction(c *ucli.Context) error {
 func currentLeader(cn *conn) string {
 	ctx, cancel := context.WithTimeout(context.Background(), cn.g.dialTimeout)
 	defer cancel()
-	resp, err := cn.client.Get(ctx, cn.coord.Keys().Election()+"/", clientv3.WithFirstCreate()...)
+	resp, err := cn.coord.KV().Get(ctx, cn.coord.Keys().Election()+"/", clientv3.WithFirstCreate()...)
 	if err != nil || len(resp.Kvs) == 0 {
 		return ""
 	}

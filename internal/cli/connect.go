@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/embedetcd"
+	"github.com/stockctl/stockctl/internal/etcdcall"
 )
 
 // conn is a command's connection to etcd: a client, a coordinator on it,
@@ -108,7 +109,7 @@ func dial(ctx context.Context, g *globals, endpoints []string) (*clientv3.Client
 	}
 	// clientv3.New does not wait for a connection; one read of the prefix
 	// key proves etcd answers and that the user may read there.
-	if _, err := client.Get(dctx, g.prefix, clientv3.WithCountOnly()); err != nil {
+	if _, err := etcdcall.KV(client).Get(dctx, g.prefix, clientv3.WithCountOnly()); err != nil {
 		client.Close()
 		if dctx.Err() != nil && ctx.Err() == nil {
 			err = fmt.Errorf("%w (no answer within --dial-timeout %v)", err, g.dialTimeout)

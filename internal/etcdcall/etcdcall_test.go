@@ -61,7 +61,9 @@ func TestErr(t *testing.T) {
 	}
 }
 
-func noDeadline() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
+func noDeadline() (context.Context, context.CancelFunc) {
+	return context.WithCancel(context.Background())
+}
 
 func deadlineIn(d time.Duration) func() (context.Context, context.CancelFunc) {
 	return func() (context.Context, context.CancelFunc) { return context.WithTimeout(context.Background(), d) }
