@@ -50,7 +50,7 @@ func TestBadInputsExit2AndChangeNothing(t *testing.T) {
 		{"unknown command", []string{"sell", "shoe"}, `unknown command "sell"`},
 		{"bad output", []string{"-o", "yaml", "status", "shoe"}, `invalid --output "yaml"`},
 		{"bad prefix", []string{"--prefix", "a\x01b", "status", "shoe"}, "invalid --prefix"},
-		{"bad endpoint", []string{"--endpoints", "127.0.0.1:2379", "status", "shoe"}, `invalid --endpoints entry "127.0.0.1:2379"`},
+		{"bad endpoint", []string{"--endpoints", "127.0.0.1", "status", "shoe"}, `invalid --endpoints entry "127.0.0.1": missing port`},
 		{"negative timeout", []string{"--timeout", "-1s", "status", "shoe"}, "invalid --timeout -1s"},
 		{"user without password", []string{"--user", "bob", "status", "shoe"}, "invalid --user: want name:password"},
 		{"cert without key", []string{"--cert", "c.pem", "status", "shoe"}, "--cert and --key must be given together"},

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,7 +44,8 @@ const (
 func globalFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "endpoints", EnvVars: []string{"STOCKCTL_ENDPOINTS"},
-			Usage: "etcd endpoints, comma-separated (e.g. http://10.0.0.1:2379); none: an embedded etcd in --data-dir for the command's duration"},
+			Usage: "etcd endpoints, comma-separated host:port, http://host:port or https://host:port (host:port is https with --cacert/--cert/--key); " +
+				"none: an embedded etcd in --data-dir for the command's duration"},
 		&ucli.StringFlag{Name: "prefix", Value: coordinator.DefaultPrefix, EnvVars: []string{"STOCKCTL_PREFIX"},
 			Usage: "etcd key prefix stockctl keeps everything under"},
 		&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: outputTable, EnvVars: []string{"STOCKCTL_OUTPUT"},
@@ -84,15 +87,16 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 		timeout:     c.Duration("timeout"),
 		dataDir:     c.String("data-dir"),
 	}
+	tlsFiles := c.String("cacert") != "" || c.String("cert") != "" || c.String("key") != ""
 	for _, ep := range strings.Split(c.String("endpoints"), ",") {
 		if ep = strings.TrimSpace(ep); ep == "" {
 			continue
 		}
-		u, err := url.Parse(ep)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, usageError("invalid --endpoints entry %q: want http://host:port or https://host:port", ep)
+		norm, err := normalizeEndpoint(ep, tlsFiles)
+		if err != nil {
+			return nil, err
 		}
-		g.endpoints = append(g.endpoints, ep)
+		g.endpoints = append(g.endpoints, norm)
 	}
 	if _, err := keys.New(g.prefix); err != nil {
 		return nil, usageError("invalid --prefix %q: %v", g.prefix, err)
@@ -123,6 +127,64 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 	}
 	g.tls = tc
 	return g, nil
+}
+
+// endpointForms names the forms --endpoints accepts, for its errors.
+const endpointForms = "want host:port, http://host:port or https://host:port"
+
+// normalizeEndpoint turns an --endpoints entry into "http://host:port" or
+// "https://host:port", which is what tlsConfig and the messages that name
+// endpoints expect. An entry without a scheme is read as etcdctl reads it:
+// etcdctl hands it to the client as it is, and the client uses TLS for it
+// exactly when it has a TLS config, which etcdctl builds from --cacert,
+// --cert and --key. So here it is https:// when tlsFiles, else http://.
+// Anything else (another scheme, a path, no port, user info) is a usage
+// error naming the entry, without the password user info may hold.
+func normalizeEndpoint(ep string, tlsFiles bool) (string, error) {
+	scheme, rest, ok := strings.Cut(ep, "://")
+	if !ok {
+		scheme, rest = "http", ep
+		if tlsFiles {
+			scheme = "https"
+		}
+	}
+	bad := func(shown, why string) error {
+		return usageError("invalid --endpoints entry %q: %s; %s", shown, why, endpointForms)
+	}
+	if scheme = strings.ToLower(scheme); scheme != "http" && scheme != "https" {
+		return "", bad(ep, fmt.Sprintf("unknown scheme %q", scheme))
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		// Checked before parsing, so that no message shows a password.
+		return "", bad(ep[:len(ep)-len(rest)]+"…"+rest[at:], "user info does not belong in an endpoint (use --user)")
+	}
+	if hostPort, _, _ := strings.Cut(rest, "/"); strings.Count(hostPort, ":") > 1 && !strings.HasPrefix(hostPort, "[") {
+		// url would call the whole address a bad port.
+		return "", bad(ep, "an IPv6 address goes in brackets, as in [::1]:2379")
+	}
+	u, err := url.Parse(scheme + "://" + rest)
+	if err != nil {
+		// url's message repeats the whole URL; its last part says what is wrong.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return "", bad(ep, err.Error())
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery {
+		return "", bad(ep, "an endpoint is only a host and a port, without a path or query")
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	switch {
+	case err != nil:
+		return "", bad(ep, strings.TrimPrefix(err.Error(), "address "+u.Host+": "))
+	case host == "":
+		return "", bad(ep, "no host")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", bad(ep, fmt.Sprintf("port %q is not a number from 1 to 65535", port))
+	}
+	return scheme + "://" + u.Host, nil
 }
 
 // tlsConfig builds the client TLS config: from the files given, or with the
