@@ -121,9 +121,11 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 		return strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
 	}
 
-	// Workers increment while a round is open, at most maxWorkerIncrements
-	// each per round.
-	var round atomic.Int64
+	// Workers increment at most maxWorkerIncrements times per pause (and as
+	// many before the first): the budget is renewed when a pause starts,
+	// not when a round is set up, so that fast workers that spent it while
+	// the victim queued for the lock still have all of it for the pause.
+	var pauses atomic.Int64
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	errs := make(chan error, pausedWorkers)
@@ -132,11 +134,11 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 			done := int64(-1)
 			n := 0
 			for !stop.Load() {
-				if r := round.Load(); r != done {
+				if r := pauses.Load(); r != done {
 					done, n = r, 0
 				}
 				if n >= maxWorkerIncrements {
-					time.Sleep(5 * time.Millisecond) // wait for the next round
+					time.Sleep(5 * time.Millisecond) // wait for the next pause
 					continue
 				}
 				n++
@@ -150,7 +152,6 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 
 	var r pausedRun
 	for rd := range pausedRounds {
-		round.Store(int64(rd))
 		// The victim takes the lock (on a new session after the first
 		// round), reads, checks the lock, and freezes before writing.
 		var l *coordinator.Lock
@@ -168,6 +169,7 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 		}
 		before := acked.Load()
 		proxy.Blackhole() // the pause: no keepalive, no write
+		pauses.Add(1)     // the workers' budget for it
 		waitFor(t, fmt.Sprintf("round %d: %d increments by others while the holder is frozen", rd, incrementsDuringPause),
 			30*time.Second, func() bool { return acked.Load()-before >= incrementsDuringPause })
 		proxy.Unblackhole() // it wakes and writes what it computed

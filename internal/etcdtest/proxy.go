@@ -101,19 +101,27 @@ func startProxy(from, to string) (proxy.Server, error) {
 // Endpoint returns the URL clients should dial to go through the proxy.
 func (p *Proxy) Endpoint() string { return p.endpoint }
 
-// Blackhole silently drops all traffic in both directions; connections stay
-// open, so requests hang until their deadline.
+// Blackhole cuts clients off from etcd as a network partition or a frozen
+// process does: nothing gets through in either direction and connections
+// stay open, so requests hang until their deadline. What is sent meanwhile
+// is held, not dropped, and delivered in order by Unblackhole, as TCP
+// delivers it once a partition shorter than its retransmission timeout
+// heals (requests sent during the cut may so be applied late).
+//
+// Bytes are never dropped out of a live connection: no real network does
+// that to a TCP stream, and it leaves the two ends' HTTP/2 header
+// compression out of step, after which the server refuses every request
+// on the connection that names a header it never saw (RST_STREAM
+// PROTOCOL_ERROR) until the connection is closed.
 func (p *Proxy) Blackhole() {
-	p.srv.BlackholeTx()
-	p.srv.BlackholeRx()
+	p.srv.PauseTx()
+	p.srv.PauseRx()
 }
 
-// Unblackhole lets traffic through again. Bytes dropped meanwhile are gone,
-// so a gRPC connection that was in use usually breaks and reconnects: retry
-// the first requests afterwards.
+// Unblackhole lets traffic through again, delivering what was held.
 func (p *Proxy) Unblackhole() {
-	p.srv.UnblackholeTx()
-	p.srv.UnblackholeRx()
+	p.srv.UnpauseTx()
+	p.srv.UnpauseRx()
 }
 
 // BlackholeReplies drops the traffic from etcd to clients only: requests
@@ -142,6 +150,7 @@ func (p *Proxy) CutReplies() {
 
 // Heal undoes every fault: Blackhole, BlackholeReplies and CutReplies.
 func (p *Proxy) Heal() {
+	p.srv.UnmodifyTx()
 	p.srv.UnmodifyRx()
 	p.Unblackhole()
 }

@@ -37,6 +37,7 @@ func (r *run) report(done <-chan struct{}) {
 		lastOrders, lastAt = p.Orders, now
 		return p
 	}
+	r.cfg.Progress(snap(false))
 	for {
 		select {
 		case <-done:

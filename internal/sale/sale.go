@@ -79,8 +79,9 @@ type Config struct {
 	// AttemptTimeout bounds each attempt (each call of Buy); 0 means
 	// DefaultAttemptTimeout.
 	AttemptTimeout time.Duration
-	// Progress, if set, is called every ProgressInterval from one
-	// goroutine, and once more when the run ends (with Done set).
+	// Progress, if set, is called from one goroutine: once as the run
+	// starts (however short the run, a watcher sees it begin), every
+	// ProgressInterval, and once more when the run ends (with Done set).
 	Progress func(Progress)
 	// ProgressInterval: 0 means DefaultProgressInterval.
 	ProgressInterval time.Duration
