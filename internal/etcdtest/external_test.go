@@ -237,3 +237,30 @@ func TestParseVersion(t *testing.T) {
 		})
 	}
 }
+
+// Invariant: while one holder has the install lock, nobody else gets it
+// until the holder lets go, and a waiter gives up when its ctx ends.
+func TestLockFileExcludes(t *testing.T) {
+	name := "stockctl-etcdtest-locktest-" + strings.ReplaceAll(t.Name(), "/", "_")
+	t.Cleanup(func() { os.Remove(filepath.Join(os.TempDir(), name)) })
+	unlock, err := lockFile(t.Context(), name)
+	if err != nil {
+		t.Skipf("no file locks here: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if u, err := lockFile(ctx, name); err == nil {
+		u()
+		t.Fatal("second lockFile succeeded while the first held the lock")
+	} else if !strings.Contains(err.Error(), "held by another process") {
+		t.Fatalf("second lockFile: %v, want it to say the lock is held", err)
+	}
+	unlock()
+	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	u, err := lockFile(ctx, name)
+	if err != nil {
+		t.Fatalf("lockFile after unlock: %v", err)
+	}
+	u()
+}
