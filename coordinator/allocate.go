@@ -111,14 +111,14 @@ func (c *Coordinator) allocate(ctx context.Context, sku, order string, qty int64
 // lock or session (each start-over deducted nothing).
 const maxLostRetries = 3
 
-// serve runs the allocation's fallback chain.
+// serve sells req: from the segments this process holds (the seller), and
+// when they cannot serve it, from the whole SKU as read at one revision.
 func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allocation, error) {
 	if req.step != nil {
 		// A retry of an applied order must not run the step again: look
-		// before taking any lock (a look under the lock would cost every
-		// order a round trip while others wait for it). A duplicate
-		// racing the first application may still run the step; the
-		// commit's order-ID compare lets only one deduct.
+		// before taking any slot. A duplicate racing the first application
+		// may still run the step; the commit's order-ID compare lets only
+		// one deduct.
 		idx, err := c.kv.Get(ctx, c.keys.OrderID(req.order))
 		if err != nil {
 			return nil, err
@@ -127,8 +127,12 @@ func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allo
 			return c.replay(ctx, req, idx.Kvs[0])
 		}
 	}
+	s, err := c.seller(req.sku)
+	if err != nil {
+		return nil, err
+	}
 	lostRetries := 0
-	r := c.tryPlace(ctx, req, segments.Segment(home), c.opts.homeWait)
+	r := s.serve(ctx, req, home)
 	for {
 		switch {
 		case r.kind == resServed:
@@ -138,6 +142,9 @@ func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allo
 				return nil, r.err
 			}
 			lostRetries++
+			if r = s.serve(ctx, req, home); r.kind != resShort {
+				continue
+			}
 		}
 		if err := context.Cause(ctx); err != nil {
 			return nil, err
@@ -155,6 +162,21 @@ func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allo
 		}
 		r = placeResult{kind: resShort}
 		for _, p := range snap.candidates(req.qty, home) {
+			if p.IsPool() {
+				// The pool is never held through a step: move its stock
+				// into a segment this process holds and sell it there.
+				if ok, err := s.pullFromPool(ctx, req.qty, home); err != nil {
+					r = failed(err)
+					break
+				} else if ok {
+					if r = s.serve(ctx, req, home); r.kind != resShort {
+						break
+					}
+				}
+				if req.step != nil {
+					continue
+				}
+			}
 			if r = c.tryPlace(ctx, req, p, c.opts.fallbackWait); r.kind != resShort && r.kind != resBusy {
 				break
 			}
@@ -200,15 +222,11 @@ func lockFailure(err error) placeResult {
 
 // tryPlace tries to serve req from one place, waiting up to wait for its lock.
 func (c *Coordinator) tryPlace(ctx context.Context, req *allocReq, p segments.Place, wait time.Duration) placeResult {
-	if req.step == nil {
-		return c.tryPlaceGrouped(ctx, req, p, wait)
-	}
 	hp, err := c.lockPlace(ctx, req.sku.name, p, wait, nil)
 	if err != nil {
 		return lockFailure(err)
 	}
-	defer hp.unlock()
-	return c.commitOrder(ctx, []*heldPlace{hp}, req)
+	return c.commitHeld(ctx, []*heldPlace{hp}, req)
 }
 
 // gather serves req from several places at once: it locks places that had
@@ -234,7 +252,7 @@ func (c *Coordinator) gather(ctx context.Context, req *allocReq, snap *snapshot)
 			hp.unlock()
 			return failed(err)
 		}
-		if hp.available() == 0 {
+		if hp.available() <= 0 {
 			// Sold out since the snapshot: let it go now rather than
 			// hold an empty place while waiting for the next one (which
 			// would queue every other gatherer behind us).
@@ -243,7 +261,9 @@ func (c *Coordinator) gather(ctx context.Context, req *allocReq, snap *snapshot)
 		}
 		held = append(held, hp)
 		if sum += hp.available(); sum >= req.qty {
-			return c.commitOrder(ctx, held, req)
+			hs := held
+			held = nil // commitHeld unlocks them
+			return c.commitHeld(ctx, hs, req)
 		}
 	}
 	return placeResult{kind: resShort}

@@ -19,14 +19,51 @@ const maxCommitAttempts = 8
 
 var errContention = errors.New("coordinator: commit kept failing its compares; retry")
 
-// commitOrder commits req from the held places (one for an ordinary
-// allocation, several for a gather), running req's step first if it has one.
-func (c *Coordinator) commitOrder(ctx context.Context, held []*heldPlace, req *allocReq) placeResult {
-	enough, err := plan(ctx, held, req.qty)
-	if err != nil {
-		return failed(err)
+// commitHeld serves req from the held places (one for a fallback place,
+// several for a gather): it reserves the quantity over them in order,
+// reading a segment's inbox only when its counter falls short, runs req's
+// step while the places are held, and commits through the committer. The
+// places are unlocked once the commit is answered.
+func (c *Coordinator) commitHeld(ctx context.Context, held []*heldPlace, req *allocReq) placeResult {
+	defer func() {
+		for _, hp := range held {
+			hp.unlock()
+		}
+	}()
+	var parts []commitPart
+	cancelParts := func() {
+		for _, p := range parts {
+			p.cancel()
+		}
 	}
-	if !enough {
+	left := req.qty
+	for _, hp := range held {
+		if left == 0 {
+			break
+		}
+		if err := hp.load(ctx, false); err != nil {
+			cancelParts()
+			return failed(err)
+		}
+		if hp.available() < left && hp.st.inKey != "" {
+			if err := hp.load(ctx, true); err != nil {
+				cancelParts()
+				return failed(err)
+			}
+		}
+		take := min(left, hp.available())
+		if take <= 0 {
+			continue
+		}
+		part, ok := reservePart(hp.h.q, hp.h.own, hp.st, take)
+		if !ok {
+			continue
+		}
+		parts = append(parts, part)
+		left -= take
+	}
+	if left > 0 {
+		cancelParts()
 		return placeResult{kind: resShort}
 	}
 	if req.step != nil {
@@ -35,84 +72,16 @@ func (c *Coordinator) commitOrder(ctx context.Context, held []*heldPlace, req *a
 		cancel()
 		for _, hp := range held {
 			if cause := context.Cause(hp.h.ctx); cause != nil {
+				cancelParts()
 				return failed(fmt.Errorf("%w during the business step (its result: %v)", cause, err))
 			}
 		}
 		if err != nil {
+			cancelParts()
 			return failed(fmt.Errorf("business step: %w", err))
 		}
 	}
-
-	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		if attempt > 0 {
-			if enough, err := plan(ctx, held, req.qty); err != nil {
-				return failed(err)
-			} else if !enough {
-				return failed(fmt.Errorf("stock changed under the lock after the business step; nothing deducted: %w", errContention))
-			}
-		}
-		var cmps []clientv3.Cmp
-		var ops, diag []clientv3.Op
-		var parts []segments.Part
-		for _, hp := range held {
-			cmps = append(cmps, hp.cmps()...)
-			ops = append(ops, hp.ops()...)
-			diag = append(diag, clientv3.OpGet(hp.h.own.key))
-			if hp.delta < 0 {
-				parts = append(parts, segments.Part{Place: hp.place(), Qty: -hp.delta})
-			}
-		}
-		cmps = append(cmps, c.orderAbsent(req.order))
-		ops = append(ops, c.orderPuts(req, parts)...)
-		diag = append(diag, clientv3.OpGet(c.keys.OrderID(req.order)))
-
-		resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
-		if err != nil {
-			for _, hp := range held {
-				hp.invalidate()
-			}
-			return failed(err)
-		}
-		if resp.Succeeded {
-			for _, hp := range held {
-				hp.committed(resp.Header.Revision)
-			}
-			return served(c.allocation(req, parts, resp.Header.Revision))
-		}
-		for i, hp := range held {
-			if !stillOwned(resp.Responses[i], hp) {
-				return failed(ErrLockLost)
-			}
-		}
-		if idx := resp.Responses[len(held)].GetResponseRange().Kvs; len(idx) > 0 {
-			return result(c.replay(ctx, req, idx[0]))
-		}
-		for _, hp := range held {
-			hp.invalidate()
-		}
-	}
-	return failed(errContention)
-}
-
-// plan loads the held places and spreads req's qty over them in order,
-// reading a segment's inbox only when its counter falls short. It reports
-// whether they hold enough.
-func plan(ctx context.Context, held []*heldPlace, qty int64) (bool, error) {
-	left := qty
-	for _, hp := range held {
-		if err := hp.load(ctx, false); err != nil {
-			return false, err
-		}
-		if hp.value < left && hp.inKey != "" {
-			if err := hp.load(ctx, true); err != nil {
-				return false, err
-			}
-		}
-		take := min(left, hp.available())
-		hp.delta = -take
-		left -= take
-	}
-	return left == 0, nil
+	return c.submit(req, parts).wait(ctx)
 }
 
 // bindAll returns ctx cancelled when any of the held places' locks is lost.

@@ -259,12 +259,13 @@ func (c *Coordinator) revokeInBackground(id clientv3.LeaseID) {
 	})
 }
 
-// goBackground runs f in a goroutine tracked by Close. f's ctx ends at Close.
-func (c *Coordinator) goBackground(f func(ctx context.Context)) {
+// goBackground runs f in a goroutine tracked by Close. f's ctx ends at
+// Close. It reports false, running nothing, once Close has begun.
+func (c *Coordinator) goBackground(f func(ctx context.Context)) bool {
 	c.mu.Lock()
 	if c.bgCtx.Err() != nil {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	c.bg.Add(1)
 	c.mu.Unlock()
@@ -272,6 +273,7 @@ func (c *Coordinator) goBackground(f func(ctx context.Context)) {
 		defer c.bg.Done()
 		f(c.bgCtx)
 	}()
+	return true
 }
 
 // queue returns the lock queue for a key prefix with a reference taken; the
@@ -289,6 +291,14 @@ func (c *Coordinator) queue(pfx string) (*lockQueue, error) {
 	}
 	q.refs++
 	return q, nil
+}
+
+// ref takes one more reference on a queue already referenced (a hold taken
+// without lockPrefix: its unlock drops one).
+func (c *Coordinator) ref(q *lockQueue) {
+	c.mu.Lock()
+	q.refs++
+	c.mu.Unlock()
 }
 
 // unref drops a reference taken by queue; an unreferenced queue is idle (no

@@ -32,6 +32,25 @@ var ErrFenced = errors.New("coordinator: fence compare failed")
 // (at most the commit timeout), so an error means nothing moved unless
 // etcd could not be reached at all.
 func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
+	return c.refill(ctx, sku, want, 0, nil, fence)
+}
+
+// RefillBelow is Refill of only those segments of want whose stock (counter
+// plus inbox), read in the move's own transaction, is below threshold. A
+// decision made on an earlier read (the rebalancer's view) can be overtaken
+// by a seller's pull or a release meanwhile; this one cannot: the inbox's
+// revision is compared, and while a segment is held its counter only falls.
+func (c *Coordinator) RefillBelow(ctx context.Context, sku string, want map[int]int64, threshold int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
+	if threshold <= 0 {
+		return nil, 0, fmt.Errorf("refill %s: %w: threshold %d must be positive", sku, ErrInvalidArgument, threshold)
+	}
+	return c.refill(ctx, sku, want, threshold, nil, fence)
+}
+
+// refill is Refill; below > 0 skips segments holding at least below; note,
+// if set, returns puts to add to the move's transaction given what it moves
+// (a seller's pull record).
+func (c *Coordinator) refill(ctx context.Context, sku string, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (map[int]int64, int64, error) {
 	info, err := c.sku(ctx, sku)
 	if err != nil {
 		return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
@@ -52,30 +71,37 @@ func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64
 		if err := pool.load(ctx, false); err != nil {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 		}
-		reads := make([]clientv3.Op, len(targets))
-		for j, i := range targets {
-			reads[j] = clientv3.OpGet(c.keys.Inbox(sku, i))
+		reads := make([]clientv3.Op, 0, 2*len(targets))
+		for _, i := range targets {
+			reads = append(reads, clientv3.OpGet(c.keys.Inbox(sku, i)), clientv3.OpGet(c.keys.Segment(sku, i)))
 		}
 		inboxes, err := c.kv.Txn(ctx).Then(reads...).Commit()
 		if err != nil {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 		}
-		moved := map[int]int64{}
+		moved, newIn := map[int]int64{}, map[int]int64{}
 		cmps := append(pool.cmps(), fence...)
 		var ops []clientv3.Op
 		left := pool.value
 		for j, i := range targets {
 			key := c.keys.Inbox(sku, i)
-			in, mod, err := decodeCounterKV(key, inboxes.Responses[j].GetResponseRange())
+			in, mod, err := decodeCounterKV(key, inboxes.Responses[2*j].GetResponseRange())
 			if err != nil {
 				return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
+			}
+			counter, _, err := decodeCounterKV(c.keys.Segment(sku, i), inboxes.Responses[2*j+1].GetResponseRange())
+			if err != nil {
+				return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
+			}
+			if below > 0 && counter+in >= below {
+				continue
 			}
 			q := min(want[i], left)
 			if q <= 0 {
 				continue
 			}
 			left -= q
-			moved[i] = q
+			moved[i], newIn[i] = q, in+q
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
 			ops = append(ops, clientv3.OpPut(key, segments.EncodeCounter(in+q)))
 		}
@@ -84,6 +110,9 @@ func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64
 		}
 		pool.delta = left - pool.value
 		ops = append(ops, pool.ops()...)
+		if note != nil {
+			ops = append(ops, note(moved)...)
+		}
 		resp, err := c.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(pool.h.own.key)).Commit()
 		})
@@ -93,6 +122,15 @@ func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64
 		}
 		if resp.Succeeded {
 			pool.committed(resp.Header.Revision)
+			for i, in := range newIn {
+				// A seller of this process sees the stock without a read.
+				st := c.placeState(sku, segments.Segment(i))
+				st.mu.Lock()
+				if st.token != 0 {
+					st.seeInboxLocked(in, resp.Header.Revision)
+				}
+				st.mu.Unlock()
+			}
 			return moved, resp.Header.Revision, nil
 		}
 		if !stillOwned(resp.Responses[0], pool) {
@@ -130,6 +168,12 @@ func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.
 		return 0, 0, fmt.Errorf("drain %s segment %d: %w", sku, seg, err)
 	}
 	defer sp.unlock()
+	// Orders of this process that ran their step there are still being
+	// committed: let them land before taking everything.
+	if err := sp.st.quiesce(ctx, sp.h.own); err != nil {
+		return 0, 0, fmt.Errorf("drain %s segment %d: %w", sku, seg, err)
+	}
+	defer sp.st.thaw()
 
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		if err := pool.load(ctx, false); err != nil {

@@ -51,6 +51,22 @@ const (
 	// commit does not use any one caller's ctx: it serves many callers.
 	DefaultCommitTimeout = 10 * time.Second
 
+	// DefaultTenureIdle is how long a process keeps a segment's lock (its
+	// tenure) after its last order there, when nobody else wants it. Cost:
+	// a segment this process no longer sells from stays closed to others'
+	// idle moves (the rebalancer's drain) this long; another process that
+	// queues for it gets it at once.
+	DefaultTenureIdle = time.Second
+
+	// DefaultTenureMaxHold bounds how long a process keeps a segment another
+	// process waits for while its own orders still want it and it holds no
+	// more than its fair share of the SKU's segments (over its share, it
+	// yields at once). The waiter gets the segment within this bound plus
+	// the business step in progress and its commit. Shorter bounds move
+	// segments between processes more often, each move costing a few etcd
+	// writes.
+	DefaultTenureMaxHold = 250 * time.Millisecond
+
 	// DefaultReleaseTimeout bounds each attempt to delete a lock key after a
 	// failed wait or a cancelled unlock; failed deletes are retried in the
 	// background until they succeed or the session ends.
@@ -67,6 +83,8 @@ type options struct {
 	fallbackWait      time.Duration
 	maxTxnOps         int
 	commitTimeout     time.Duration
+	tenureIdle        time.Duration
+	tenureMaxHold     time.Duration
 	logger            *slog.Logger
 }
 
@@ -81,6 +99,8 @@ func defaultOptions() options {
 		fallbackWait:      DefaultFallbackWait,
 		maxTxnOps:         DefaultMaxTxnOps,
 		commitTimeout:     DefaultCommitTimeout,
+		tenureIdle:        DefaultTenureIdle,
+		tenureMaxHold:     DefaultTenureMaxHold,
 		logger:            slog.New(slog.DiscardHandler),
 	}
 }
@@ -171,6 +191,19 @@ func WithMaxTxnOps(n int) Option {
 			return fmt.Errorf("max txn ops %d: must be at least 8", n)
 		}
 		o.maxTxnOps = n
+		return nil
+	}
+}
+
+// WithTenure sets how long a process keeps a segment's lock after its last
+// order there (idle, default DefaultTenureIdle) and how long it keeps one
+// that another process waits for (maxHold, default DefaultTenureMaxHold).
+func WithTenure(idle, maxHold time.Duration) Option {
+	return func(o *options) error {
+		if idle <= 0 || maxHold < 0 {
+			return fmt.Errorf("tenure idle %v, max hold %v: idle must be positive, max hold not negative", idle, maxHold)
+		}
+		o.tenureIdle, o.tenureMaxHold = idle, maxHold
 		return nil
 	}
 }

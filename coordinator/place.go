@@ -13,24 +13,46 @@ import (
 )
 
 // placeState is this process's view of one place (a SKU's pool or one of
-// its segments): a cache of its counter and the queue of plain allocations
-// waiting to be committed there together (see groupcommit.go).
+// its segments): a cache of its counter and inbox, and the units reserved
+// by orders of this process whose commits are pending.
 //
-// The cache is read and written only by the goroutine holding the place's
-// lock, and is valid only under the same etcd key it was filled under
-// (token): while this process kept the key, nobody else could write the
-// counter. Every write still compares the counter's ModRevision, so a stale
-// cache can cost a retry, never a wrong write.
+// Who writes what: a counter (the pool's or a segment's) is written only by
+// the holder of its place's lock; a segment's inbox is written by anyone
+// (refills, releases) under a compare of its revision, only ever growing,
+// and emptied only by the segment's lock holder when it absorbs it.
+//
+// So the cache is valid only under the etcd lock key it was filled under
+// (token, the key's create revision): while this process holds that key,
+// nobody else writes the counter, so the cache is exact; its inbox is a
+// lower bound. Every write still compares the
+// counter's (and an absorbed inbox's) ModRevision, so a stale cache can
+// cost a retry, never a wrong write.
+//
+// Reservations are what make pipelined commits safe: an order reserves its
+// units before its business step and keeps them until its commit resolves,
+// so the next order on the place sees the stock as it will be once every
+// pending commit lands (a lower bound), and never plans with units a
+// predecessor will take.
 type placeState struct {
 	sku   string
 	place segments.Place
+	key   string // the counter
+	inKey string // the inbox; "" for the pool
 
-	token  int64 // fencing token the cache was filled under; 0 = empty
-	value  int64
-	modRev int64
+	loadMu sync.Mutex // one load of the cache at a time
 
-	mu      sync.Mutex
-	pending []*pendingAlloc
+	mu       sync.Mutex
+	token    int64 // fencing token the cache was filled under; 0 = none
+	value    int64 // the counter as last committed
+	modRev   int64
+	inKnown  bool
+	inbox    int64 // the inbox as last read or written by this process
+	inMod    int64
+	reserved int64 // units reserved under token, not yet committed
+	pending  int   // reservations not yet resolved, under token
+	stale    bool  // a commit's outcome is unknown: load before the next
+	frozen   bool  // a direct write is waiting for pending commits to end
+	quiet    chan struct{}
 }
 
 func (c *Coordinator) placeState(sku string, p segments.Place) *placeState {
@@ -39,7 +61,10 @@ func (c *Coordinator) placeState(sku string, p segments.Place) *placeState {
 	id := placeID{sku, p}
 	st := c.stock.places[id]
 	if st == nil {
-		st = &placeState{sku: sku, place: p}
+		st = &placeState{sku: sku, place: p, key: c.counterKey(sku, p)}
+		if !p.IsPool() {
+			st.inKey = c.keys.Inbox(sku, p.Index())
+		}
 		c.stock.places[id] = st
 	}
 	return st
@@ -59,14 +84,171 @@ func (c *Coordinator) placeLock(sku string, p segments.Place) string {
 	return c.keys.SegmentLock(sku, p.Index())
 }
 
+// ensure makes the cache valid under own (the caller holds own's key, as a
+// hold or a tenure): it reads the counter and inbox if the cache was filled
+// under another key, or if a commit's outcome is unknown.
+func (st *placeState) ensure(ctx context.Context, c *Coordinator, own *ownership) error {
+	// Create revisions grow with every new key: a cache filled under a
+	// newer key than own means own is gone, and must not be loaded back
+	// (that would drop the newer key's reservations).
+	check := func() (bool, error) {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.token > own.rev {
+			return false, ErrLockLost
+		}
+		return st.token == own.rev && !st.stale, nil
+	}
+	if ok, err := check(); ok || err != nil {
+		return err
+	}
+	st.loadMu.Lock()
+	defer st.loadMu.Unlock()
+	if ok, err := check(); ok || err != nil {
+		return err
+	}
+	ops := []clientv3.Op{clientv3.OpGet(st.key)}
+	if st.inKey != "" {
+		ops = append(ops, clientv3.OpGet(st.inKey))
+	}
+	resp, err := c.kv.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", st.key, err)
+	}
+	v, mod, err := decodeCounterKV(st.key, resp.Responses[0].GetResponseRange())
+	if err != nil {
+		return err
+	}
+	var in, inMod int64
+	if st.inKey != "" {
+		if in, inMod, err = decodeCounterKV(st.inKey, resp.Responses[1].GetResponseRange()); err != nil {
+			return err
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token > own.rev {
+		return ErrLockLost
+	}
+	if st.token != own.rev {
+		// Reservations made under an older key belong to orders whose
+		// commits fail (the key is gone); they do not count here.
+		st.reserved, st.pending = 0, 0
+	}
+	st.token, st.value, st.modRev, st.stale = own.rev, v, mod, false
+	st.inKnown, st.inbox, st.inMod = st.inKey != "", in, inMod
+	return nil
+}
+
+// seeInboxLocked records the inbox as read (or written) at revision mod.
+// Readers and writers race the committer's absorptions, so a value older
+// than the cache's is ignored: applying it would count absorbed units twice.
+func (st *placeState) seeInboxLocked(in, mod int64) {
+	if !st.inKnown || mod >= st.inMod {
+		st.inKnown, st.inbox, st.inMod = true, in, mod
+	}
+}
+
+// availLocked is what the place can still promise: counter plus known
+// inbox, less what is reserved.
+func (st *placeState) availLocked() int64 {
+	a := st.value - st.reserved
+	if st.inKnown {
+		a += st.inbox
+	}
+	return a
+}
+
+// reserve sets qty aside for an order under own, if the place has it and
+// the cache is valid under own. The reservation ends with unreserve (the
+// order failed) or settle (it committed).
+func (st *placeState) reserve(own *ownership, qty int64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token != own.rev || st.stale || st.frozen || st.availLocked() < qty {
+		return false
+	}
+	st.reserved += qty
+	st.pending++
+	return true
+}
+
+// unreserve gives back a reservation whose order was not committed.
+func (st *placeState) unreserve(own *ownership, qty int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token != own.rev {
+		return
+	}
+	st.reserved -= qty
+	st.pending--
+	st.quietLocked()
+}
+
+// settle records a commit of take units (n reservations) under own at
+// revision rev: the counter is now value, and the inbox was absorbed (set to
+// 0) if absorbed.
+func (st *placeState) settle(own *ownership, take int64, n int, value, rev int64, absorbed bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token != own.rev {
+		return
+	}
+	st.value, st.modRev = value, rev
+	if absorbed {
+		st.inbox, st.inMod = 0, rev
+	}
+	st.reserved -= take
+	st.pending -= n
+	st.quietLocked()
+}
+
+func (st *placeState) quietLocked() {
+	if st.frozen && st.pending == 0 && st.quiet != nil {
+		close(st.quiet)
+		st.quiet = nil
+	}
+}
+
+// quiesce stops new reservations under own and waits until the pending ones
+// have resolved, so that a direct write of the counter (a drain) does not
+// race the commits of orders that already ran their step. thaw undoes it.
+func (st *placeState) quiesce(ctx context.Context, own *ownership) error {
+	st.mu.Lock()
+	if st.token != own.rev || st.pending == 0 {
+		st.frozen = st.token == own.rev
+		st.mu.Unlock()
+		return nil
+	}
+	st.frozen = true
+	if st.quiet == nil {
+		st.quiet = make(chan struct{})
+	}
+	quiet := st.quiet
+	st.mu.Unlock()
+	select {
+	case <-quiet:
+		return nil
+	case <-ctx.Done():
+		st.thaw()
+		return context.Cause(ctx)
+	}
+}
+
+func (st *placeState) thaw() {
+	st.mu.Lock()
+	st.frozen = false
+	st.mu.Unlock()
+}
+
 // heldPlace is a place whose lock this goroutine holds, with its counter as
-// read under the lock and the change the current operation makes to it.
+// read under the lock and the change the current operation makes to it. It
+// is for the operations that write a place directly under its lock (moves,
+// restocks, drains) rather than through the committer.
 type heldPlace struct {
-	c     *Coordinator
-	st    *placeState
-	h     *hold
-	key   string
-	inKey string // the segment's inbox; "" for the pool
+	c  *Coordinator
+	st *placeState
+	h  *hold
 
 	value, modRev int64 // the counter
 	inboxRead     bool
@@ -81,11 +263,7 @@ func (c *Coordinator) lockPlace(ctx context.Context, sku string, p segments.Plac
 	if err != nil {
 		return nil, err
 	}
-	hp := &heldPlace{c: c, st: c.placeState(sku, p), h: h, key: c.counterKey(sku, p)}
-	if !p.IsPool() {
-		hp.inKey = c.keys.Inbox(sku, p.Index())
-	}
-	return hp, nil
+	return &heldPlace{c: c, st: c.placeState(sku, p), h: h}, nil
 }
 
 func (hp *heldPlace) place() segments.Place { return hp.st.place }
@@ -95,48 +273,53 @@ func (hp *heldPlace) unlock() {
 	_ = hp.h.unlock(hp.c.bgCtx)
 }
 
-// load reads the counter (from the cache when it is valid under this hold's
-// token) and resets the operation's change. With inbox it also reads the
-// segment's inbox, so that available() counts stock the rebalancer moved in.
+// load copies the cache (reading etcd when it is not valid under this
+// hold) and resets the operation's change. With inbox it also counts the
+// segment's inbox, read now, in available().
 func (hp *heldPlace) load(ctx context.Context, inbox bool) error {
 	hp.delta = 0
 	hp.inboxRead = false
 	st := hp.st
-	cached := st.token != 0 && st.token == hp.h.own.rev
-	if cached && !(inbox && hp.inKey != "") {
-		hp.value, hp.modRev = st.value, st.modRev
-		return nil
-	}
-	ops := []clientv3.Op{clientv3.OpGet(hp.key)}
-	if inbox && hp.inKey != "" {
-		ops = append(ops, clientv3.OpGet(hp.inKey))
-	}
-	resp, err := hp.c.kv.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return fmt.Errorf("read %s: %w", hp.key, err)
-	}
-	v, mod, err := decodeCounterKV(hp.key, resp.Responses[0].GetResponseRange())
-	if err != nil {
+	if err := st.ensure(ctx, hp.c, hp.h.own); err != nil {
 		return err
 	}
-	hp.value, hp.modRev = v, mod
-	st.token, st.value, st.modRev = hp.h.own.rev, v, mod
-	if len(ops) == 2 {
-		hp.inbox, hp.inMod, err = decodeCounterKV(hp.inKey, resp.Responses[1].GetResponseRange())
+	if inbox && st.inKey != "" {
+		// Others add to the inbox: read its current value.
+		resp, err := hp.c.kv.Get(ctx, st.inKey)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", st.inKey, err)
+		}
+		in, inMod, err := decodeCounterKV(st.inKey, &pb.RangeResponse{Kvs: resp.Kvs})
 		if err != nil {
 			return err
 		}
-		hp.inboxRead = true
+		st.mu.Lock()
+		if st.token == hp.h.own.rev {
+			st.seeInboxLocked(in, inMod)
+		}
+		st.mu.Unlock()
+		hp.inbox, hp.inMod, hp.inboxRead = in, inMod, true
 	}
+	st.mu.Lock()
+	hp.value, hp.modRev = st.value, st.modRev
+	st.mu.Unlock()
 	return nil
 }
 
-// available is what the place can give: its counter plus, when read, its inbox.
+// available is what the place can give: its counter plus, when read, its
+// inbox, less what this process's pending orders reserved there.
 func (hp *heldPlace) available() int64 {
-	if hp.inboxRead {
-		return hp.value + hp.inbox
+	hp.st.mu.Lock()
+	reserved := hp.st.reserved
+	if hp.st.token != hp.h.own.rev {
+		reserved = 0
 	}
-	return hp.value
+	hp.st.mu.Unlock()
+	a := hp.value - reserved
+	if hp.inboxRead {
+		a += hp.inbox
+	}
+	return a
 }
 
 // cmps are the conditions under which the operation's writes are valid:
@@ -145,10 +328,10 @@ func (hp *heldPlace) available() int64 {
 func (hp *heldPlace) cmps() []clientv3.Cmp {
 	cmps := []clientv3.Cmp{
 		hp.h.isOwner(),
-		clientv3.Compare(clientv3.ModRevision(hp.key), "=", hp.modRev),
+		clientv3.Compare(clientv3.ModRevision(hp.st.key), "=", hp.modRev),
 	}
 	if hp.absorbs() {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hp.inKey), "=", hp.inMod))
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(hp.st.inKey), "=", hp.inMod))
 	}
 	return cmps
 }
@@ -173,9 +356,9 @@ func (hp *heldPlace) ops() []clientv3.Op {
 	if hp.delta == 0 {
 		return nil
 	}
-	ops := []clientv3.Op{clientv3.OpPut(hp.key, segments.EncodeCounter(hp.newValue()))}
+	ops := []clientv3.Op{clientv3.OpPut(hp.st.key, segments.EncodeCounter(hp.newValue()))}
 	if hp.absorbs() {
-		ops = append(ops, clientv3.OpPut(hp.inKey, segments.EncodeCounter(0)))
+		ops = append(ops, clientv3.OpPut(hp.st.inKey, segments.EncodeCounter(0)))
 	}
 	return ops
 }
@@ -185,16 +368,31 @@ func (hp *heldPlace) committed(rev int64) {
 	if hp.delta == 0 {
 		return
 	}
+	absorbed := hp.absorbs()
 	hp.value, hp.modRev = hp.newValue(), rev
-	if hp.absorbs() {
+	if absorbed {
 		hp.inbox, hp.inMod = 0, rev
 	}
 	hp.delta = 0
-	hp.st.token, hp.st.value, hp.st.modRev = hp.h.own.rev, hp.value, rev
+	st := hp.st
+	st.mu.Lock()
+	if st.token == hp.h.own.rev {
+		st.value, st.modRev = hp.value, rev
+		if absorbed {
+			st.inbox, st.inMod = 0, rev
+		}
+	}
+	st.mu.Unlock()
 }
 
-// invalidate drops the cache after a failed compare.
-func (hp *heldPlace) invalidate() { hp.st.token = 0 }
+// invalidate drops the cache after a failed compare or an unknown outcome.
+func (hp *heldPlace) invalidate() { hp.st.invalidate() }
+
+func (st *placeState) invalidate() {
+	st.mu.Lock()
+	st.stale = true
+	st.mu.Unlock()
+}
 
 // decodeCounterKV decodes a counter read with a Get; a missing key is 0
 // (counters are created by their first write).

@@ -27,6 +27,18 @@ import (
 //     round trip) while the cohort bounds allow, or the key is deleted
 //     and the head waiter is given the turn to acquire anew, behind
 //     any other process's waiters.
+//
+// A retained queue (a segment lock the stock layer sells from, see
+// tenure.go) keeps its etcd key when the last hold ends, as a tenure:
+//   - idle:      holder == nil, own != nil. An arrival takes a hold at once,
+//     without a round trip. After tenureIdle without a hold, or once the
+//     stock layer calls yield, the key is released.
+//   - yielding:  own.yielding. No new holds; the key is released as soon as
+//     the hold in progress ends and no commit made under the key is in
+//     flight (pins), so that a yield never fails an order whose step ran.
+//
+// Local handoffs of a retained queue are not bounded by the cohort
+// bounds: the stock layer decides when other processes get the key.
 type lockQueue struct {
 	c    *Coordinator
 	pfx  string
@@ -38,6 +50,9 @@ type lockQueue struct {
 	busy     bool
 	busySess *concurrency.Session // session of the acquisition in progress
 	waiters  list.List            // of *waiter, oldest first
+
+	retain bool   // keep the key between holds (set once, before use)
+	onFree func() // retained: called, without mu, when the queue turns idle
 }
 
 // ownership is this process's tenure of a lock's etcd key. It spans every
@@ -50,6 +65,11 @@ type ownership struct {
 	handoffs int
 	ctx      context.Context // ends when the key is released or lost
 	cancel   context.CancelCauseFunc
+
+	// Retained queues only; guarded by the queue's mu.
+	pins      int         // commits in flight under this key
+	yielding  bool        // release the key once no hold and no pin remain
+	idleTimer *time.Timer // releases an idle key after tenureIdle
 }
 
 // hold is one goroutine's (reentrant) tenure of the lock.
@@ -86,6 +106,10 @@ type holderKey struct {
 // ErrLocked (noWait), or an etcd error.
 func (q *lockQueue) acquire(ctx context.Context, abort <-chan struct{}, noWait bool) (*hold, error) {
 	q.mu.Lock()
+	if h := q.takeIdleLocked(); h != nil {
+		q.mu.Unlock()
+		return h, nil
+	}
 	if q.holder == nil && q.own == nil && !q.busy && q.waiters.Len() == 0 {
 		q.busy = true
 		q.mu.Unlock()
@@ -179,6 +203,127 @@ func (q *lockQueue) acquireEtcd(ctx context.Context, noWait bool) (*hold, error)
 	return q.newHoldLocked(), nil
 }
 
+// takeIdle returns a hold on a retained queue's idle key, or nil when it is
+// not idle (no key, held, yielding, or waited for): never a round trip.
+func (q *lockQueue) takeIdle() *hold {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.takeIdleLocked()
+}
+
+func (q *lockQueue) takeIdleLocked() *hold {
+	own := q.own
+	if own == nil || q.holder != nil || own.yielding || q.waiters.Len() > 0 || own.ctx.Err() != nil {
+		return nil
+	}
+	if own.idleTimer != nil {
+		own.idleTimer.Stop()
+		own.idleTimer = nil
+	}
+	return q.newHoldLocked()
+}
+
+// pin keeps own's key from being released until unpin: for a commit made
+// under it. It reports false when own is no longer this queue's live key.
+func (q *lockQueue) pin(own *ownership) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.own != own || own.ctx.Err() != nil {
+		return false
+	}
+	own.pins++
+	return true
+}
+
+// unpin ends a pin; the last one lets a yielding key go.
+func (q *lockQueue) unpin(own *ownership) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if own.pins > 0 {
+		own.pins--
+	}
+	q.maybeDropLocked(own)
+}
+
+// yield gives own's key back to etcd as soon as no hold and no pin remain;
+// until then no new hold is granted. Local waiters then queue in etcd
+// behind the other processes'.
+func (q *lockQueue) yield(own *ownership) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.own != own || own.yielding {
+		return
+	}
+	own.yielding = true
+	q.maybeDropLocked(own)
+}
+
+// maybeDropLocked releases a retained key that is yielding and unused.
+func (q *lockQueue) maybeDropLocked(own *ownership) {
+	if q.own != own || !own.yielding || q.holder != nil || own.pins > 0 {
+		return
+	}
+	if own.idleTimer != nil {
+		own.idleTimer.Stop()
+		own.idleTimer = nil
+	}
+	q.own = nil
+	q.busy = true
+	started := q.c.goBackground(func(ctx context.Context) {
+		rctx, cancel := context.WithTimeout(ctx, q.c.opts.releaseTimeout)
+		_, _ = q.c.releaseKey(rctx, own.sess, own.key, own.rev) // retried in the background on failure
+		cancel()
+		own.cancel(ErrNotHeld)
+		q.mu.Lock()
+		q.busy = false
+		q.grantNextLocked()
+		q.mu.Unlock()
+	})
+	if !started {
+		// Closing: the lease's revocation removes the key.
+		own.cancel(ErrClosed)
+		q.busy = false
+	}
+}
+
+// tenure returns the queue's key if this process holds it and is not
+// giving it up, and whether it is idle (no hold, no commit in flight).
+func (q *lockQueue) tenure() (own *ownership, idle bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	o := q.own
+	if o == nil || o.yielding || o.ctx.Err() != nil {
+		return nil, false
+	}
+	return o, q.holder == nil && o.pins == 0
+}
+
+// setRetain makes q a retained queue that calls onFree when it turns idle.
+func (q *lockQueue) setRetain(onFree func()) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.retain, q.onFree = true, onFree
+}
+
+// idleLocked turns a retained queue whose last hold ended idle: the key
+// stays, and goes after tenureIdle without a hold. It reports whether the
+// queue is now idle (the caller then calls onFree, without mu).
+func (q *lockQueue) idleLocked(own *ownership) bool {
+	if own.yielding || own.ctx.Err() != nil {
+		q.maybeDropLocked(own)
+		return false
+	}
+	own.idleTimer = time.AfterFunc(q.c.opts.tenureIdle, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.own == own && q.holder == nil && !own.yielding {
+			own.yielding = true
+			q.maybeDropLocked(own)
+		}
+	})
+	return true
+}
+
 // grantNextLocked gives the head waiter the turn to acquire, if the lock is free.
 func (q *lockQueue) grantNextLocked() {
 	if q.holder != nil || q.own != nil || q.busy {
@@ -239,6 +384,24 @@ func (q *lockQueue) release(ctx context.Context, h *hold) error {
 	q.holder = nil
 	h.cancel(ErrNotHeld)
 	own := q.own
+	if q.retain {
+		// A tenure: hand over locally unless yielding, else keep the key
+		// idle (or let it go if yielding).
+		if q.waiters.Len() > 0 && !own.yielding && own.ctx.Err() == nil {
+			own.handoffs++
+			w := q.popLocked()
+			w.ready <- turn{h: q.newHoldLocked()}
+			q.mu.Unlock()
+			return nil
+		}
+		idle := q.idleLocked(own)
+		onFree := q.onFree
+		q.mu.Unlock()
+		if idle && onFree != nil {
+			onFree()
+		}
+		return nil
+	}
 	if q.waiters.Len() > 0 && q.cohortAllows(own) {
 		own.handoffs++
 		w := q.popLocked()
@@ -272,6 +435,26 @@ func (q *lockQueue) cohortAllows(own *ownership) bool {
 		own.ctx.Err() == nil
 }
 
+// lose marks own lost although its session lives: its key was found gone
+// in etcd (deleted by someone). Waiters get the turn to acquire anew.
+func (q *lockQueue) lose(own *ownership, cause error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.own != own {
+		return
+	}
+	if own.idleTimer != nil {
+		own.idleTimer.Stop()
+	}
+	own.cancel(cause)
+	if q.holder != nil {
+		q.holder.lost = true
+		q.holder = nil
+	}
+	q.own = nil
+	q.grantNextLocked()
+}
+
 // sessionLost marks the hold under s lost and fails the waiters that were
 // waiting on it.
 func (q *lockQueue) sessionLost(s *concurrency.Session, holdCause, waitCause error) {
@@ -280,6 +463,9 @@ func (q *lockQueue) sessionLost(s *concurrency.Session, holdCause, waitCause err
 	hit := q.busy && q.busySess == s
 	if q.own != nil && q.own.sess == s {
 		hit = true
+		if q.own.idleTimer != nil {
+			q.own.idleTimer.Stop()
+		}
 		q.own.cancel(holdCause)
 		if q.holder != nil {
 			q.holder.lost = true

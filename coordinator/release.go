@@ -2,9 +2,7 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -26,10 +24,16 @@ type Released struct {
 }
 
 // Release returns an order's stock to the places it came from and marks the
-// order released, in one transaction fenced by those places' locks (taken in
-// the global order). Releasing again reports Released false and returns
-// nothing; an order that was never allocated is ErrOrderNotFound. The order
-// ID stays used: allocating it again replays the (released) first result.
+// order released, in one transaction: a segment's units go to its inbox
+// (which counts as the segment's stock at once, see Refill), the pool's to
+// the pool. It takes no segment lock (only a segment's lock holder writes
+// its counter, and anyone may add to its inbox), so it never waits for, nor
+// disturbs, the processes selling from those segments; it takes the pool's
+// lock only for an order that took from the pool. The transaction commits
+// only if the order record and every key it adds to are as read. Releasing again reports
+// Released false and returns nothing; an order that was never allocated is
+// ErrOrderNotFound. The order ID stays used: allocating it again replays the
+// (released) first result.
 func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released, error) {
 	if err := firstErr(segments.ValidateSKU(sku), segments.ValidateOrderID(order)); err != nil {
 		return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
@@ -40,9 +44,6 @@ func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released
 	}
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		r, retry, err := c.releaseOnce(ctx, info, order)
-		if errors.Is(err, ErrLockLost) || errors.Is(err, ErrSessionLost) {
-			continue // nothing was written; a new session will do
-		}
 		if err != nil {
 			return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
 		}
@@ -62,72 +63,67 @@ func (c *Coordinator) releaseOnce(ctx context.Context, info *skuInfo, order stri
 	if o.Released {
 		return r, false, nil
 	}
-
-	// Lock each place once, in the global order.
-	give := map[segments.Place]int64{}
+	// Where each part goes back to: a segment's inbox, or the pool.
+	give := map[string]int64{}
+	var targets []string
 	for _, p := range o.Parts {
 		if p.Place.Index() >= info.segments {
 			return nil, false, &segments.CorruptError{Key: string(kv.Key), Value: kv.Value,
 				Err: fmt.Errorf("part from %v of a SKU with %d segments", p.Place, info.segments)}
 		}
-		give[p.Place] += p.Qty
-	}
-	places := make([]segments.Place, 0, len(give))
-	for p := range give {
-		places = append(places, p)
-	}
-	slices.Sort(places)
-	var held []*heldPlace
-	defer func() {
-		for _, hp := range held {
-			hp.unlock()
+		key := c.keys.Pool(info.name)
+		if !p.Place.IsPool() {
+			key = c.keys.Inbox(info.name, p.Place.Index())
 		}
-	}()
-	for _, p := range places {
-		hp, err := c.lockPlace(ctx, info.name, p, -1, nil)
+		if _, ok := give[key]; !ok {
+			targets = append(targets, key)
+		}
+		give[key] += p.Qty
+	}
+	poolKey := c.keys.Pool(info.name)
+	var poolCmps []clientv3.Cmp
+	if _, ok := give[poolKey]; ok {
+		hp, err := c.lockPlace(ctx, info.name, segments.Pool, -1, nil)
 		if err != nil {
 			return nil, false, err
 		}
-		held = append(held, hp)
+		defer hp.unlock()
+		poolCmps = append(poolCmps, hp.h.isOwner())
+		defer hp.invalidate() // the pool changes under this lock, not through its cache
 	}
-
-	var cmps []clientv3.Cmp
-	var ops, diag []clientv3.Op
-	for _, hp := range held {
-		if err := hp.load(ctx, false); err != nil {
-			return nil, false, err
-		}
-		hp.delta = give[hp.place()]
-		if hp.newValue() > segments.MaxTotal {
-			return nil, false, fmt.Errorf("%w: returning %d to %v would exceed the maximum", ErrCorrupt, hp.delta, hp.place())
-		}
-		cmps = append(cmps, hp.cmps()...)
-		ops = append(ops, hp.ops()...)
-		diag = append(diag, clientv3.OpGet(hp.h.own.key))
+	reads := make([]clientv3.Op, len(targets))
+	for i, key := range targets {
+		reads[i] = clientv3.OpGet(key)
 	}
-	o.Released = true
-	orderKey := string(kv.Key)
-	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(orderKey), "=", kv.ModRevision))
-	ops = append(ops, clientv3.OpPut(orderKey, segments.EncodeOrder(o)))
-	resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
+	cur, err := c.kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
-		for _, hp := range held {
-			hp.invalidate()
-		}
 		return nil, false, err
 	}
-	if resp.Succeeded {
-		for _, hp := range held {
-			hp.committed(resp.Header.Revision)
+	orderKey := string(kv.Key)
+	cmps := append(poolCmps, clientv3.Compare(clientv3.ModRevision(orderKey), "=", kv.ModRevision))
+	var ops []clientv3.Op
+	for i, key := range targets {
+		v, mod, err := decodeCounterKV(key, cur.Responses[i].GetResponseRange())
+		if err != nil {
+			return nil, false, err
 		}
-		r.Released, r.Revision = true, resp.Header.Revision
-		return r, false, nil
-	}
-	for i, hp := range held {
-		if !stillOwned(resp.Responses[i], hp) {
-			return nil, false, ErrLockLost
+		if v+give[key] > segments.MaxTotal {
+			return nil, false, fmt.Errorf("%w: returning %d to %s would exceed the maximum", ErrCorrupt, give[key], key)
 		}
-		hp.invalidate()
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
+		ops = append(ops, clientv3.OpPut(key, segments.EncodeCounter(v+give[key])))
 	}
-	return nil, true, nil // the order or a counter changed: read again
+	o.Released = true
+	ops = append(ops, clientv3.OpPut(orderKey, segments.EncodeOrder(o)))
+	resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return nil, false, err
+	}
+	if !resp.Succeeded {
+		// The order or a counter changed, or the pool's lock was lost:
+		// read again.
+		return nil, true, nil
+	}
+	r.Released, r.Revision = true, resp.Header.Revision
+	return r, false, nil
 }

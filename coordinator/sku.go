@@ -190,7 +190,7 @@ func (c *Coordinator) sku(ctx context.Context, name string) (*skuInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	info = &skuInfo{name: name, segments: meta.Segments}
+	info = &skuInfo{name: name, segments: meta.Segments, refillBatch: meta.RefillBatch}
 	c.stock.mu.Lock()
 	c.stock.skus[name] = info
 	c.stock.mu.Unlock()

@@ -212,16 +212,18 @@ func TestNoFalseSoldOut(t *testing.T) {
 	}
 }
 
-// Invariant: a request whose home segment is empty is served from the pool,
-// then from other segments, before anything is refused.
+// Invariant: a request whose home segment is empty takes stock from the
+// pool first, moved into the home segment (a short move: no order ever
+// holds the pool), then from other segments, before anything is refused.
 func TestFallbackOrder(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	c := newCoordinators(t, etcd, 1)[0]
 	ctx := t.Context()
-	// 4 segments of 1 unit, 2 units in the pool.
-	mustCreate(t, c, "fb", coordinator.SKUConfig{Total: 6, Segments: 4, InitialFill: 4})
+	// 4 segments of 1 unit, 2 units in the pool, refills of 1.
+	mustCreate(t, c, "fb", coordinator.SKUConfig{Total: 6, Segments: 4, InitialFill: 4, RefillBatch: 1})
 	route := routeKeyFor(t, 4, 0)
-	want := []string{"seg/0", "pool", "pool", "seg/1", "seg/2", "seg/3"}
+	want := []string{"seg/0", "seg/0", "seg/0", "seg/1", "seg/2", "seg/3"}
+	pool := []int64{2, 1, 0, 0, 0, 0} // after each order
 	for i, w := range want {
 		a, err := c.Allocate(ctx, "fb", fmt.Sprintf("o%d", i), 1, route)
 		if err != nil {
@@ -230,6 +232,12 @@ func TestFallbackOrder(t *testing.T) {
 		if got := a.Parts[0].Place.String(); len(a.Parts) != 1 || got != w {
 			t.Fatalf("order %d came from %v, want %s", i, a.Parts, w)
 		}
+		if st := mustStatus(t, c, "fb"); st.Pool != pool[i] {
+			t.Fatalf("after order %d the pool holds %d, want %d", i, st.Pool, pool[i])
+		}
+	}
+	if _, err := c.Allocate(ctx, "fb", "o6", 1, route); !errors.Is(err, coordinator.ErrInsufficientStock) {
+		t.Fatalf("order 6 of 6 units: %v, want ErrInsufficientStock", err)
 	}
 	mustAudit(t, c, "fb")
 }
@@ -366,9 +374,12 @@ func TestReleaseAndRestock(t *testing.T) {
 	if err != nil || !re.Replayed || !re.Released {
 		t.Fatalf("allocating a released order ID again: %+v %v, want a replay marked released", re, err)
 	}
+	// (Selling may have moved pool stock into a segment meanwhile: the
+	// pool is read again.)
+	pre := mustStatus(t, c, "rr")
 	res, err := c.Restock(ctx, "rr", 8)
-	if err != nil || res.Total != 20 || res.Pool != after.Pool+8 {
-		t.Fatalf("restock: %+v %v", res, err)
+	if err != nil || res.Total != 20 || res.Pool != pre.Pool+8 {
+		t.Fatalf("restock: %+v %v (pool before %d)", res, err, pre.Pool)
 	}
 	rep := mustAudit(t, c, "rr")
 	if rep.Total != 20 || rep.Allocated != 0 || rep.ReleasedOrders != 1 {
@@ -576,6 +587,11 @@ func TestAllocateFunc(t *testing.T) {
 func leaseOfSegmentLock(t *testing.T, raw *clientv3.Client, c *coordinator.Coordinator, sku string, seg int) clientv3.LeaseID {
 	resp, err := raw.Get(context.Background(), c.Keys().SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
 	if err != nil || len(resp.Kvs) == 0 {
+		all, _ := raw.Get(context.Background(), c.Keys().Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		for _, kv := range all.Kvs {
+			t.Logf("key %s create %d mod %d lease %x", kv.Key, kv.CreateRevision, kv.ModRevision, kv.Lease)
+		}
+		t.Logf("queue: %s; rev %d", c.DebugQueue(sku, seg), all.Header.Revision)
 		t.Errorf("no holder of segment %d: %v", seg, err)
 		return 0
 	}

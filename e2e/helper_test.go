@@ -33,8 +33,10 @@ type helperConfig struct {
 	Endpoints []string
 	TTLSec    int
 	SKU       string
-	// Hold lists segments whose lock the helper takes by an AllocateFunc
-	// whose business step never returns ("HOLD <seg> <order>" once it runs).
+	// Hold lists home segments of AllocateFuncs whose business step never
+	// returns ("HOLD <seg> <order>" once it runs): each holds a segment's
+	// lock, not necessarily its home's (the helper prints "LEASE <hex>" first,
+	// so the test can see which segments its lease holds).
 	Hold []int
 	// Churn lists route keys; for each, a goroutine allocates one order
 	// after another, printing "SENT <order> <qty>" before and "ACK <order>
@@ -97,6 +99,12 @@ func helperAlloc(ctx context.Context, c *coordinator.Coordinator, cfg helperConf
 		fmt.Fprintln(os.Stderr, "helper: meta:", err)
 		return
 	}
+	sess, err := c.Session(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper: session:", err)
+		return
+	}
+	out.printf("LEASE %x", int64(sess.Lease()))
 	var wg sync.WaitGroup
 	for _, seg := range cfg.Hold {
 		route := ""

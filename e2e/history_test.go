@@ -19,11 +19,12 @@ import (
 // revChange is what one etcd revision (one transaction) did to a SKU.
 type revChange struct {
 	rev      int64
-	pool     int64         // the pool counter after the revision, if poolSet
-	poolSet  bool          //
-	seg, in  map[int]int64 // segment counters and inboxes written, with their new values
-	orders   bool          // an order record of the SKU was written
-	meta     bool          // the SKU's meta record was written
+	pool     int64          // the pool counter after the revision, if poolSet
+	poolSet  bool           //
+	seg, in  map[int]int64  // segment counters and inboxes written, with their new values
+	orders   bool           // an order record of the SKU was written
+	meta     bool           // the SKU's meta record was written
+	pull     *segments.Pull // a selling process's pull record was written
 	sentinel bool
 }
 
@@ -63,6 +64,12 @@ func skuHistory(t testing.TB, c *coordinator.Coordinator, sku string, from int64
 				rc.sentinel = true
 			case key == k.Meta(sku):
 				rc.meta = true
+			case key == k.Pull(sku):
+				p, err := segments.DecodePull(key, ev.Kv.Value)
+				if err != nil {
+					t.Fatalf("history: %v", err)
+				}
+				rc.pull = &p
 			case strings.HasPrefix(key, k.Orders(sku)):
 				rc.orders = true
 			case strings.HasPrefix(key, k.SKUStock(sku)):
@@ -94,13 +101,15 @@ func skuHistory(t testing.TB, c *coordinator.Coordinator, sku string, from int64
 	return out
 }
 
-// histMove is a rebalancer move found in the history.
+// histMove is a move found in the history: a rebalancer's, or (pull) a
+// selling process's move from the pool into a segment it held.
 type histMove struct {
 	rev         int64
 	seg         int
 	kind        rebalance.MoveKind
 	qty         int64
 	availBefore int64 // the segment's counter + inbox just before the move
+	pull        bool
 }
 
 // movesIn replays the history of a SKU from start (its counters just
@@ -141,8 +150,10 @@ func movesIn(t testing.TB, start stockState, hist []*revChange) []histMove {
 				if v, ok := rc.in[i]; ok {
 					after += v - in[i]
 				}
-				m := histMove{rev: rc.rev, seg: i, availBefore: before}
+				m := histMove{rev: rc.rev, seg: i, availBefore: before, pull: rc.pull != nil}
 				switch {
+				case m.pull && (rc.pull.Segment != i || rc.pull.Qty != after-before || dPool != -rc.pull.Qty || len(touched) != 1):
+					t.Fatalf("revision %d: pull record %+v, but segment %d went %d → %d and the pool changed by %+d", rc.rev, *rc.pull, i, before, after, dPool)
 				case dPool < 0 && after > before:
 					m.kind, m.qty = rebalance.Refill, after-before
 				case dPool > 0 && after < before:

@@ -10,16 +10,19 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // A separate OS process (this test binary in helper mode) holds the locks
-// of segments 0–2 of a SKU, each inside an AllocateFunc whose business step
-// never ends, and allocates in a loop on segment 3; it is SIGKILLed mid-sale.
+// of three segments of a SKU, each inside an AllocateFunc whose business
+// step never ends, and allocates in a loop; it is SIGKILLed mid-sale.
 //
 // Invariants:
-//   - buyers of this process on segments 4–7 are served while the helper
+//   - buyers of this process, on the segments it holds, are served while the helper
 //     holds its locks, and between the kill and the moment its locks are free;
 //   - each of the dead process's segment locks is acquired by another process
 //     within TTL + 1 s of the kill (plus freeTolerance for a loaded machine);
@@ -32,9 +35,11 @@ func TestKilledProcess(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	const sku, segs = "kill", 8
 	hold := []int{0, 1, 2}
-	// waiter queues for the held segments' locks and waits long enough for
-	// the lease to expire, rather than falling back to other places.
-	waiter := newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl), coordinator.WithWaitBudgets(30*time.Second, 50*time.Millisecond))
+	// The waiter is another process queued for the held segments' locks
+	// themselves: a stock etcd Mutex on each lock's prefix (the locks keep
+	// concurrency.Mutex's key protocol). An order would not wait there: a
+	// seller serves it from any segment it can hold.
+	waiter := newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
 	buyers := newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -78,26 +83,55 @@ func TestKilledProcess(t *testing.T) {
 	}
 	waitFor(t, "buyers served while the helper holds its locks", 30*time.Second, func() bool { return servedN.Load() >= 20 })
 
+	// The segments the helper holds: those whose oldest lock key is under
+	// its lease (the three never-ending steps, and what its churn sells from).
+	var lease int64
+	for _, l := range helper.Lines() {
+		if h, ok := strings.CutPrefix(l, "LEASE "); ok {
+			lease, _ = strconv.ParseInt(h, 16, 64)
+		}
+	}
+	var held []int
+	for seg := range segs {
+		resp, err := waiter.Client().Get(ctx, waiter.Keys().SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) > 0 && resp.Kvs[0].Lease == lease {
+			held = append(held, seg)
+		}
+	}
+	if lease == 0 || len(held) < len(hold) {
+		t.Fatalf("the helper (lease %x) holds segments %v: want at least %d, one per never-ending step", lease, held, len(hold))
+	}
+	t.Logf("the helper holds segments %v", held)
+	homes := hold // the never-ending steps' orders are named after their home
+	hold = held
+
 	// Queue behind each held lock before the kill, so that the acquisition
 	// is timed from the kill and not from a later lock call.
 	acquired := make([]time.Time, len(hold))
 	waitErrs := make([]error, len(hold))
 	var waiters sync.WaitGroup
+	wsess, err := concurrency.NewSession(waiter.Client(), concurrency.WithTTL(int(ttl/time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wsess.Close()
 	for i, seg := range hold {
-		route := routeKeyFor(t, segs, seg)
+		m := concurrency.NewMutex(wsess, strings.TrimSuffix(waiter.Keys().SegmentLock(sku, seg), "/"))
 		waiters.Go(func() {
-			_, waitErrs[i] = waiter.AllocateFunc(ctx, sku, fmt.Sprintf("after-kill-%d", seg), 1, route,
-				func(context.Context) error {
-					acquired[i] = time.Now()
-					return nil
-				})
+			if waitErrs[i] = m.Lock(ctx); waitErrs[i] == nil {
+				acquired[i] = time.Now()
+				waitErrs[i] = m.Unlock(ctx)
+			}
 		})
 	}
 	for _, seg := range hold {
-		lockPfx := waiter.Keys().SegmentLock(sku, seg)
-		waitFor(t, fmt.Sprintf("a waiter queued on segment %d", seg), 30*time.Second, func() bool {
-			resp, err := waiter.Client().Get(ctx, lockPfx, clientv3WithPrefixCount()...)
-			return err == nil && resp.Count == 2
+		key := fmt.Sprintf("%s%x", waiter.Keys().SegmentLock(sku, seg), int64(wsess.Lease()))
+		waitFor(t, fmt.Sprintf("the waiter queued on segment %d", seg), 30*time.Second, func() bool {
+			resp, err := waiter.Client().Get(ctx, key, clientv3WithPrefixCount()...)
+			return err == nil && resp.Count == 1
 		})
 	}
 
@@ -170,7 +204,7 @@ func TestKilledProcess(t *testing.T) {
 			inFlightAbsent++
 		}
 	}
-	for _, seg := range hold {
+	for _, seg := range homes {
 		if _, ok := orderState(t, waiter, sku, fmt.Sprintf("hold-%d", seg)); ok {
 			t.Errorf("the allocation on segment %d whose step never returned is recorded", seg)
 		}

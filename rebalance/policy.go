@@ -35,7 +35,9 @@ func (r *Rebalancer) refill(ctx context.Context, l *leadership, v *view, pass *P
 	if len(want) == 0 {
 		return nil
 	}
-	moved, rev, err := l.c.Refill(ctx, v.sku, want, l.fence)
+	// Below the threshold as read in the move itself: sellers pull from
+	// the pool and releases add to inboxes behind this view's back.
+	moved, rev, err := l.c.RefillBelow(ctx, v.sku, want, v.threshold(), l.fence)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -267,11 +268,48 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 	// took from it directly: a move applied twice would break this.
 	rep := audit(t, cs[0], "f")
 	fromPool := poolTakenByOrders(t, cs[0], "f")
-	if 2000-rep.Pool != refilled-drained+fromPool {
-		t.Fatalf("pool lost %d; refills %d − drains %d + orders from the pool %d = %d",
-			2000-rep.Pool, refilled, drained, fromPool, refilled-drained+fromPool)
+	pulled := pulledFromPool(t, cs[0], "f")
+	if 2000-rep.Pool != refilled-drained+fromPool+pulled {
+		t.Fatalf("pool lost %d; refills %d − drains %d + orders from the pool %d + sellers' pulls %d = %d",
+			2000-rep.Pool, refilled, drained, fromPool, pulled, refilled-drained+fromPool+pulled)
 	}
 	t.Logf("%d moves (%d refilled, %d drained), audit %+v", len(moves), refilled, drained, rep)
+}
+
+// pulledFromPool sums what selling processes moved from the pool into
+// their segments, from every version of the pull record (etcd keeps every
+// revision: the tests never compact).
+func pulledFromPool(t *testing.T, c *coordinator.Coordinator, sku string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := c.Keys().Pull(sku)
+	now, err := c.Client().Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(now.Kvs) == 0 {
+		return 0
+	}
+	var sum int64
+	for wr := range c.Client().Watch(ctx, key, clientv3.WithRev(1)) {
+		if err := wr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		done := false
+		for _, ev := range wr.Events {
+			p, err := segments.DecodePull(key, ev.Kv.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum += p.Qty
+			done = ev.Kv.ModRevision >= now.Kvs[0].ModRevision
+		}
+		if done {
+			break
+		}
+	}
+	return sum
 }
 
 // poolTakenByOrders sums what active orders took from the pool.

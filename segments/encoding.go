@@ -246,3 +246,34 @@ func DecodeRebalancePass(key string, value []byte) (RebalancePass, error) {
 	}
 	return p, nil
 }
+
+// Pull is the record of the last move a selling process made from a SKU's
+// pool into a segment it holds (an order found no stock in its segments).
+// It is written in the move's transaction, so etcd's history tells every
+// pull apart from the rebalancer's refills.
+type Pull struct {
+	V       int   `json:"v"`
+	Segment int   `json:"segment"`
+	Qty     int64 `json:"qty"`
+	// Lease is the session lease of the process that pulled, in hex.
+	Lease string    `json:"lease"`
+	At    time.Time `json:"at"`
+}
+
+// EncodePull encodes p with the current version.
+func EncodePull(p Pull) string {
+	p.V = Version
+	return mustJSON(p)
+}
+
+// DecodePull strictly decodes a pull record stored at key.
+func DecodePull(key string, value []byte) (Pull, error) {
+	var p Pull
+	if err := strictJSON(value, &p); err != nil {
+		return Pull{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	if err := checkVersion(p.V); err != nil {
+		return Pull{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	return p, nil
+}

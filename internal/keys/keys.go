@@ -16,6 +16,8 @@
 //	P orderid/<order>                global order-ID claim (value: the SKU)
 //	P rebalance/election/<lease>     rebalancer leadership (concurrency.Election)
 //	P rebalance/last                 the rebalancer's last pass
+//	P pulls/<sku>                    the last move a selling process made from the
+//	                                 pool into one of its segments
 //
 // Segment indices are written with four decimal digits so that keys sort in
 // index order (the maximum segment count is 1024).
@@ -91,11 +93,11 @@ func (s Space) Segment(sku string, i int) string { return s.SKUStock(sku) + "seg
 func (s Space) Inbox(sku string, i int) string { return s.SKUStock(sku) + "in/" + index(i) }
 
 // PoolLock is the lock prefix guarding sku's pool.
-func (s Space) PoolLock(sku string) string { return s.prefix + "stocklocks/" + sku + "/pool/" }
+func (s Space) PoolLock(sku string) string { return s.StockLocks(sku) + "pool/" }
 
 // SegmentLock is the lock prefix guarding segment i of sku.
 func (s Space) SegmentLock(sku string, i int) string {
-	return s.prefix + "stocklocks/" + sku + "/seg/" + index(i) + "/"
+	return s.StockLocks(sku) + "seg/" + index(i) + "/"
 }
 
 // Orders is the prefix of sku's order records.
@@ -109,6 +111,9 @@ func (s Space) OrderID(id string) string { return s.prefix + "orderid/" + id }
 
 // Election is the prefix of the rebalancer's leadership election.
 func (s Space) Election() string { return s.prefix + "rebalance/election" }
+
+// Pull is the record of the last pull from sku's pool by a selling process.
+func (s Space) Pull(sku string) string { return s.prefix + "pulls/" + sku }
 
 // RebalanceLast is the record of the rebalancer's last pass.
 func (s Space) RebalanceLast() string { return s.prefix + "rebalance/last" }
@@ -183,6 +188,56 @@ func (s Space) ParseStock(key string) (StockKey, error) {
 		return StockKey{}, fmt.Errorf("keys: %q: %w", key, err)
 	}
 	return StockKey{SKU: sku, Kind: kind, Index: i}, nil
+}
+
+// StockLocks is the prefix of every lock key of sku's places (the pool and
+// the segments).
+func (s Space) StockLocks(sku string) string { return s.prefix + "stocklocks/" + sku + "/" }
+
+// StockLockKey is a parsed waiter key of a place's lock.
+type StockLockKey struct {
+	SKU   string
+	Kind  Kind  // KindPool or KindSegment
+	Index int   // segment index; -1 for the pool
+	Lease int64 // the lease of the session that put the key
+}
+
+// ParseStockLock parses a waiter key under StockLocks(sku), as delivered
+// by a watch: P stocklocks/<sku>/pool/<lease> or
+// P stocklocks/<sku>/seg/<iiii>/<lease>, the lease in hexadecimal.
+func (s Space) ParseStockLock(key string) (StockLockKey, error) {
+	rest, ok := strings.CutPrefix(key, s.prefix+"stocklocks/")
+	if !ok {
+		return StockLockKey{}, fmt.Errorf("keys: %q is not under %q", key, s.prefix+"stocklocks/")
+	}
+	sku, tail, ok := strings.Cut(rest, "/")
+	if !ok || sku == "" {
+		return StockLockKey{}, fmt.Errorf("keys: %q has no SKU", key)
+	}
+	k := StockLockKey{SKU: sku, Index: -1}
+	var lease string
+	if l, ok := strings.CutPrefix(tail, "pool/"); ok {
+		k.Kind, lease = KindPool, l
+	} else if l, ok := strings.CutPrefix(tail, "seg/"); ok {
+		idx, l, ok := strings.Cut(l, "/")
+		if !ok {
+			return StockLockKey{}, fmt.Errorf("keys: %q is not a lock key", key)
+		}
+		i, err := parseIndex(idx)
+		if err != nil {
+			return StockLockKey{}, fmt.Errorf("keys: %q: %w", key, err)
+		}
+		k.Kind, k.Index, lease = KindSegment, i, l
+	} else {
+		return StockLockKey{}, fmt.Errorf("keys: %q is not a lock key", key)
+	}
+	// Sessions write their lease as strconv.FormatInt(id, 16): one spelling.
+	id, err := strconv.ParseInt(lease, 16, 64)
+	if err != nil || id <= 0 || strconv.FormatInt(id, 16) != lease {
+		return StockLockKey{}, fmt.Errorf("keys: %q: lease %q is not hexadecimal", key, lease)
+	}
+	k.Lease = id
+	return k, nil
 }
 
 // ParseMeta returns the SKU of a key under MetaPrefix.
