@@ -24,8 +24,9 @@ var ErrFenced = errors.New("coordinator: fence compare failed")
 // that needs it; so Refill takes only the pool's lock and never waits
 // behind a busy segment's queue.
 //
-// The move is one transaction fenced by the pool's lock and by fence (the
-// rebalancer passes its leadership compare). It returns what was moved into
+// The move is fenced by the pool's lock and by fence (the rebalancer
+// passes its leadership compare); it is one transaction, or one per group
+// of segments that fits etcd's --max-txn-ops (WithMaxTxnOps). It returns what was moved into
 // each segment and the commit revision; with nothing to move (an empty
 // pool) it returns an empty map and revision 0. Once the transaction is
 // sent, cancelling ctx does not abandon it: Refill waits for etcd's answer
@@ -67,6 +68,27 @@ func (c *Coordinator) refill(ctx context.Context, sku string, want map[int]int64
 	}
 	defer pool.unlock()
 
+	// Each transaction reads two keys and compares one per segment, on top
+	// of the pool's and the fence's compares: as many segments as fit
+	// --max-txn-ops go together, all under the one pool lock.
+	per := max(1, (c.opts.maxTxnOps-4-len(fence))/2)
+	moved := map[int]int64{}
+	var rev int64
+	for len(targets) > 0 {
+		chunk := targets[:min(per, len(targets))]
+		targets = targets[len(chunk):]
+		m, r, err := c.refillChunk(ctx, sku, pool, chunk, want, below, note, fence)
+		if err != nil {
+			return nil, 0, err
+		}
+		maps.Copy(moved, m)
+		rev = max(rev, r)
+	}
+	return moved, rev, nil
+}
+
+// refillChunk is one transaction of refill, for targets.
+func (c *Coordinator) refillChunk(ctx context.Context, sku string, pool *heldPlace, targets []int, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (map[int]int64, int64, error) {
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		if err := pool.load(ctx, false); err != nil {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)

@@ -148,3 +148,37 @@ func abs(n int64) int64 {
 	}
 	return n
 }
+
+// Invariant: a refill of more segments than one transaction can carry
+// (etcd's --max-txn-ops) moves into every one of them; RefillBelow skips
+// the segments at or over the threshold.
+func TestRefillManySegments(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	c := newCoordinators(t, etcd, 1)[0]
+	ctx := t.Context()
+	const segs = 300
+	mustCreate(t, c, "many", coordinator.SKUConfig{Total: 10 * segs, Segments: segs, InitialFill: segs})
+	want := map[int]int64{}
+	for i := range segs {
+		want[i] = 2
+	}
+	moved, _, err := c.Refill(ctx, "many", want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moved) != segs {
+		t.Fatalf("refilled %d of %d segments", len(moved), segs)
+	}
+	// Every segment now holds 3; below 3 none needs a refill, below 4 all.
+	if moved, _, err := c.RefillBelow(ctx, "many", want, 3); err != nil || len(moved) != 0 {
+		t.Fatalf("RefillBelow(3): %v %v, want nothing moved", moved, err)
+	}
+	if moved, _, err := c.RefillBelow(ctx, "many", want, 4); err != nil || len(moved) != segs {
+		t.Fatalf("RefillBelow(4): %d moved, %v; want all %d", len(moved), err, segs)
+	}
+	st := mustStatus(t, c, "many")
+	if st.Pool != 10*segs-5*segs {
+		t.Fatalf("pool %d after moving 4 into each of %d segments of 1", st.Pool, segs)
+	}
+	mustAudit(t, c, "many")
+}

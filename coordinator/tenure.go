@@ -279,7 +279,7 @@ func (s *seller) pick(ctx context.Context, qty int64, home int) (*slot, pickStat
 	state := pickDry
 	for _, i := range s.order(home) {
 		q, st := s.qs[i], s.sts[i]
-		own, idle := q.tenure()
+		own, _ := q.tenure()
 		if own == nil {
 			continue
 		}
@@ -291,9 +291,8 @@ func (s *seller) pick(ctx context.Context, qty int64, home int) (*slot, pickStat
 			continue
 		}
 		state = pickBusy
-		if !idle {
-			continue
-		}
+		// Free means no order holds the slot: commits still in flight
+		// there (pins) do not keep the next order out; that is the point.
 		h := s.takeIdle(q)
 		if h == nil {
 			continue
@@ -668,6 +667,24 @@ func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, e
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return o != nil && st.token == o.rev && st.availLocked() >= qty, nil
+}
+
+// HeldSegments lists the segments of sku whose locks this process holds
+// now (its tenures), in index order; nil if it never sold sku.
+func (c *Coordinator) HeldSegments(sku string) []int {
+	c.stock.mu.Lock()
+	s := c.stock.sellers[sku]
+	c.stock.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	var out []int
+	for i, q := range s.qs {
+		if own, _ := q.tenure(); own != nil {
+			out = append(out, i)
+		}
+	}
+	return out
 }
 
 // holders lists, for tests and status, which lease holds each segment in

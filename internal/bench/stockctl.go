@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -40,6 +41,41 @@ type stockctl struct {
 	coords []*coordinator.Coordinator // one per process
 	reb    *coordinator.Coordinator   // the rebalancer's, a process of its own
 	stop   func()
+	// rebFailures counts the rebalancer's warnings (failed moves): a run
+	// whose refills fail is not the run it claims to be.
+	rebFailures warnCounter
+}
+
+// warnCounter is a slog handler that counts records at Warn and above and
+// keeps the first.
+type warnCounter struct {
+	mu    sync.Mutex
+	n     int
+	first string
+}
+
+func (w *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler                { return w }
+
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == 0 {
+		w.first = r.Message
+		r.Attrs(func(a slog.Attr) bool { w.first += " " + a.String(); return true })
+	}
+	w.n++
+	return nil
+}
+
+func (w *warnCounter) problem() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("rebalancer: %d warnings (first: %s)", w.n, w.first)
 }
 
 // SKU shape: most of the stock in the pool (see Setup).
@@ -73,7 +109,7 @@ func (s *stockctl) Setup(ctx context.Context, p Params) error {
 	if _, err := s.coords[0].CreateSKU(ctx, benchSKU, cfg); err != nil {
 		return fmt.Errorf("create the SKU: %w", err)
 	}
-	r, err := rebalance.New(reb, rebalance.Config{Identity: "bench-rebalancer"})
+	r, err := rebalance.New(reb, rebalance.Config{Identity: "bench-rebalancer", Logger: slog.New(&s.rebFailures)})
 	if err != nil {
 		return err
 	}
@@ -88,6 +124,9 @@ func (s *stockctl) Setup(ctx context.Context, p Params) error {
 	}
 	return context.Cause(ctx)
 }
+
+// Coordinators are the run's coordinators, one per process (for probes).
+func (s *stockctl) Coordinators() []*coordinator.Coordinator { return s.coords }
 
 func (s *stockctl) Buy(ctx context.Context, buyer int, order string, qty int64, routeKey string) (bool, error) {
 	c := s.coords[s.p.Process(buyer)]
@@ -113,6 +152,9 @@ func (s *stockctl) Verify(ctx context.Context) (Books, error) {
 		return Books{}, err
 	}
 	b := Books{Stock: a.Total, Remaining: a.Pool + a.Segments, Sold: a.Allocated, Orders: a.Orders, Problems: a.Problems}
+	if p := s.rebFailures.problem(); p != "" {
+		b.Problems = append(b.Problems, p)
+	}
 	if !a.OK && len(b.Problems) == 0 {
 		b.Problems = []string{"the audit failed"}
 	}
