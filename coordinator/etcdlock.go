@@ -201,9 +201,17 @@ func waitErr(wctx context.Context, err error) error {
 }
 
 // sessionErr reports a failed round trip as ErrSessionLost when the session
-// ended meanwhile (the likely reason for the failure).
+// ended meanwhile (the likely reason for the failure). etcd's "lease not
+// found" proves the lease is gone: the session is ended at once (Orphan
+// stops its keepalive, which closes Done and runs the loss handling), not
+// when its keepalive notices, so that the next call starts a new one
+// instead of failing the same way.
 func sessionErr(sess *concurrency.Session, err error) error {
-	if isDone(sess.Done()) || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		sess.Orphan()
+		return fmt.Errorf("%w: %w", ErrSessionLost, err)
+	}
+	if isDone(sess.Done()) {
 		return fmt.Errorf("%w: %w", ErrSessionLost, err)
 	}
 	return err

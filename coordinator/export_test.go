@@ -32,3 +32,24 @@ func (c *Coordinator) DebugQueue(sku string, seg int) string {
 	}
 	return s
 }
+
+// DebugSeller describes the seller of sku (tests).
+func (c *Coordinator) DebugSeller(sku string) string {
+	c.stock.mu.Lock()
+	s := c.stock.sellers[sku]
+	c.stock.mu.Unlock()
+	if s == nil {
+		return "no seller"
+	}
+	out := ""
+	for i := range s.qs {
+		st := s.sts[i]
+		st.mu.Lock()
+		out += fmt.Sprintf("\nseg %d: %s | token %d value %d inbox %d/%v reserved %d pending %d stale %v", i, c.DebugQueue(sku, i), st.token, st.value, st.inbox, st.inKnown, st.reserved, st.pending, st.stale)
+		st.mu.Unlock()
+	}
+	s.mu.Lock()
+	out += fmt.Sprintf("\nwaiters %d claiming %v view %v self %x", s.waiters.Len(), s.claiming, s.view, s.self())
+	s.mu.Unlock()
+	return out
+}

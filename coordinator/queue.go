@@ -52,7 +52,10 @@ type lockQueue struct {
 	waiters  list.List            // of *waiter, oldest first
 
 	retain bool   // keep the key between holds (set once, before use)
-	onFree func() // retained: called, without mu, when the queue turns idle
+	// onChange (retained queues) is called, without mu, whenever the queue
+	// changes in a way that can change a waiting order's choice: it turned
+	// idle, or its key was lost or given back.
+	onChange func()
 }
 
 // ownership is this process's tenure of a lock's etcd key. It spans every
@@ -278,11 +281,22 @@ func (q *lockQueue) maybeDropLocked(own *ownership) {
 		q.busy = false
 		q.grantNextLocked()
 		q.mu.Unlock()
+		q.notify()
 	})
 	if !started {
 		// Closing: the lease's revocation removes the key.
 		own.cancel(ErrClosed)
 		q.busy = false
+	}
+}
+
+// notify calls onChange, if set; the caller does not hold mu.
+func (q *lockQueue) notify() {
+	q.mu.Lock()
+	f := q.onChange
+	q.mu.Unlock()
+	if f != nil {
+		f()
 	}
 }
 
@@ -298,16 +312,16 @@ func (q *lockQueue) tenure() (own *ownership, idle bool) {
 	return o, q.holder == nil && o.pins == 0
 }
 
-// setRetain makes q a retained queue that calls onFree when it turns idle.
-func (q *lockQueue) setRetain(onFree func()) {
+// setRetain makes q a retained queue that calls onChange (see lockQueue).
+func (q *lockQueue) setRetain(onChange func()) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.retain, q.onFree = true, onFree
+	q.retain, q.onChange = true, onChange
 }
 
 // idleLocked turns a retained queue whose last hold ended idle: the key
 // stays, and goes after tenureIdle without a hold. It reports whether the
-// queue is now idle (the caller then calls onFree, without mu).
+// queue is now idle (the caller then calls onChange, without mu).
 func (q *lockQueue) idleLocked(own *ownership) bool {
 	if own.yielding || own.ctx.Err() != nil {
 		q.maybeDropLocked(own)
@@ -395,10 +409,10 @@ func (q *lockQueue) release(ctx context.Context, h *hold) error {
 			return nil
 		}
 		idle := q.idleLocked(own)
-		onFree := q.onFree
+		onChange := q.onChange
 		q.mu.Unlock()
-		if idle && onFree != nil {
-			onFree()
+		if idle && onChange != nil {
+			onChange()
 		}
 		return nil
 	}
@@ -438,6 +452,7 @@ func (q *lockQueue) cohortAllows(own *ownership) bool {
 // lose marks own lost although its session lives: its key was found gone
 // in etcd (deleted by someone). Waiters get the turn to acquire anew.
 func (q *lockQueue) lose(own *ownership, cause error) {
+	defer q.notify() // after the unlock below
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.own != own {
@@ -458,6 +473,7 @@ func (q *lockQueue) lose(own *ownership, cause error) {
 // sessionLost marks the hold under s lost and fails the waiters that were
 // waiting on it.
 func (q *lockQueue) sessionLost(s *concurrency.Session, holdCause, waitCause error) {
+	defer q.notify() // after the unlock below
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	hit := q.busy && q.busySess == s
