@@ -51,7 +51,7 @@ type lockQueue struct {
 	busySess *concurrency.Session // session of the acquisition in progress
 	waiters  list.List            // of *waiter, oldest first
 
-	retain bool   // keep the key between holds (set once, before use)
+	retain bool // keep the key between holds (set once, before use)
 	// onChange (retained queues) is called, without mu, whenever the queue
 	// changes in a way that can change a waiting order's choice: it turned
 	// idle, or its key was lost or given back.
