@@ -10,13 +10,10 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/bench"
 	"github.com/stockctl/stockctl/internal/etcdtest"
-	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/rebalance"
-	"github.com/stockctl/stockctl/segments"
 )
 
 // BenchmarkRefillSale: a hot SKU in 20 segments, 200 buyers over 4
@@ -31,12 +28,14 @@ import (
 // b.N is the number of orders; the SKU holds twice as many units, so the
 // run measures a sale in full swing, not its sell-out.
 //
-// Refill latency is measured by an observer outside the rebalancer: one
-// watch on the SKU's counters, which timestamps the event that takes a
-// segment's stock (counter + inbox) below the watermark and the event of the
-// refill that follows it. Both arrive on the same watch stream, so its
-// delivery delay cancels out. The rebalancer's own figure (Move.Latency,
-// from its seeing the crossing to its commit) is reported beside it.
+// Refill latency is measured by an observer outside the rebalancer
+// (bench.RefillObserver, the one stockctl bench uses): one watch on the
+// SKU's counters, which timestamps the revision that takes a segment's stock
+// (counter + inbox) below the watermark and the one that raises its inbox
+// afterwards, be it the rebalancer's refill or a seller's pull from the
+// pool. Both arrive on the same watch stream, so its delivery delay cancels
+// out. The rebalancer's own figure (Move.Latency, from its seeing the
+// crossing to its commit) is reported beside it.
 //
 // Run: go test -run x -bench BenchmarkRefillSale -benchtime 6000x ./rebalance
 func BenchmarkRefillSale(b *testing.B) {
@@ -68,7 +67,7 @@ func BenchmarkRefillSale(b *testing.B) {
 				InitialFill: fill, LowWatermark: watermark, RefillBatch: batch}); err != nil {
 				b.Fatal(err)
 			}
-			var obs *refillObserver
+			var obs *bench.RefillObserver
 			var self []float64
 			var selfMu sync.Mutex
 			var rwg sync.WaitGroup
@@ -76,9 +75,10 @@ func BenchmarkRefillSale(b *testing.B) {
 			defer func() { stopRebalancer(); rwg.Wait() }()
 			if name == "rebalancer" {
 				var err error
-				if obs, err = newRefillObserver(ctx, etcd.Client(b), sku, segs, watermark); err != nil {
+				if obs, err = bench.ObserveRefills(ctx, etcd.Client(b), coordinator.DefaultPrefix, sku, segs, watermark); err != nil {
 					b.Fatal(err)
 				}
+				defer obs.Stop()
 				r, err := rebalance.New(cs[0], rebalance.Config{Identity: "bench", OnMove: func(m rebalance.Move) {
 					if m.Kind == rebalance.Refill && m.SKU == sku && m.Latency > 0 {
 						selfMu.Lock()
@@ -98,7 +98,14 @@ func BenchmarkRefillSale(b *testing.B) {
 			b.ReportMetric(rate, "orders/s")
 			b.ReportMetric(rate/ideal, "of-ideal")
 			if obs != nil {
-				lat, pending := obs.stop()
+				seen := obs.Stop()
+				if seen.Err != nil {
+					b.Fatalf("refill observer: %v", seen.Err)
+				}
+				lat := make([]float64, len(seen.Latencies))
+				for i, d := range seen.Latencies {
+					lat[i] = ms(d)
+				}
 				if len(lat) == 0 {
 					if b.N < 1000 {
 						return // the probe run: too short to drain a segment
@@ -112,8 +119,8 @@ func BenchmarkRefillSale(b *testing.B) {
 				selfMu.Lock()
 				b.ReportMetric(pct(self, 99), "self-p99-ms")
 				selfMu.Unlock()
-				if pending > 0 {
-					b.Logf("%d segments still below the watermark, not yet refilled, when the sale stopped", pending)
+				if seen.Pending > 0 {
+					b.Logf("%d segments still below the watermark, not yet refilled, when the sale stopped", seen.Pending)
 				}
 			}
 			stopRebalancer()
@@ -160,100 +167,6 @@ func sell(b *testing.B, ctx context.Context, cs []*coordinator.Coordinator, sku 
 	elapsed := time.Since(start)
 	b.StopTimer()
 	return elapsed
-}
-
-// refillObserver watches one SKU's segment counters and inboxes and times
-// each crossing below the watermark to the refill that ends it.
-type refillObserver struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu      sync.Mutex
-	lat     []float64
-	crossed []time.Time // per segment; zero: not waiting for a refill
-}
-
-func newRefillObserver(ctx context.Context, cli *clientv3.Client, sku string, segs int, watermark int64) (*refillObserver, error) {
-	space, err := keys.New(coordinator.DefaultPrefix)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := cli.Get(ctx, space.SKUStock(sku), clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	seg, in := make([]int64, segs), make([]int64, segs)
-	apply := func(kv []byte, value []byte) (keys.StockKey, int64, bool) {
-		k, err := space.ParseStock(string(kv))
-		if err != nil || k.Kind == keys.KindPool {
-			return k, 0, false
-		}
-		n, err := segments.DecodeCounter(string(kv), value)
-		if err != nil {
-			return k, 0, false
-		}
-		return k, n, true
-	}
-	for _, kv := range resp.Kvs {
-		if k, n, ok := apply(kv.Key, kv.Value); ok {
-			if k.Kind == keys.KindInbox {
-				in[k.Index] = n
-			} else {
-				seg[k.Index] = n
-			}
-		}
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	o := &refillObserver{cancel: cancel, done: make(chan struct{})}
-	o.crossed = make([]time.Time, segs)
-	crossed := o.crossed
-	wch := cli.Watch(wctx, space.SKUStock(sku), clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-	go func() {
-		defer close(o.done)
-		for wr := range wch {
-			now := time.Now()
-			for _, ev := range wr.Events {
-				k, n, ok := apply(ev.Kv.Key, ev.Kv.Value)
-				if !ok {
-					continue
-				}
-				i := k.Index
-				before := seg[i] + in[i]
-				refilled := k.Kind == keys.KindInbox && n > in[i]
-				if k.Kind == keys.KindInbox {
-					in[i] = n
-				} else {
-					seg[i] = n
-				}
-				after := seg[i] + in[i]
-				o.mu.Lock()
-				switch {
-				case refilled && !crossed[i].IsZero():
-					o.lat = append(o.lat, ms(now.Sub(crossed[i])))
-					crossed[i] = time.Time{}
-				case before >= watermark && after < watermark:
-					crossed[i] = now
-				}
-				o.mu.Unlock()
-			}
-		}
-	}()
-	return o, nil
-}
-
-// stop ends the watch and returns the latencies (ms) and how many segments
-// were still waiting for a refill.
-func (o *refillObserver) stop() (lat []float64, pending int) {
-	o.cancel()
-	<-o.done
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, t := range o.crossed {
-		if !t.IsZero() {
-			pending++
-		}
-	}
-	return slices.Clone(o.lat), pending
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
