@@ -22,7 +22,7 @@ const (
 	// DefaultStep is the business step, as in the seed: a 20 ms critical
 	// section makes one lock 50 orders/s and 20 segments 1,000.
 	DefaultStep = 20 * time.Millisecond
-	// DefaultDuration bounds each strategy's run at one segment count.
+	// DefaultDuration bounds each strategy's run at one shape.
 	// Cost: runs × (this + setup + draining the orders in flight).
 	DefaultDuration = 5 * time.Second
 	// DefaultOrders caps the orders of each run; stock is sized so that a
@@ -55,14 +55,12 @@ var ErrInvalidConfig = errors.New("bench: invalid config")
 
 // Config describes a bench run.
 type Config struct {
-	// Specs are the strategies to run, each at every segment count.
+	// Specs are the strategies to run, each at every shape.
 	Specs []Spec
-	// Segments are the segment counts, run in this order.
-	Segments []int
-	// Buyers is the number of concurrent buyers of every run; 0 means
-	// DefaultBuyersPerSegment × segments (at least 2, at most
-	// MaxDefaultBuyers).
-	Buyers int
+	// Shapes are the segment and buyer counts to run each strategy at.
+	// Shapes of one segment count run next to each other, in the order
+	// the segment counts first appear; no shape may appear twice.
+	Shapes []Shape
 	// Step is the business step of the strategies that have one.
 	Step time.Duration
 	// Duration and Orders bound each run.
@@ -83,6 +81,17 @@ type Config struct {
 	// Progress, if set, is called from one goroutine while a run goes on.
 	Progress func(Progress)
 }
+
+// Shape is the segment and buyer counts of a run.
+type Shape struct {
+	Segments int `json:"segments"`
+	// Buyers is the number of concurrent buyers; 0 means BuyersFor(Segments).
+	Buyers int `json:"buyers"`
+}
+
+// String writes the shape as SEGMENTSxBUYERS, as stockctl bench --runs
+// takes it.
+func (s Shape) String() string { return fmt.Sprintf("%dx%d", s.Segments, s.Buyers) }
 
 // Progress is a view of a bench run in progress.
 type Progress struct {
@@ -124,10 +133,8 @@ func (cfg *Config) setDefaults() error {
 	switch {
 	case len(cfg.Specs) == 0:
 		return bad("no strategies")
-	case len(cfg.Segments) == 0:
-		return bad("no segment counts")
-	case cfg.Buyers < 0:
-		return bad("buyers %d: must not be negative", cfg.Buyers)
+	case len(cfg.Shapes) == 0:
+		return bad("no shapes")
 	case cfg.Step < 0 || cfg.Duration < 0 || cfg.StopGrace < 0 || cfg.AttemptTimeout < 0 || cfg.SetupTimeout < 0:
 		return bad("durations must not be negative")
 	case cfg.Orders < 0:
@@ -141,12 +148,43 @@ func (cfg *Config) setDefaults() error {
 	case cfg.Affinity != Spread && cfg.Affinity != SegmentAffinity:
 		return bad("affinity %q: want %s or %s", cfg.Affinity, Spread, SegmentAffinity)
 	}
-	for _, n := range cfg.Segments {
-		if n < 1 || n > segments.MaxSegments {
-			return bad("segments %d: must be between 1 and %d", n, segments.MaxSegments)
+	for _, sh := range cfg.Shapes {
+		if sh.Segments < 1 || sh.Segments > segments.MaxSegments {
+			return bad("shape %v: segments must be between 1 and %d", sh, segments.MaxSegments)
+		}
+		if sh.Buyers < 0 {
+			return bad("shape %v: buyers must not be negative", sh)
+		}
+	}
+	cfg.Shapes = RunOrder(cfg.Shapes)
+	for i, sh := range cfg.Shapes {
+		if slices.Contains(cfg.Shapes[:i], sh) {
+			return bad("shape %v appears twice", sh)
 		}
 	}
 	return nil
+}
+
+// RunOrder returns shapes as Run runs them, in a new slice: default buyer
+// counts resolved, and the shapes of one segment count next to each other
+// (segment counts in the order they first appear, shapes of one count in
+// their given order).
+func RunOrder(shapes []Shape) []Shape {
+	out := make([]Shape, 0, len(shapes))
+	for i, sh := range shapes {
+		if slices.ContainsFunc(shapes[:i], func(o Shape) bool { return o.Segments == sh.Segments }) {
+			continue // already placed with the first of its count
+		}
+		for _, o := range shapes[i:] {
+			if o.Segments == sh.Segments {
+				if o.Buyers == 0 {
+					o.Buyers = BuyersFor(o.Segments)
+				}
+				out = append(out, o)
+			}
+		}
+	}
+	return out
 }
 
 // BuyersFor is the default buyer count at n segments.
@@ -154,37 +192,33 @@ func BuyersFor(n int) int {
 	return min(max(DefaultBuyersPerSegment*n, 2), MaxDefaultBuyers)
 }
 
-// Run runs every strategy of cfg at every segment count, one after the
-// other, and returns a row per run. A run that fails to set up or ends in
-// an error still gets its row (with the error); Run goes on with the next.
-// The error is ErrInvalidConfig, or ctx's cause when ctx ended (with the
-// rows so far).
+// Run runs every strategy of cfg at every shape, one after the other, and
+// returns a row per run. A run that fails to set up or ends in an error
+// still gets its row (with the error); Run goes on with the next. The error
+// is ErrInvalidConfig, or ctx's cause when ctx ended (with the rows so far).
 func Run(ctx context.Context, cfg Config) ([]Row, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	runs := len(cfg.Specs) * len(cfg.Segments)
+	runs := len(cfg.Specs) * len(cfg.Shapes)
 	var rows []Row
-	// Segment counts outside, strategies inside: the strategies compared at
-	// one segment count run close together in time, under the same
-	// background load.
-	for _, n := range cfg.Segments {
+	// Shapes outside, strategies inside: the strategies compared at one
+	// shape run close together in time, under the same background load
+	// (and the shapes of one segment count are next to each other).
+	for _, sh := range cfg.Shapes {
 		for _, spec := range cfg.Specs {
 			if ctx.Err() != nil {
 				return rows, context.Cause(ctx)
 			}
-			rows = append(rows, runOne(ctx, &cfg, spec, n, len(rows)+1, runs))
+			rows = append(rows, runOne(ctx, &cfg, spec, sh, len(rows)+1, runs))
 		}
 	}
 	return rows, context.Cause(ctx)
 }
 
-// runOne runs spec at n segments.
-func runOne(ctx context.Context, cfg *Config, spec Spec, n, num, runs int) (row Row) {
-	buyers := cfg.Buyers
-	if buyers == 0 {
-		buyers = BuyersFor(n)
-	}
+// runOne runs spec at shape sh (its buyer count resolved).
+func runOne(ctx context.Context, cfg *Config, spec Spec, sh Shape, num, runs int) (row Row) {
+	n, buyers := sh.Segments, sh.Buyers
 	row = Row{Strategy: spec.Name, Title: spec.Title, Segments: n, Places: spec.places(n), Buyers: buyers, Problems: []string{}}
 	if spec.Step {
 		row.StepMs = ms(cfg.Step)
@@ -198,7 +232,7 @@ func runOne(ctx context.Context, cfg *Config, spec Spec, n, num, runs int) (row 
 	if err != nil {
 		return fail("%v", err)
 	}
-	id := fmt.Sprintf("%s-%d-%08x", spec.Name, n, rand.Uint32())
+	id := fmt.Sprintf("%s-%dx%d-%08x", spec.Name, n, buyers, rand.Uint32())
 	// The step records when each buyer's order started holding its lock
 	// (the service time runs from there to the order's return).
 	stepStart := make([]atomic.Int64, buyers)
@@ -271,6 +305,9 @@ func runOne(ctx context.Context, cfg *Config, spec Spec, n, num, runs int) (row 
 		return fail("verify: %v", err)
 	}
 	row.check(res, books)
+	if rr, ok := s.(refillReporter); ok {
+		row.refills(rr.Refills())
+	}
 	return row
 }
 

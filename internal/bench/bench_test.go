@@ -3,8 +3,10 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -124,7 +126,7 @@ func TestRun(t *testing.T) {
 	specs := []Spec{OneLock(), EtcdMutex(), Stockctl(), StockctlNoStep(),
 		{Name: "leaky", Title: "oversells", New: func() Strategy { return &leaky{} }}}
 	var progress atomic.Int64
-	rows, err := Run(t.Context(), Config{Specs: specs, Segments: []int{2}, Step: time.Millisecond, Duration: 300 * time.Millisecond,
+	rows, err := Run(t.Context(), Config{Specs: specs, Shapes: []Shape{{Segments: 2}}, Step: time.Millisecond, Duration: 300 * time.Millisecond,
 		Orders: 2000, Processes: 2, Etcd: cs, Prefix: "/bench-test/", StopGrace: 2 * time.Second,
 		Progress: func(Progress) { progress.Add(1) }})
 	if err != nil {
@@ -146,6 +148,12 @@ func TestRun(t *testing.T) {
 		if step := r.Strategy != "stockctl-nostep"; step != (r.IdealPerSec > 0) || step != (r.ServiceMs.P99 > 0) {
 			t.Errorf("%s: ideal %v, service %+v", r.Strategy, r.IdealPerSec, r.ServiceMs)
 		}
+		if r.Buyers != BuyersFor(2) {
+			t.Errorf("%s: %d buyers, want the default %d", r.Strategy, r.Buyers, BuyersFor(2))
+		}
+		if observed := strings.HasPrefix(r.Strategy, "stockctl"); observed != (r.Refills != nil) || observed != (r.RefillsPending != nil) {
+			t.Errorf("%s: refills %v, pending %v", r.Strategy, r.Refills, r.RefillsPending)
+		}
 	}
 	if rows[0].Places != 1 || rows[0].IdealPerSec != 1000 || rows[1].Places != 2 || rows[1].IdealPerSec != 2000 {
 		t.Errorf("places and ideals: %+v / %+v", rows[0], rows[1])
@@ -160,80 +168,289 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// Two shapes, stockctl with and without a step: every stockctl row says
+// what its refill observer saw, consistently (a tiny run may see none).
+func TestRunShapesRefills(t *testing.T) {
+	cs := startEtcd(t, 2)
+	shapes := []Shape{{Segments: 2, Buyers: 4}, {Segments: 3}}
+	rows, err := Run(t.Context(), Config{Specs: []Spec{Stockctl(), StockctlNoStep()}, Shapes: shapes, Step: time.Millisecond,
+		Duration: 300 * time.Millisecond, Orders: 1000, Processes: 2, Etcd: cs, Prefix: "/bench-refills/", StopGrace: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		strategy     string
+		segs, buyers int
+	}{{"stockctl", 2, 4}, {"stockctl-nostep", 2, 4}, {"stockctl", 3, 6}, {"stockctl-nostep", 3, 6}}
+	if len(rows) != len(want) {
+		t.Fatalf("%d rows, want %d", len(rows), len(want))
+	}
+	for i, r := range rows {
+		w := want[i]
+		if r.Strategy != w.strategy || r.Segments != w.segs || r.Buyers != w.buyers || !r.OK {
+			t.Errorf("row %d: %s at %dx%d (ok %v, %v), want %s at %dx%d", i, r.Strategy, r.Segments, r.Buyers, r.OK, r.Problems,
+				w.strategy, w.segs, w.buyers)
+		}
+		if r.Refills == nil || r.RefillsPending == nil || *r.Refills < 0 || *r.RefillsPending < 0 || *r.RefillsPending > int64(r.Segments) {
+			t.Fatalf("%s at %dx%d: refills %v, pending %v", r.Strategy, r.Segments, r.Buyers, r.Refills, r.RefillsPending)
+		}
+		if (*r.Refills > 0) != (r.RefillMs != nil) {
+			t.Errorf("%s: %d refills, refillMs %v", r.Strategy, *r.Refills, r.RefillMs)
+		}
+		if l := r.RefillMs; l != nil && !(0 <= l.P50 && l.P50 <= l.P99 && l.P99 <= l.Max) {
+			t.Errorf("%s: refill latency %+v", r.Strategy, *l)
+		}
+	}
+	b, err := json.Marshal(rows[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{`"refills":`, `"refillMs":`, `"refillsPending":`} {
+		if !bytes.Contains(b, []byte(f)) {
+			t.Errorf("the row's JSON lacks %s: %s", f, b)
+		}
+	}
+}
+
 func TestRunInvalid(t *testing.T) {
-	for _, cfg := range []Config{
-		{},
-		{Specs: []Spec{OneLock()}},
-		{Specs: []Spec{OneLock()}, Segments: []int{0}, Prefix: "/x/", Processes: 1, Etcd: make([]*clientv3.Client, 1)},
-		{Specs: []Spec{OneLock()}, Segments: []int{1}, Prefix: "/x/", Processes: 2, Etcd: make([]*clientv3.Client, 1)},
+	ok := func(shapes ...Shape) Config {
+		return Config{Specs: []Spec{OneLock()}, Shapes: shapes, Prefix: "/x/", Processes: 1, Etcd: make([]*clientv3.Client, 1)}
+	}
+	for name, cfg := range map[string]Config{
+		"empty":             {},
+		"no shapes":         {Specs: []Spec{OneLock()}},
+		"zero segments":     ok(Shape{Segments: 0, Buyers: 2}),
+		"too many segments": ok(Shape{Segments: 100000, Buyers: 2}),
+		"negative buyers":   ok(Shape{Segments: 2, Buyers: -1}),
+		"twice":             ok(Shape{Segments: 2, Buyers: 4}, Shape{Segments: 3}, Shape{Segments: 2, Buyers: 4}),
+		"twice by default":  ok(Shape{Segments: 2}, Shape{Segments: 2, Buyers: BuyersFor(2)}),
+		"too few clients":   {Specs: []Spec{OneLock()}, Shapes: []Shape{{Segments: 1}}, Prefix: "/x/", Processes: 2, Etcd: make([]*clientv3.Client, 1)},
 	} {
 		if _, err := Run(t.Context(), cfg); !errors.Is(err, ErrInvalidConfig) {
-			t.Errorf("%+v: %v", cfg, err)
+			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+func TestRunOrder(t *testing.T) {
+	sh := func(segs, buyers int) Shape { return Shape{Segments: segs, Buyers: buyers} }
+	for _, tc := range []struct {
+		name     string
+		in, want []Shape
+	}{
+		{"empty", nil, []Shape{}},
+		{"default buyers", []Shape{sh(1, 0), sh(20, 0), sh(300, 0)},
+			[]Shape{sh(1, 2), sh(20, 40), sh(300, MaxDefaultBuyers)}},
+		{"issue 11", []Shape{sh(1, 2), sh(20, 40), sh(20, 200), sh(100, 200)}, []Shape{sh(1, 2), sh(20, 40), sh(20, 200), sh(100, 200)}},
+		{"grouped by segment count", []Shape{sh(20, 40), sh(100, 200), sh(1, 2), sh(20, 200), sh(100, 0)},
+			[]Shape{sh(20, 40), sh(20, 200), sh(100, 200), sh(100, 200), sh(1, 2)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := slices.Clone(tc.in)
+			if got := RunOrder(tc.in); !slices.Equal(got, tc.want) {
+				t.Errorf("RunOrder(%v) = %v, want %v", tc.in, got, tc.want)
+			}
+			if !slices.Equal(in, tc.in) {
+				t.Errorf("RunOrder changed its argument: %v", tc.in)
+			}
+		})
 	}
 }
 
 func TestTargets(t *testing.T) {
-	rows := []Row{
-		{Strategy: "stockctl", Segments: 20, Buyers: 40, OrdersPerSec: 950, IdealPerSec: 1000, OfIdeal: 0.95, LatencyMs: Latency{P99: 58}},
-		{Strategy: "redsync", Segments: 20, OrdersPerSec: 960, IdealPerSec: 1000},
-		{Strategy: "stockctl", Segments: 100, OrdersPerSec: 3000, IdealPerSec: 5000, OfIdeal: 0.6},
-		{Strategy: "stockctl-nostep", Segments: 20, OrdersPerSec: 4000},
-		{Strategy: "redis-lua", Segments: 20, OrdersPerSec: 40000},
-	}
-	want := map[string]string{
-		"20 segments: ≥ 0.90 of ideal":            TargetMet,
-		"20 segments: ahead of redsync":           TargetNotMet,
-		"20 segments: p99 ≤ 60 ms (end to end)":   TargetMet,
-		"100 segments: ≥ 0.75 of ideal":           TargetNotMet,
-		"pure allocation vs Redis Lua on one key": TargetMeasured,
-	}
-	got := Targets(rows)
-	if len(got) != len(want) {
-		t.Fatalf("targets %+v", got)
-	}
-	for _, tg := range got {
-		if want[tg.Name] != tg.Status {
-			t.Errorf("%s: %s, want %s (%s)", tg.Name, tg.Status, want[tg.Name], tg.Detail)
+	n := func(v int64) *int64 { return &v }
+	// row builds a run of strategy at segs × buyers, 20 ms step (0 for
+	// stockctl-nostep and redis-lua), fair unless told.
+	row := func(strategy string, segs, buyers int, perSec float64) Row {
+		r := Row{Strategy: strategy, Segments: segs, Places: segs, Buyers: buyers, OrdersPerSec: perSec,
+			OrdersPerBuyer: MinMax{Min: 9, Max: 10}}
+		if strategy != "stockctl-nostep" && strategy != "redis-lua" {
+			r.StepMs, r.IdealPerSec = 20, float64(segs)*50
+			r.OfIdeal = perSec / r.IdealPerSec
 		}
+		return r
 	}
-	if !strings.Contains(got[4].Detail, "0.100×") {
-		t.Errorf("ratio: %s", got[4].Detail)
+	refills := func(r Row, count int64, p99 float64) Row {
+		r.Refills, r.RefillsPending = n(count), n(0)
+		if count > 0 {
+			r.RefillMs = &Latency{P50: p99 / 2, P99: p99, Max: p99 + 1}
+		}
+		return r
+	}
+	fairness := func(r Row, min, max int64) Row { r.OrdersPerBuyer = MinMax{Min: min, Max: max}; return r }
+	step := func(r Row, ms float64) Row {
+		r.StepMs, r.IdealPerSec = ms, float64(r.Places)*1000/ms
+		r.OfIdeal = r.OrdersPerSec / r.IdealPerSec
+		return r
+	}
+	const (
+		t20x200  = "20 segments × 200 buyers, 20 ms step: ≥ 0.95 of ideal"
+		t20x40   = "20 segments × 40 buyers, 20 ms step: ≥ 0.90 of ideal and ≥ redsync"
+		t100x200 = "100 segments × 200 buyers, 20 ms step: ≥ 0.80 of ideal and ≥ redsync"
+		tNoStep  = "pure allocation (stockctl-nostep), 20 segments × 200 buyers: ≥ 15,000 allocations/s"
+		tFair    = "fairness: min/max orders per buyer ≥ 0.8 (stockctl, every run with a step)"
+		tRefill  = "refill p99 ≤ 50 ms after a segment crosses its low watermark, under the sale (stockctl, every run with a step)"
+	)
+	type want struct{ status, detail string }
+	for _, tc := range []struct {
+		name string
+		rows []Row
+		want map[string]want // name → status and a part of the detail
+	}{
+		{"no rows", nil, map[string]want{}},
+		{"other strategies only", []Row{row("one-lock", 20, 200, 50), row("redsync", 20, 40, 900)}, map[string]want{}},
+		{"all met, redsync behind", []Row{
+			row("one-lock", 1, 2, 49),
+			refills(row("stockctl", 20, 40, 950), 12, 20), row("redsync", 20, 40, 880),
+			refills(row("stockctl", 20, 200, 965), 30, 35),
+			refills(row("stockctl", 100, 200, 4100), 0, 0), row("redsync", 100, 200, 4000),
+			row("stockctl-nostep", 20, 200, 16234), row("redis-lua", 20, 200, 40000),
+		}, map[string]want{
+			t20x200:  {TargetMet, "965 orders/s = 0.96 of 1000"},
+			t20x40:   {TargetMet, "950 orders/s = 0.95 of 1000; redsync 880 (1.08×)"},
+			t100x200: {TargetMet, "4100 orders/s = 0.82 of 5000; redsync 4000 (1.02×)"},
+			tNoStep:  {TargetMet, "16,234 allocations/s; redis-lua 40,000 (0.41×)"},
+			tFair:    {TargetMet, "worst 0.90 (9/10 orders)"},
+			tRefill:  {TargetMet, "worst p99 35.0 ms at 20 segments × 200 buyers (30 refills, p50 17.5, max 36.0 ms); 42 refills in 3 runs"},
+		}},
+		{"redsync ahead", []Row{
+			row("stockctl", 20, 40, 950), row("redsync", 20, 40, 960),
+			row("stockctl", 100, 200, 4100), row("redsync", 100, 200, 4200),
+		}, map[string]want{
+			t20x40:   {TargetNotMet, "redsync 960 (0.99×)"},
+			t100x200: {TargetNotMet, "redsync 4200 (0.98×)"},
+			tFair:    {TargetMet, "of 2 runs"},
+		}},
+		{"redsync not run", []Row{
+			row("stockctl", 20, 40, 950),
+			row("stockctl", 100, 200, 3000),
+		}, map[string]want{
+			t20x40:   {TargetMeasured, "950 orders/s = 0.95 of 1000; redsync not run"},
+			t100x200: {TargetNotMet, "3000 orders/s = 0.60 of 5000; redsync not run"},
+			tFair:    {TargetMet, ""},
+		}},
+		{"below the thresholds", []Row{
+			fairness(refills(row("stockctl", 20, 200, 900), 5, 80), 3, 10),
+			row("stockctl-nostep", 20, 200, 9000),
+			refills(row("stockctl-nostep", 100, 200, 20000), 50, 500), // no step: not judged on refills
+		}, map[string]want{
+			t20x200: {TargetNotMet, "900 orders/s = 0.90 of 1000"},
+			tNoStep: {TargetNotMet, "9,000 allocations/s"},
+			tFair:   {TargetNotMet, "worst 0.30 (3/10 orders) at 20 segments × 200 buyers, of 1 runs"},
+			tRefill: {TargetNotMet, "worst p99 80.0 ms"},
+		}},
+		{"worst of several", []Row{
+			fairness(refills(row("stockctl", 20, 40, 950), 4, 60), 7, 10),
+			fairness(refills(row("stockctl", 20, 200, 980), 9, 30), 5, 10),
+			fairness(row("stockctl-nostep", 20, 200, 20000), 0, 100), // no step: not judged on fairness
+		}, map[string]want{
+			t20x200: {TargetMet, ""},
+			t20x40:  {TargetMeasured, "redsync not run"},
+			tNoStep: {TargetMet, "20,000 allocations/s"},
+			tFair:   {TargetNotMet, "worst 0.50 (5/10 orders) at 20 segments × 200 buyers, of 2 runs"},
+			tRefill: {TargetNotMet, "worst p99 60.0 ms at 20 segments × 40 buyers"},
+		}},
+		{"no crossing", []Row{refills(row("stockctl", 20, 200, 960), 0, 0)}, map[string]want{
+			t20x200: {TargetMet, ""},
+			tFair:   {TargetMet, ""},
+			tRefill: {TargetMeasured, "no segment fell below its low watermark in 1 runs"},
+		}},
+		{"no refill seen, some waiting", []Row{
+			func() Row { r := refills(row("stockctl", 20, 200, 960), 0, 0); r.RefillsPending = n(2); return r }(),
+		}, map[string]want{
+			t20x200: {TargetMet, ""},
+			tFair:   {TargetMet, ""},
+			tRefill: {TargetMeasured, "no refill seen in 1 runs; 2 segments still waiting when their sale ended"},
+		}},
+		{"another step", []Row{
+			step(row("stockctl", 20, 200, 1900), 10),
+			step(row("stockctl", 20, 40, 1000), 10),
+		}, map[string]want{
+			t20x200: {TargetMeasured, "1900 orders/s = 0.95 of 2000; at a 10 ms step, the target is set at 20 ms"},
+			t20x40:  {TargetMeasured, "0.50 of 2000; redsync not run; at a 10 ms step"},
+			tFair:   {TargetMet, ""},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Targets(tc.rows)
+			seen := map[string]bool{}
+			for _, tg := range got {
+				w, ok := tc.want[tg.Name]
+				switch {
+				case !ok:
+					t.Errorf("unexpected target %q: %s (%s)", tg.Name, tg.Status, tg.Detail)
+				case tg.Status != w.status || !strings.Contains(tg.Detail, w.detail):
+					t.Errorf("%s: %s (%s), want %s (%s)", tg.Name, tg.Status, tg.Detail, w.status, w.detail)
+				}
+				seen[tg.Name] = true
+			}
+			for name := range tc.want {
+				if !seen[name] {
+					t.Errorf("target %q missing from %+v", name, got)
+				}
+			}
+		})
 	}
 }
 
 func TestWriteSVG(t *testing.T) {
-	rows := []Row{
-		{Strategy: "one-lock", Segments: 1, Places: 1, StepMs: 20, OrdersPerSec: 40, IdealPerSec: 50},
-		{Strategy: "one-lock", Segments: 20, Places: 1, StepMs: 20, OrdersPerSec: 45, IdealPerSec: 50},
-		{Strategy: "stockctl", Segments: 1, Places: 1, StepMs: 20, OrdersPerSec: 45, IdealPerSec: 50},
-		{Strategy: "stockctl", Segments: 20, Places: 20, StepMs: 20, OrdersPerSec: 900, IdealPerSec: 1000},
-		{Strategy: "redis-lua", Segments: 20, Places: 1, OrdersPerSec: 40000},
+	r := func(strategy string, segs, buyers int, perSec float64) Row {
+		row := Row{Strategy: strategy, Segments: segs, Places: segs, Buyers: buyers, OrdersPerSec: perSec}
+		if strategy == "one-lock" {
+			row.Places = 1
+		}
+		if strategy != "redis-lua" {
+			row.StepMs, row.IdealPerSec = 20, float64(row.Places)*50
+		}
+		return row
 	}
-	var buf bytes.Buffer
-	if err := WriteSVG(&buf, rows, "a <title> & more"); err != nil {
-		t.Fatal(err)
-	}
-	dec := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
-	lines := 0
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			if err.Error() != "EOF" {
-				t.Fatalf("not well-formed XML: %v\n%s", err, buf.String())
+	for _, tc := range []struct {
+		name      string
+		rows      []Row
+		polylines int
+		legend    []string
+	}{
+		// The default run: by buyers per segment, 2 per segment is a
+		// line through 1, 20 and 100 segments, 10 per segment a marker.
+		{"issue 11's shapes", []Row{
+			r("one-lock", 1, 2, 40), r("stockctl", 1, 2, 45), r("redis-lua", 1, 2, 30000),
+			r("one-lock", 20, 40, 45), r("stockctl", 20, 40, 900), r("redis-lua", 20, 40, 40000),
+			r("one-lock", 20, 200, 45), r("stockctl", 20, 200, 950), r("redis-lua", 20, 200, 40000),
+			r("one-lock", 100, 200, 45), r("stockctl", 100, 200, 4000), r("redis-lua", 100, 200, 41000),
+		}, 4, []string{">10k<", ">stockctl<", ">redis-lua (no step)<", ">2 buyers per segment<", ">10 buyers per segment<", "ideal (segments ÷ step)"}},
+		// One buyer count for every segment count: one line per strategy.
+		{"--buyers 200", []Row{
+			r("one-lock", 1, 200, 40), r("stockctl", 1, 200, 45),
+			r("one-lock", 20, 200, 45), r("stockctl", 20, 200, 900),
+		}, 3, []string{">one-lock<", ">200 buyers<"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := WriteSVG(&buf, tc.rows, "a <title> & more"); err != nil {
+				t.Fatal(err)
 			}
-			break
-		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
-			lines++
-		}
-	}
-	if lines != 4 { // the ideal and three strategies
-		t.Fatalf("%d polylines, want 4\n%s", lines, buf.String())
-	}
-	for _, want := range []string{"a &lt;title&gt; &amp; more", ">10k<", ">stockctl<", ">redis-lua (no step)<", "ideal (segments ÷ step)"} {
-		if !strings.Contains(buf.String(), want) {
-			t.Errorf("the plot lacks %q", want)
-		}
+			dec := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
+			lines := 0
+			for {
+				tok, err := dec.Token()
+				if err != nil {
+					if err.Error() != "EOF" {
+						t.Fatalf("not well-formed XML: %v\n%s", err, buf.String())
+					}
+					break
+				}
+				if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+					lines++
+				}
+			}
+			if lines != tc.polylines {
+				t.Errorf("%d polylines, want %d\n%s", lines, tc.polylines, buf.String())
+			}
+			for _, want := range append(tc.legend, "a &lt;title&gt; &amp; more") {
+				if !strings.Contains(buf.String(), want) {
+					t.Errorf("the plot lacks %q", want)
+				}
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 )
 
 // The plot's geometry, in SVG user units (pixels).
@@ -23,18 +24,22 @@ const (
 // palette gives each strategy line its colour, in the order lines appear.
 var palette = []string{"#d62728", "#ff7f0e", "#1f77b4", "#17becf", "#9467bd", "#8c564b", "#2ca02c", "#e377c2", "#7f7f7f"}
 
-// WriteSVG draws orders/s against segment count, one line per strategy
-// (both axes logarithmic), with the ideal of the step strategies dashed, as
-// a standalone SVG document. title heads the plot.
+// WriteSVG draws orders/s against segment count (both axes logarithmic) as
+// a standalone SVG document headed by title: a colour per strategy, a
+// marker per buyer count, a line through each strategy's runs at one buyer
+// count, and the ideal of the step strategies dashed.
+//
+// The buyer count is either the count itself or the count per segment,
+// whichever makes fewer lines: a run of 2 buyers per segment at 1, 20 and
+// 100 segments is one line, and so is 200 buyers at 20 and 100 segments.
+// The legend says which.
 func WriteSVG(w io.Writer, rows []Row, title string) error {
 	var names []string
 	var segs []int
 	step := map[string]bool{} // strategies with a business step
-	for _, r := range rows {
-		step[r.Strategy] = step[r.Strategy] || r.StepMs > 0
-	}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, r := range rows {
+		step[r.Strategy] = step[r.Strategy] || r.StepMs > 0
 		if !slices.Contains(names, r.Strategy) {
 			names = append(names, r.Strategy)
 		}
@@ -48,6 +53,7 @@ func WriteSVG(w io.Writer, rows []Row, title string) error {
 		}
 	}
 	slices.Sort(segs)
+	groupOf, groups, groupLabel := buyerGroups(rows)
 	if len(segs) == 0 || math.IsInf(lo, 1) {
 		lo, hi = 1, 10
 	}
@@ -101,11 +107,10 @@ func WriteSVG(w io.Writer, rows []Row, title string) error {
 	p(`<text x="%.1f" y="%d" text-anchor="middle">segments</text>`+"\n", plotLeft+iw/2, plotHeight-15)
 	p(`<text transform="translate(20 %.1f) rotate(-90)" text-anchor="middle">orders/s (log scale)</text>`+"\n", plotTop+ih/2)
 
-	legendY := plotTop + 10
+	legendX, legendY := float64(plotWidth-plotRight+20), plotTop+10
 	legend := func(color, dash, label string) {
-		x := float64(plotWidth - plotRight + 20)
-		p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-width="2.5"%s/>`+"\n", x, legendY, x+28, legendY, color, dash)
-		p(`<text x="%.1f" y="%d" dominant-baseline="middle">%s</text>`+"\n", x+36, legendY, html.EscapeString(label))
+		p(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="%s" stroke-width="2.5"%s/>`+"\n", legendX, legendY, legendX+28, legendY, color, dash)
+		p(`<text x="%.1f" y="%d" dominant-baseline="middle">%s</text>`+"\n", legendX+36, legendY, html.EscapeString(label))
 		legendY += 22
 	}
 	// The ideal of the segmented step strategies: segments ÷ step.
@@ -124,31 +129,85 @@ func WriteSVG(w io.Writer, rows []Row, title string) error {
 	}
 	for i, name := range names {
 		color := palette[i%len(palette)]
-		var pts [][2]float64
-		for _, n := range segs {
-			for _, r := range rows {
-				if r.Strategy == name && r.Segments == n && r.OrdersPerSec > 0 {
-					pts = append(pts, [2]float64{px(n), py(r.OrdersPerSec)})
-				}
-			}
-		}
-		if len(pts) == 0 {
-			continue
-		}
 		// Pure allocation (no step, no ideal) is dotted: it is not the
 		// same work as the lines with a step.
 		dash, label := "", name
 		if !step[name] {
 			dash, label = ` stroke-dasharray="2 4"`, name+" (no step)"
 		}
-		p(`<polyline fill="none" stroke="%s" stroke-width="2.5"%s points="%s"/>`+"\n", color, dash, points(pts))
-		for _, pt := range pts {
-			p(`<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>`+"\n", pt[0], pt[1], color)
+		drawn := false
+		for g := range groups {
+			var pts [][2]float64
+			for _, n := range segs {
+				for _, r := range rows {
+					if r.Strategy == name && r.Segments == n && groupOf(r) == g && r.OrdersPerSec > 0 {
+						pts = append(pts, [2]float64{px(n), py(r.OrdersPerSec)})
+					}
+				}
+			}
+			if len(pts) > 1 {
+				p(`<polyline fill="none" stroke="%s" stroke-width="2.5"%s points="%s"/>`+"\n", color, dash, points(pts))
+			}
+			for _, pt := range pts {
+				marker(p, g, pt[0], pt[1], color)
+			}
+			drawn = drawn || len(pts) > 0
 		}
-		legend(color, dash, label)
+		if drawn {
+			legend(color, dash, label)
+		}
+	}
+	// The markers: what the buyer count of each is.
+	for g := range groups {
+		marker(p, g, legendX+14, float64(legendY), "#555555")
+		p(`<text x="%.1f" y="%d" dominant-baseline="middle">%s</text>`+"\n", legendX+36, legendY, html.EscapeString(groupLabel(g)))
+		legendY += 22
 	}
 	p("</svg>\n")
 	return bw.Flush()
+}
+
+// buyerGroups sorts the rows' buyer counts into groups, by the count
+// itself or by the count per segment, whichever makes fewer groups (the
+// count itself on a tie, as it is plainer). It returns each row's group
+// (0 to groups-1, in increasing order of count) and the groups' labels.
+func buyerGroups(rows []Row) (groupOf func(Row) int, groups int, label func(int) string) {
+	perSegment := func(r Row) float64 { return float64(r.Buyers) / float64(max(r.Segments, 1)) }
+	absolute := func(r Row) float64 { return float64(r.Buyers) }
+	distinct := func(f func(Row) float64) []float64 {
+		var vs []float64
+		for _, r := range rows {
+			if v := f(r); !slices.Contains(vs, v) {
+				vs = append(vs, v)
+			}
+		}
+		slices.Sort(vs)
+		return vs
+	}
+	key, unit := absolute, " buyers"
+	vs := distinct(absolute)
+	if ps := distinct(perSegment); len(ps) < len(vs) {
+		key, unit, vs = perSegment, " buyers per segment", ps
+	}
+	groupOf = func(r Row) int { return slices.Index(vs, key(r)) }
+	label = func(g int) string { return strconv.FormatFloat(vs[g], 'f', -1, 64) + unit }
+	return groupOf, len(vs), label
+}
+
+// marker draws the g-th marker shape (circle, square, triangle, diamond,
+// then again) centred on x, y.
+func marker(p func(string, ...any), g int, x, y float64, color string) {
+	const r = 4.5
+	switch g % 4 {
+	case 0:
+		p(`<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s"/>`+"\n", x, y, r, color)
+	case 1:
+		p(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x-r, y-r, 2*r, 2*r, color)
+	case 2:
+		p(`<polygon points="%.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="%s"/>`+"\n", x, y-r-1, x+r+1, y+r, x-r-1, y+r, color)
+	default:
+		p(`<polygon points="%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="%s"/>`+"\n", x, y-r-1, x+r+1, y, x, y+r+1, x-r-1, y, color)
+	}
 }
 
 func points(pts [][2]float64) string {

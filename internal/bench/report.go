@@ -7,8 +7,8 @@ import (
 	"github.com/stockctl/stockctl/internal/sale"
 )
 
-// Row is one strategy's run at one segment count (part of stockctl bench's
-// -o json contract).
+// Row is one strategy's run at one shape (part of stockctl bench's -o json
+// contract).
 type Row struct {
 	Strategy string `json:"strategy"`
 	Title    string `json:"title"`
@@ -40,8 +40,19 @@ type Row struct {
 	ServiceMs Latency `json:"serviceMs"`
 	// OrdersPerBuyer is the fewest and most orders one buyer was served.
 	OrdersPerBuyer MinMax `json:"ordersPerBuyer"`
-	Errors         int64  `json:"errors"`
-	FirstError     string `json:"firstError,omitempty"`
+	// Refills counts the waits for stock seen during the run by a
+	// RefillObserver: a segment's stock (counter + inbox) fell below its
+	// low watermark, and its inbox rose afterwards (a rebalancer refill or
+	// a seller's pull from the pool: stock arriving, whoever moved it).
+	// RefillMs is from the one to the other, RefillsPending the segments
+	// still waiting when the sale ended. All three are null for strategies
+	// without a pool (every one but stockctl's); RefillMs is also null
+	// when no refill was seen.
+	Refills        *int64   `json:"refills"`
+	RefillMs       *Latency `json:"refillMs"`
+	RefillsPending *int64   `json:"refillsPending"`
+	Errors         int64    `json:"errors"`
+	FirstError     string   `json:"firstError,omitempty"`
 	// Unresolved orders were cut off (every attempt failed, or the run's
 	// end); they may or may not have taken stock.
 	Unresolved int64 `json:"unresolved"`
@@ -93,6 +104,21 @@ func (r *Row) fill(res *sale.Result, service []time.Duration) {
 		r.FirstError = res.FirstError.Error()
 	}
 	r.Unresolved = res.Unresolved
+}
+
+// refills copies what a refill observer saw into the row; an observer
+// that failed is a problem of the run (its figures are cut short).
+func (r *Row) refills(rr RefillResult) {
+	n, pending := int64(len(rr.Latencies)), int64(rr.Pending)
+	r.Refills, r.RefillsPending = &n, &pending
+	if n > 0 {
+		l := latencyOf(rr.Latencies)
+		r.RefillMs = &l
+	}
+	if rr.Err != nil {
+		r.Problems = append(r.Problems, "refill observer: "+rr.Err.Error())
+		r.OK = false
+	}
 }
 
 // check compares the buyers' count with the strategy's books.

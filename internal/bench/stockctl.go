@@ -44,6 +44,8 @@ type stockctl struct {
 	// rebFailures counts the rebalancer's warnings (failed moves): a run
 	// whose refills fail is not the run it claims to be.
 	rebFailures warnCounter
+	// refills times the refills of the run, from Setup to Verify.
+	refills *RefillObserver
 }
 
 // warnCounter is a slog handler that counts records at Warn and above and
@@ -109,6 +111,11 @@ func (s *stockctl) Setup(ctx context.Context, p Params) error {
 	if _, err := s.coords[0].CreateSKU(ctx, benchSKU, cfg); err != nil {
 		return fmt.Errorf("create the SKU: %w", err)
 	}
+	// Before the rebalancer starts and the buyers buy: every crossing of
+	// the watermark is seen.
+	if s.refills, err = ObserveRefills(ctx, p.Etcd[0], p.Prefix, benchSKU, p.Segments, cfg.LowWatermark); err != nil {
+		return fmt.Errorf("observe refills: %w", err)
+	}
 	r, err := rebalance.New(reb, rebalance.Config{Identity: "bench-rebalancer", Logger: slog.New(&s.rebFailures)})
 	if err != nil {
 		return err
@@ -143,7 +150,18 @@ func (s *stockctl) Buy(ctx context.Context, buyer int, order string, qty int64, 
 	return a.Replayed, nil
 }
 
+// Refills is what the run's refill observer saw, up to Verify.
+func (s *stockctl) Refills() RefillResult {
+	if s.refills == nil {
+		return RefillResult{Err: errors.New("not observed")}
+	}
+	return s.refills.Stop()
+}
+
 func (s *stockctl) Verify(ctx context.Context) (Books, error) {
+	if s.refills != nil {
+		s.refills.Stop() // the sale is over: what follows is not under it
+	}
 	if s.stop != nil {
 		s.stop() // the books must not move while they are read
 	}
@@ -162,6 +180,9 @@ func (s *stockctl) Verify(ctx context.Context) (Books, error) {
 }
 
 func (s *stockctl) Teardown(ctx context.Context) error {
+	if s.refills != nil {
+		s.refills.Stop()
+	}
 	if s.stop != nil {
 		s.stop()
 	}

@@ -31,6 +31,12 @@ type Strategy interface {
 	Teardown(ctx context.Context) error
 }
 
+// refillReporter is a Strategy that observes its refills (stockctl's, with
+// a RefillObserver). Run asks it after Verify.
+type refillReporter interface {
+	Refills() RefillResult
+}
+
 // Spec describes a strategy and makes fresh instances of it.
 type Spec struct {
 	// Name is the short name used by --strategies and in the table.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,16 +20,29 @@ import (
 	"github.com/stockctl/stockctl/segments"
 )
 
-// benchDefaultSegments are the segment counts of bench: the seed's single
-// lock, its 20 segments, and 100.
+// benchDefaultRuns are bench's shapes: the seed's single lock, then
+// exactly issue 11's table (20 segments with 40 and with 200 buyers, 100
+// segments with 200).
+const benchDefaultRuns = "1x2,20x40,20x200,100x200"
+
+// benchDefaultSegments are the segment counts when only --buyers is given.
 const benchDefaultSegments = "1,20,100"
+
+// benchIssueEtcd is the etcd issue 11 measures its targets on.
+const benchIssueEtcd = "embedded, fsync on"
+
+// maxBenchBuyers bounds a run's buyers (goroutines; their route keys are
+// searched for one by one).
+const maxBenchBuyers = 100000
 
 func benchCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "bench",
 		Usage: "compare ways of selling one hot SKU under the same load",
-		Description: "Runs each strategy in turn at each segment count, with the same closed-loop buyers spread evenly over\n" +
-			"the segments and over --processes etcd clients, for --duration or --orders, whichever comes first:\n" +
+		Description: "Runs each strategy in turn at each shape (segments × buyers, --runs), with the same closed-loop buyers\n" +
+			"spread evenly over the segments and over --processes etcd clients, for --duration or --orders, whichever\n" +
+			"comes first. Shapes of one segment count run next to each other, and the strategies one after another\n" +
+			"at each shape, so that the runs compared at one shape are close in time. The strategies:\n" +
 			"  one-lock         one etcd concurrency.Mutex around the whole stock (the seed's baseline)\n" +
 			"  etcd-mutex       a stock concurrency.Mutex per segment, one session per buyer (the naive etcd way)\n" +
 			"  stockctl         stockctl's coordinators (AllocateFunc), rebalancer and pool\n" +
@@ -38,13 +52,18 @@ func benchCommand() *ucli.Command {
 			"  redis-lua        a Lua \"decrement if enough\" on one key (the common seckill way)\n" +
 			"Each run's books are read afterwards: nothing may be oversold, and what the buyers were served must\n" +
 			"match the orders recorded. The ideal of a strategy with a step is places ÷ step (segments ÷ step, or\n" +
-			"1 ÷ step for one lock). Exit 1 if any run's check fails.\n" +
+			"1 ÷ step for one lock). stockctl's runs also time refills: from a segment's stock falling below its low\n" +
+			"watermark to stock arriving in its inbox. The issue's targets are judged on the rows that ran.\n" +
+			"Exit 1 if any run's check fails (a target not met does not fail the bench).\n" +
 			"Without --endpoints it runs on an embedded etcd (fsync on) in a temporary directory, removed at the end.",
 		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "segments", Value: benchDefaultSegments, EnvVars: []string{"STOCKCTL_BENCH_SEGMENTS"},
-				Usage: "segment counts, comma-separated"},
+			&ucli.StringFlag{Name: "runs", Value: benchDefaultRuns, EnvVars: []string{"STOCKCTL_BENCH_RUNS"},
+				Usage: "shapes to run, comma-separated SEGMENTSxBUYERS (not with --segments or --buyers)"},
+			&ucli.StringFlag{Name: "segments", EnvVars: []string{"STOCKCTL_BENCH_SEGMENTS"},
+				Usage: "instead of --runs: segment counts, comma-separated, each run with --buyers (" + benchDefaultSegments + " when only --buyers is given)"},
 			&ucli.IntFlag{Name: "buyers", EnvVars: []string{"STOCKCTL_BENCH_BUYERS"},
-				Usage: fmt.Sprintf("concurrent buyers of every run (0: %d per segment, at least 2, at most %d)", bench.DefaultBuyersPerSegment, bench.MaxDefaultBuyers)},
+				Usage: fmt.Sprintf("instead of --runs: concurrent buyers of every --segments count (0: %d per segment, at least 2, at most %d)",
+					bench.DefaultBuyersPerSegment, bench.MaxDefaultBuyers)},
 			&ucli.DurationFlag{Name: "step", Value: bench.DefaultStep, EnvVars: []string{"STOCKCTL_BENCH_STEP"},
 				Usage: "business step each order runs while holding its lock (strategies with a step)"},
 			&ucli.DurationFlag{Name: "duration", Value: bench.DefaultDuration, EnvVars: []string{"STOCKCTL_BENCH_DURATION"},
@@ -75,17 +94,17 @@ func benchCommand() *ucli.Command {
 
 // benchConfig is bench's validated flags (part of its -o json output).
 type benchConfig struct {
-	Segments []int `json:"segments"`
-	// Buyers is 0 when each run has its default (see the rows).
-	Buyers          int      `json:"buyers"`
-	StepMs          float64  `json:"stepMs"`
-	DurationSeconds float64  `json:"durationSeconds"`
-	Orders          int64    `json:"orders"`
-	Processes       int      `json:"processes"`
-	Affinity        string   `json:"affinity"`
-	Strategies      []string `json:"strategies"`
-	Etcd            string   `json:"etcd"`
-	Redis           string   `json:"redis,omitempty"`
+	// Runs are the shapes, in the order they run, default buyer counts
+	// resolved.
+	Runs            []bench.Shape `json:"runs"`
+	StepMs          float64       `json:"stepMs"`
+	DurationSeconds float64       `json:"durationSeconds"`
+	Orders          int64         `json:"orders"`
+	Processes       int           `json:"processes"`
+	Affinity        string        `json:"affinity"`
+	Strategies      []string      `json:"strategies"`
+	Etcd            string        `json:"etcd"`
+	Redis           string        `json:"redis,omitempty"`
 
 	step, duration, attemptTimeout time.Duration
 	names                          []string
@@ -94,28 +113,24 @@ type benchConfig struct {
 }
 
 func readBenchConfig(c *ucli.Context, g *globals) (benchConfig, error) {
-	b := benchConfig{Buyers: c.Int("buyers"), step: c.Duration("step"), duration: c.Duration("duration"), Orders: c.Int64("orders"),
+	b := benchConfig{step: c.Duration("step"), duration: c.Duration("duration"), Orders: c.Int64("orders"),
 		Processes: c.Int("processes"), Affinity: c.String("affinity"), Redis: c.String("redis"), plot: c.String("plot"), noFsync: c.Bool("unsafe-no-fsync"),
 		attemptTimeout: c.Duration("attempt-timeout"), progress: c.String("progress")}
 	b.StepMs, b.DurationSeconds = ms(b.step), b.duration.Seconds()
 	if c.NArg() > 0 {
 		return b, usageError("bench takes no arguments, got %q", c.Args().Slice())
 	}
-	for _, f := range strings.Split(c.String("segments"), ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > segments.MaxSegments {
-			return b, usageError("invalid --segments %q: want comma-separated counts from 1 to %d", c.String("segments"), segments.MaxSegments)
-		}
-		b.Segments = append(b.Segments, n)
+	runs, err := benchRuns(c)
+	if err != nil {
+		return b, err
 	}
+	b.Runs = runs
 	for _, f := range strings.Split(c.String("strategies"), ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			b.names = append(b.names, f)
 		}
 	}
 	switch {
-	case b.Buyers < 0 || b.Buyers > 100000:
-		return b, usageError("invalid --buyers %d: must be between 1 and 100000 (0: the default)", b.Buyers)
 	case b.step <= 0:
 		return b, usageError("invalid --step %v: must be positive (stockctl-nostep and redis-lua run without one)", b.step)
 	case b.duration <= 0:
@@ -144,9 +159,71 @@ func readBenchConfig(c *ucli.Context, g *globals) (benchConfig, error) {
 	case b.noFsync:
 		b.Etcd = "embedded, fsync off"
 	default:
-		b.Etcd = "embedded, fsync on"
+		b.Etcd = benchIssueEtcd
 	}
 	return b, nil
+}
+
+// benchRuns reads the shapes: --runs, or the cross product of --segments
+// and --buyers when either is given (and --runs is not), in the order
+// bench.Run runs them, so that the config shows what runs.
+func benchRuns(c *ucli.Context) ([]bench.Shape, error) {
+	var runs []bench.Shape
+	if c.IsSet("segments") || c.IsSet("buyers") {
+		if c.IsSet("runs") {
+			return nil, usageError("--runs cannot be given with --segments or --buyers: --runs names each run's segments and buyers " +
+				"(e.g. --runs 20x40,20x200), --segments with --buyers runs every segment count with one buyer count")
+		}
+		buyers := c.Int("buyers")
+		if buyers < 0 || buyers > maxBenchBuyers {
+			return nil, usageError("invalid --buyers %d: must be between 1 and %d (0: %d per segment)", buyers, maxBenchBuyers, bench.DefaultBuyersPerSegment)
+		}
+		list := c.String("segments")
+		if !c.IsSet("segments") {
+			list = benchDefaultSegments
+		}
+		for _, f := range strings.Split(list, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || n > segments.MaxSegments {
+				return nil, usageError("invalid --segments %q: entry %q: want comma-separated counts from 1 to %d", list, f, segments.MaxSegments)
+			}
+			sh := bench.Shape{Segments: n, Buyers: buyers}
+			if slices.ContainsFunc(runs, func(o bench.Shape) bool { return o.Segments == n }) {
+				return nil, usageError("invalid --segments %q: %d is given twice", list, n)
+			}
+			runs = append(runs, sh)
+		}
+	} else {
+		list := c.String("runs")
+		for _, f := range strings.Split(list, ",") {
+			sh, err := parseShape(strings.TrimSpace(f))
+			if err != nil {
+				return nil, usageError("invalid --runs %q: entry %q: %v", list, f, err)
+			}
+			if slices.Contains(runs, sh) {
+				return nil, usageError("invalid --runs %q: entry %q is given twice", list, f)
+			}
+			runs = append(runs, sh)
+		}
+	}
+	return bench.RunOrder(runs), nil
+}
+
+// parseShape reads SEGMENTSxBUYERS (e.g. 20x40).
+func parseShape(s string) (bench.Shape, error) {
+	segs, buyers, ok := strings.Cut(strings.ToLower(s), "x")
+	if !ok {
+		return bench.Shape{}, errors.New("want SEGMENTSxBUYERS, e.g. 20x40")
+	}
+	n, err := strconv.Atoi(segs)
+	if err != nil || n < 1 || n > segments.MaxSegments {
+		return bench.Shape{}, fmt.Errorf("segments must be a count from 1 to %d", segments.MaxSegments)
+	}
+	b, err := strconv.Atoi(buyers)
+	if err != nil || b < 1 || b > maxBenchBuyers {
+		return bench.Shape{}, fmt.Errorf("buyers must be a count from 1 to %d", maxBenchBuyers)
+	}
+	return bench.Shape{Segments: n, Buyers: b}, nil
 }
 
 // checkLoopback accepts host:port on a loopback address only: the bench
@@ -244,12 +321,12 @@ func benchAction(c *ucli.Context) error {
 	prefix := strings.TrimSuffix(g.prefix, "/") + "/bench-" + time.Now().UTC().Format("20060102-150405") + "/"
 	report := benchReport{Config: b, Machine: bench.ReadMachine(), Failures: []string{}}
 	if g.output == outputTable {
-		fmt.Fprintf(c.App.Writer, "bench: %s at %s segments, %s buyers, %v step, %v or %d orders per run, %d processes (%s), etcd %s\n\n",
-			strings.Join(b.Strategies, ", "), intsText(b.Segments), buyersText(b.Buyers), b.step, b.duration, b.Orders, b.Processes, b.Affinity, b.Etcd)
+		fmt.Fprintf(c.App.Writer, "bench: %s at %s (segments x buyers), %v step, %v or %d orders per run, %d processes (%s), etcd %s\n\n",
+			strings.Join(b.Strategies, ", "), shapesText(b.Runs), b.step, b.duration, b.Orders, b.Processes, b.Affinity, b.Etcd)
 	}
 	pl := newBenchProgress(c.App.ErrWriter, b.progress)
 	rows, runErr := bench.Run(ctx, bench.Config{
-		Specs: specs, Segments: b.Segments, Buyers: b.Buyers, Step: b.step, Duration: b.duration, Orders: b.Orders,
+		Specs: specs, Shapes: b.Runs, Step: b.step, Duration: b.duration, Orders: b.Orders,
 		Processes: b.Processes, Affinity: bench.Affinity(b.Affinity), Etcd: clients, Prefix: prefix, AttemptTimeout: b.attemptTimeout, Progress: pl.update,
 	})
 	pl.clear()
@@ -261,7 +338,7 @@ func benchAction(c *ucli.Context) error {
 	report.Targets = bench.Targets(rows)
 	for _, r := range rows {
 		for _, p := range r.Problems {
-			report.Failures = append(report.Failures, fmt.Sprintf("%s at %d segments: %s", r.Strategy, r.Segments, p))
+			report.Failures = append(report.Failures, fmt.Sprintf("%s at %d segments x %d buyers: %s", r.Strategy, r.Segments, r.Buyers, p))
 		}
 	}
 	report.OK = len(report.Failures) == 0 && runErr == nil
@@ -292,23 +369,16 @@ func writePlot(path string, rows []bench.Row, b benchConfig) (err error) {
 			err = cerr
 		}
 	}()
-	title := fmt.Sprintf("One hot SKU: %v step, %s buyers, %d processes (%s)", b.step, buyersText(b.Buyers), b.Processes, b.Affinity)
+	title := fmt.Sprintf("One hot SKU: %v step, %d processes (%s)", b.step, b.Processes, b.Affinity)
 	return bench.WriteSVG(f, rows, title)
 }
 
-func intsText(ns []int) string {
-	s := make([]string, len(ns))
-	for i, n := range ns {
-		s[i] = strconv.Itoa(n)
+func shapesText(shapes []bench.Shape) string {
+	s := make([]string, len(shapes))
+	for i, sh := range shapes {
+		s[i] = sh.String()
 	}
 	return strings.Join(s, ",")
-}
-
-func buyersText(n int) string {
-	if n == 0 {
-		return fmt.Sprintf("%d×segments", bench.DefaultBuyersPerSegment)
-	}
-	return strconv.Itoa(n)
 }
 
 // benchReport is bench's result (its -o json shape).
@@ -333,11 +403,18 @@ func (r benchReport) table() table {
 		t.add("REDIS", r.Config.Redis)
 	}
 	t.header = []string{"STRATEGY", "SEGMENTS", "BUYERS", "ORDERS", "ORDERS/S", "IDEAL", "OF IDEAL", "P50", "P99", "MAX", "SERVICE P99",
-		"PER BUYER", "OVERSOLD", "CHECK"}
+		"REFILLS", "REFILL P99", "PER BUYER", "OVERSOLD", "CHECK"}
 	for _, row := range r.Rows {
 		ideal, of, svc := "-", "-", "-"
 		if row.IdealPerSec > 0 {
 			ideal, of, svc = fmt.Sprintf("%.0f", row.IdealPerSec), fmt.Sprintf("%.2f", row.OfIdeal), msText(row.ServiceMs.P99)
+		}
+		refills, refillP99 := "-", "-"
+		if row.Refills != nil {
+			refills = fmt.Sprint(*row.Refills)
+		}
+		if row.RefillMs != nil {
+			refillP99 = msText(row.RefillMs.P99)
 		}
 		check := "ok"
 		if !row.OK {
@@ -345,10 +422,17 @@ func (r benchReport) table() table {
 		}
 		t.rows = append(t.rows, []string{row.Strategy, fmt.Sprint(row.Segments), fmt.Sprint(row.Buyers), fmt.Sprint(row.Orders),
 			fmt.Sprintf("%.0f", row.OrdersPerSec), ideal, of, msText(row.LatencyMs.P50), msText(row.LatencyMs.P99), msText(row.LatencyMs.Max),
-			svc, fmt.Sprintf("%d-%d", row.OrdersPerBuyer.Min, row.OrdersPerBuyer.Max), fmt.Sprint(row.Oversold), check})
+			svc, refills, refillP99, fmt.Sprintf("%d-%d", row.OrdersPerBuyer.Min, row.OrdersPerBuyer.Max), fmt.Sprint(row.Oversold), check})
 	}
 	t.notes = append(t.notes, "", "P50/P99/MAX: end to end, queueing included (with B closed-loop buyers, at least B ÷ throughput);",
-		"SERVICE P99: from holding the lock (the step's start) to the order's return.")
+		"SERVICE P99: from holding the lock (the step's start) to the order's return;",
+		"REFILLS, REFILL P99 (stockctl's pool and rebalancer): from a segment's stock falling below its low watermark to stock arriving in its inbox.")
+	// Issue 11 sets its targets on an embedded etcd with fsync, 4
+	// processes and buyers spread over them; the rows cannot say so.
+	if c := r.Config; len(r.Targets) > 0 && (c.Etcd != benchIssueEtcd || c.Processes != bench.DefaultProcesses || c.Affinity != string(bench.Spread)) {
+		t.notes = append(t.notes, fmt.Sprintf("The targets are set on etcd %s, %d processes (%s); this run: etcd %s, %d processes (%s).",
+			benchIssueEtcd, bench.DefaultProcesses, bench.Spread, c.Etcd, c.Processes, c.Affinity))
+	}
 	for _, tg := range r.Targets {
 		t.notes = append(t.notes, fmt.Sprintf("TARGET %s: %s (%s)", tg.Name, strings.ToUpper(tg.Status), tg.Detail))
 	}
