@@ -4,8 +4,10 @@
 # Installs Debian's redis-server if it is missing, starts a throwaway one on
 # 127.0.0.1 (a free port, no persistence, in a temporary directory), builds
 # the benchredis module's binary (stockctl with the Redis strategies), runs
-# every strategy at every segment count on an embedded etcd (fsync on), then
-# stockctl alone with --affinity segment, and stops Redis whatever happens.
+# every strategy at every shape (by default the seed's single lock and issue
+# 11's table: --runs 1x2,20x40,20x200,100x200) on an embedded etcd (fsync
+# on), then stockctl alone with --affinity segment, and stops Redis whatever
+# happens.
 #
 #   scripts/bench-redis.sh [stockctl bench flags...]
 #
@@ -84,12 +86,17 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print("machine:", r["machine"])
 print("config:", r["config"])
-h = "strategy segments buyers orders orders/s ideal of-ideal p50 p99 max service-p99 per-buyer oversold ok".split()
+print("runs (segments x buyers):", ", ".join("%dx%d" % (s["segments"], s["buyers"]) for s in r["config"]["runs"]))
+h = "strategy segments buyers orders orders/s ideal of-ideal p50 p99 max service-p99 refills refill-p99 per-buyer oversold ok".split()
 print(" | ".join(h))
 for x in r["rows"]:
+    # refills/refillMs are null for strategies without a pool; refillMs
+    # also when no refill was seen.
+    refills = "-" if x.get("refills") is None else x["refills"]
+    refill_p99 = "-" if x.get("refillMs") is None else round(x["refillMs"]["p99"], 1)
     print(" | ".join(str(v) for v in [x["strategy"], x["segments"], x["buyers"], x["orders"], round(x["ordersPerSec"]),
         round(x["idealPerSec"]), round(x["ofIdeal"], 2), round(x["latencyMs"]["p50"], 1), round(x["latencyMs"]["p99"], 1),
-        round(x["latencyMs"]["max"], 1), round(x["serviceMs"]["p99"], 1),
+        round(x["latencyMs"]["max"], 1), round(x["serviceMs"]["p99"], 1), refills, refill_p99,
         "%d-%d" % (x["ordersPerBuyer"]["min"], x["ordersPerBuyer"]["max"]), x["oversold"], x["ok"]]))
 for t in r["targets"]:
     print("TARGET", t["name"], "|", t["status"], "|", t["detail"])
