@@ -41,7 +41,7 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	k := l.c.Keys()
-	stock := l.c.Client().Watch(wctx, k.StockPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	stock := newWatchQueue(wctx, l.c.Client().Watch(wctx, k.StockPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)))
 	metas := l.c.Client().Watch(wctx, k.MetaPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	sweep := time.NewTicker(r.cfg.SweepInterval)
 	defer sweep.Stop()
@@ -58,29 +58,20 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case wr, ok := <-stock:
-			if !ok || wr.Err() != nil {
-				return fmt.Errorf("stock watch ended: %v", wr.Err())
-			}
-			// Apply every response already waiting before acting: in a
-			// busy sale the counters change hundreds of times a second,
-			// and acting between each would let a crossing queue behind
-			// stale events.
-			for more := true; more; {
-				now := time.Now()
-				for _, ev := range wr.Events {
-					if v := applyStock(k, views, ev.Kv, now); v != nil {
+		case <-stock.ready:
+			// Apply every response received before acting: in a busy sale
+			// the counters change thousands of times a second, and acting
+			// between each would let a crossing queue behind stale events.
+			rs, err := stock.take()
+			for _, r := range rs {
+				for _, ev := range r.resp.Events {
+					if v := applyStock(k, views, ev.Kv, r.at); v != nil {
 						dirty[v] = true
 					}
 				}
-				select {
-				case wr, ok = <-stock:
-					if !ok || wr.Err() != nil {
-						return fmt.Errorf("stock watch ended: %v", wr.Err())
-					}
-				default:
-					more = false
-				}
+			}
+			if err != nil {
+				return fmt.Errorf("stock watch ended: %w", err)
 			}
 		case wr, ok := <-metas:
 			if !ok || wr.Err() != nil {

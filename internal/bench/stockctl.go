@@ -83,8 +83,13 @@ func (w *warnCounter) problem() string {
 // SKU shape: most of the stock in the pool (see Setup).
 const (
 	// initialFillShare is the share of the total that starts in the
-	// segments; the rest is in the pool, for the rebalancer to hand out.
+	// segments without a step; the rest is in the pool.
 	initialFillShare = 10
+	// With a step, each segment starts with one refill batch, and is
+	// refilled with another once it holds less than the low watermark:
+	// at 50 orders/s a segment crosses about once a second.
+	saleRefillBatch  = 50
+	saleLowWatermark = 20
 )
 
 func (s *stockctl) Setup(ctx context.Context, p Params) error {
@@ -101,13 +106,24 @@ func (s *stockctl) Setup(ctx context.Context, p Params) error {
 		return err
 	}
 	s.reb = reb
-	// A quarter more than the run can take, so that it never sells out;
-	// a tenth of it in the segments and the rest in the pool. The
-	// rebalancer refills a segment that falls below half a refill batch.
+	// A quarter more than the run can take, so that it never sells out.
+	// With a step, the SKU is stocked as a sale is: a few batches in each
+	// segment and the rest in the pool, so that segments keep running low
+	// and the rebalancer (and the sellers' pulls) keep them stocked during
+	// the run; the refill figures measure that. Pure allocation sells tens
+	// of thousands a second: a tenth of the stock starts in the segments
+	// and refills are a quarter of an even share, so that its figure is
+	// the allocations', not the refills'.
 	total := p.Units + p.Units/4 + int64(p.Segments)
-	batch := coordinator.DefaultRefillBatch(total, p.Segments)
-	cfg := coordinator.SKUConfig{Total: total, Segments: p.Segments, InitialFill: total / initialFillShare,
-		LowWatermark: max(1, batch/2), RefillBatch: batch}
+	cfg := coordinator.SKUConfig{Total: total, Segments: p.Segments}
+	if p.Step != nil {
+		cfg.RefillBatch, cfg.LowWatermark = saleRefillBatch, saleLowWatermark
+		cfg.InitialFill = min(total, int64(p.Segments)*saleRefillBatch)
+	} else {
+		cfg.RefillBatch = coordinator.DefaultRefillBatch(total, p.Segments)
+		cfg.LowWatermark = max(1, cfg.RefillBatch/2)
+		cfg.InitialFill = total / initialFillShare
+	}
 	if _, err := s.coords[0].CreateSKU(ctx, benchSKU, cfg); err != nil {
 		return fmt.Errorf("create the SKU: %w", err)
 	}
