@@ -9,9 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	ucli "github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -33,6 +35,7 @@ func rebalanceCommand() *ucli.Command {
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "watch", Usage: "run the rebalancer until interrupted"},
 			identityFlag(),
+			metricsAddrFlag(),
 		},
 		Action: rebalanceAction,
 	}
@@ -104,6 +107,9 @@ func rebalanceAction(c *ucli.Context) error {
 		}
 		return watchRebalancer(c, g, sku)
 	}
+	if c.IsSet("metrics-addr") {
+		return usageError("--metrics-addr serves metrics while the rebalancer runs: use it with --watch (a single pass has nothing to scrape)")
+	}
 	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
 	if err != nil {
 		return err
@@ -149,8 +155,17 @@ func currentLeader(cn *conn) string {
 func watchRebalancer(c *ucli.Context, g *globals, sku string) error {
 	ctx, stop := signalContext(c)
 	defer stop()
+	metrics, err := startMetrics(c, c.App.ErrWriter)
+	if err != nil {
+		return err
+	}
+	defer metrics.close()
+	var opts []coordinator.Option
+	if reg := metrics.registerer(); reg != nil {
+		opts = append(opts, coordinator.WithMetrics(reg))
+	}
 	sctx, cancel := g.boundedContext(ctx)
-	cn, err := connect(sctx, c, g)
+	cn, err := connect(sctx, c, g, opts...)
 	cancel()
 	if err != nil {
 		return err
@@ -160,19 +175,25 @@ func watchRebalancer(c *ucli.Context, g *globals, sku string) error {
 	if sku != "" {
 		printer.only = sku
 	}
-	return runRebalancer(ctx, c, cn, printer)
+	return runRebalancer(ctx, c, cn, printer, metrics.registerer())
 }
 
 // runRebalancer runs a rebalancer on cn until ctx ends; an interrupt is a
 // normal end.
-func runRebalancer(ctx context.Context, c *ucli.Context, cn *conn, printer *movePrinter) error {
+// Its metrics go to reg, if not nil.
+func runRebalancer(ctx context.Context, c *ucli.Context, cn *conn, printer *movePrinter, reg prometheus.Registerer) error {
 	r, err := rebalance.New(cn.coord, rebalance.Config{
 		Identity: c.String("identity"),
-		Logger:   infoLogger(c.App.ErrWriter),
+		Logger:   cn.g.logger(c.App.ErrWriter),
 		OnMove:   printer.print,
 	})
 	if err != nil {
 		return failed(ctx, "set up the rebalancer", err)
+	}
+	if reg != nil {
+		if err := reg.Register(r.Collector()); err != nil {
+			return failed(ctx, "register the rebalancer's metrics", err)
+		}
 	}
 	fmt.Fprintf(c.App.ErrWriter, "rebalancer %s campaigning under %s; interrupt (^C) to stop\n", r.Identity(), cn.g.prefix)
 	if err := r.Run(ctx); err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -47,7 +45,7 @@ func connect(ctx context.Context, c *ucli.Context, g *globals, opts ...coordinat
 		return nil, err
 	}
 	cn.client = client
-	opts = append([]coordinator.Option{coordinator.WithPrefix(g.prefix), coordinator.WithLogger(warnLogger(c.App.ErrWriter))}, opts...)
+	opts = append([]coordinator.Option{coordinator.WithPrefix(g.prefix), coordinator.WithLogger(g.logger(c.App.ErrWriter))}, opts...)
 	coord, err := coordinator.New(client, opts...)
 	if err != nil {
 		cn.Close()
@@ -117,16 +115,6 @@ func dial(ctx context.Context, g *globals, endpoints []string) (*clientv3.Client
 		return nil, failed(ctx, "reach "+who, err)
 	}
 	return client, nil
-}
-
-// warnLogger reports the coordinator's warnings (a lost session) on w.
-func warnLogger(w io.Writer) *slog.Logger {
-	return slog.New(newLineHandler(w, slog.LevelWarn))
-}
-
-// infoLogger reports the rebalancer's leadership changes on w.
-func infoLogger(w io.Writer) *slog.Logger {
-	return slog.New(newLineHandler(w, slog.LevelInfo))
 }
 
 // withConn runs f on a fresh connection under the command's ctx

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -33,6 +34,12 @@ const (
 	// DefaultTimeout bounds one command's work (not serve, rebalance
 	// --watch, a lock's child, or the demo's sale).
 	DefaultTimeout = 30 * time.Second
+	// DefaultLogLevel is --log-level's default: what stockctl printed
+	// before the flag existed. The rebalancer's leadership changes (info)
+	// and the warnings of both libraries (a lost session, a failed move)
+	// reach stderr; the debug records (sessions started, watches
+	// restarted) do not.
+	DefaultLogLevel = "info"
 )
 
 // Output formats of -o.
@@ -61,6 +68,8 @@ func globalFlags() []ucli.Flag {
 			Usage: "etcd user as name:password (the password is never printed)"},
 		&ucli.StringFlag{Name: "data-dir", Value: DefaultDataDir, EnvVars: []string{"STOCKCTL_DATA_DIR"},
 			Usage: "data dir of the embedded etcd (used without --endpoints)"},
+		&ucli.StringFlag{Name: "log-level", Value: DefaultLogLevel, EnvVars: []string{"STOCKCTL_LOG_LEVEL"},
+			Usage: "what the coordinator and the rebalancer log on stderr: " + logLevelNames},
 	}
 }
 
@@ -75,6 +84,7 @@ type globals struct {
 	user        string
 	password    string
 	dataDir     string
+	logLevel    slog.Level // of the coordinator's and rebalancer's loggers
 }
 
 // readGlobals validates the global flags. Every problem is a usage error
@@ -110,6 +120,11 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 	if g.timeout < 0 {
 		return nil, usageError("invalid --timeout %v: must not be negative (0: no timeout)", g.timeout)
 	}
+	level, err := parseLogLevel(c.String("log-level"))
+	if err != nil {
+		return nil, err
+	}
+	g.logLevel = level
 	if g.dataDir == "" && len(g.endpoints) == 0 {
 		return nil, usageError("--data-dir is empty: name a directory for the embedded etcd, or give --endpoints")
 	}
