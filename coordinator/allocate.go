@@ -86,7 +86,8 @@ func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty i
 	return c.allocate(ctx, sku, order, qty, routeKey, step)
 }
 
-func (c *Coordinator) allocate(ctx context.Context, sku, order string, qty int64, routeKey string, step Step) (*Allocation, error) {
+func (c *Coordinator) allocate(ctx context.Context, sku, order string, qty int64, routeKey string, step Step) (out *Allocation, outErr error) {
+	defer func() { c.metrics.allocated(sku, out, outErr) }()
 	if err := firstErr(segments.ValidateSKU(sku), segments.ValidateOrderID(order),
 		segments.ValidateQty(qty), segments.ValidateRouteKey(routeKey)); err != nil {
 		return nil, fmt.Errorf("allocate %s order %q: %w", sku, order, err)

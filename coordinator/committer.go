@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -269,7 +270,9 @@ func (c *Coordinator) commitBatch(bg context.Context, batch []*commitReq) {
 			ops = append(ops, c.orderPuts(cr.req, partsOf[i])...)
 			diag = append(diag, clientv3.OpGet(c.keys.OrderID(cr.req.order)))
 		}
+		sent := time.Now()
 		resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
+		c.metrics.committed(len(batch), time.Since(sent), commitOutcome(resp, err))
 		if err != nil {
 			// The outcome is unknown: the orders' callers retry under the
 			// same IDs to learn it, and the places are read again before
@@ -449,4 +452,15 @@ func (c *Coordinator) diagnose(ctx context.Context, batch []*commitReq, order []
 		}
 	}
 	return rest
+}
+
+// commitOutcome labels a group commit's round trip for the metrics.
+func commitOutcome(resp *clientv3.TxnResponse, err error) string {
+	switch {
+	case err != nil:
+		return "error"
+	case resp.Succeeded:
+		return "committed"
+	}
+	return "refused"
 }

@@ -49,6 +49,9 @@ type Coordinator struct {
 	bgStop context.CancelFunc
 
 	stock stockState
+
+	// metrics is nil without WithMetrics: its methods then do nothing.
+	metrics *metrics
 }
 
 // New returns a coordinator using client. The client stays the caller's: Close
@@ -81,6 +84,13 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 		bgStop:  bgStop,
 	}
 	c.stock.init()
+	if o.metrics != nil {
+		c.metrics = newMetrics(c)
+		if err := o.metrics.Register(c.metrics); err != nil {
+			bgStop()
+			return nil, fmt.Errorf("coordinator: register metrics: %w", err)
+		}
+	}
 	return c, nil
 }
 
@@ -139,6 +149,9 @@ func (c *Coordinator) Close() error {
 	c.bgStop()
 	c.mu.Unlock()
 	c.bg.Wait()
+	if c.metrics != nil {
+		c.opts.metrics.Unregister(c.metrics)
+	}
 	if err != nil {
 		return fmt.Errorf("coordinator: close: revoke lease: %w", err)
 	}
@@ -195,6 +208,8 @@ func (c *Coordinator) session(ctx context.Context) (*concurrency.Session, error)
 		}
 	}()
 	c.log.Debug("session started", "lease", fmt.Sprintf("%x", int64(s.Lease())), "ttl", c.opts.sessionTTL)
+	c.metrics.sessionStarted()
+	c.watchRenewals(s)
 	return s, nil
 }
 
@@ -239,11 +254,45 @@ func (c *Coordinator) sessionEnded(s *concurrency.Session) {
 		q.sessionLost(s, cause, waitCause)
 	}
 	if !closed {
+		c.metrics.sessionLost()
 		c.log.Warn("etcd session lost; locks held under it are lost", "lease", fmt.Sprintf("%x", int64(s.Lease())))
 		// The lease is normally gone already; if only this client stopped
 		// renewing it, revoking frees our keys for others now, not at expiry.
 		c.revokeInBackground(s.Lease())
 	}
+}
+
+// watchRenewals reports keepalives of s answered late: more than half the
+// TTL after the previous one (they are sent every third of it), so that a
+// struggling etcd or a starved process shows before the session is lost.
+// It listens on a second keepalive channel of the same lease; the client
+// sends one keepalive per lease whatever the number of listeners.
+func (c *Coordinator) watchRenewals(s *concurrency.Session) {
+	ch, err := c.client.KeepAlive(s.Ctx(), s.Lease())
+	if err != nil {
+		return // the session's own keepalive reports the trouble
+	}
+	c.goBackground(func(ctx context.Context) {
+		late := c.opts.sessionTTL / 2
+		last := time.Now()
+		for {
+			select {
+			case _, ok := <-ch:
+				if !ok {
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+			now := time.Now()
+			if gap := now.Sub(last); gap > late {
+				c.metrics.lateRenewal()
+				c.log.Warn("etcd session renewed late", "lease", fmt.Sprintf("%x", int64(s.Lease())),
+					"since_last", gap.Round(time.Millisecond), "ttl", c.opts.sessionTTL)
+			}
+			last = now
+		}
+	})
 }
 
 func (c *Coordinator) revokeInBackground(id clientv3.LeaseID) {
@@ -286,7 +335,7 @@ func (c *Coordinator) queue(pfx string) (*lockQueue, error) {
 	}
 	q := c.queues[pfx]
 	if q == nil {
-		q = &lockQueue{c: c, pfx: pfx}
+		q = &lockQueue{c: c, pfx: pfx, kind: c.lockKind(pfx)}
 		c.queues[pfx] = q
 	}
 	q.refs++

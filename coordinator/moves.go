@@ -51,7 +51,14 @@ func (c *Coordinator) RefillBelow(ctx context.Context, sku string, want map[int]
 // refill is Refill; below > 0 skips segments holding at least below; note,
 // if set, returns puts to add to the move's transaction given what it moves
 // (a seller's pull record).
-func (c *Coordinator) refill(ctx context.Context, sku string, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (map[int]int64, int64, error) {
+func (c *Coordinator) refill(ctx context.Context, sku string, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (out map[int]int64, outRev int64, outErr error) {
+	if c.metrics != nil {
+		kind := moveRefill
+		if note != nil {
+			kind = movePull // only a seller's pull notes what it moved
+		}
+		defer func(start time.Time) { c.metrics.moved(kind, sku, sumMoved(out), time.Since(start), outErr) }(time.Now())
+	}
 	info, err := c.sku(ctx, sku)
 	if err != nil {
 		return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
@@ -172,7 +179,10 @@ func (c *Coordinator) refillChunk(ctx context.Context, sku string, pool *heldPla
 // the segment's (the global lock order); a segment busy for that long is
 // not idle, and Drain returns ErrLocked without moving anything. As with
 // Refill, a sent transaction is not abandoned when ctx is cancelled.
-func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.Duration, fence ...clientv3.Cmp) (int64, int64, error) {
+func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.Duration, fence ...clientv3.Cmp) (out int64, outRev int64, outErr error) {
+	if c.metrics != nil {
+		defer func(start time.Time) { c.metrics.moved(moveDrain, sku, out, time.Since(start), outErr) }(time.Now())
+	}
 	info, err := c.sku(ctx, sku)
 	if err != nil {
 		return 0, 0, fmt.Errorf("drain %s: %w", sku, err)

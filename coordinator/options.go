@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stockctl/stockctl/internal/keys"
 )
 
@@ -86,6 +88,7 @@ type options struct {
 	tenureIdle        time.Duration
 	tenureMaxHold     time.Duration
 	logger            *slog.Logger
+	metrics           prometheus.Registerer // nil: no metrics
 }
 
 func defaultOptions() options {
@@ -204,6 +207,27 @@ func WithTenure(idle, maxHold time.Duration) Option {
 			return fmt.Errorf("tenure idle %v, max hold %v: idle must be positive, max hold not negative", idle, maxHold)
 		}
 		o.tenureIdle, o.tenureMaxHold = idle, maxHold
+		return nil
+	}
+}
+
+// WithMetrics registers the coordinator's Prometheus metrics with reg
+// (prometheus.DefaultRegisterer, or a registry of your own); Close
+// unregisters them. Without it nothing is counted and the hot path pays
+// one nil check. Metric names start with stockctl_; see the package
+// documentation's Metrics section for the list and their labels.
+//
+// Two live coordinators cannot register the same names with one registry:
+// give each its own registry, or wrap reg for each with a label of its own,
+// prometheus.WrapRegistererWith(prometheus.Labels{"coordinator": "a"}, reg)
+// (all of them: one series set without the label would clash). A
+// registration error makes New fail.
+func WithMetrics(reg prometheus.Registerer) Option {
+	return func(o *options) error {
+		if reg == nil {
+			return fmt.Errorf("metrics registerer is nil")
+		}
+		o.metrics = reg
 		return nil
 	}
 }

@@ -42,7 +42,8 @@ import (
 type lockQueue struct {
 	c    *Coordinator
 	pfx  string
-	refs int // guarded by c.mu, not mu
+	kind string // segment, pool or named: the metrics' lock label
+	refs int    // guarded by c.mu, not mu
 
 	mu       sync.Mutex
 	holder   *hold
@@ -108,6 +109,16 @@ type holderKey struct {
 // never come. Errors: ctx's cause, errAborted, ErrSessionLost, ErrClosed,
 // ErrLocked (noWait), or an etcd error.
 func (q *lockQueue) acquire(ctx context.Context, abort <-chan struct{}, noWait bool) (*hold, error) {
+	if q.c.metrics == nil {
+		return q.acquireTurn(ctx, abort, noWait)
+	}
+	start := time.Now()
+	h, err := q.acquireTurn(ctx, abort, noWait)
+	q.c.metrics.lockWaited(q.kind, time.Since(start), err)
+	return h, err
+}
+
+func (q *lockQueue) acquireTurn(ctx context.Context, abort <-chan struct{}, noWait bool) (*hold, error) {
 	q.mu.Lock()
 	if h := q.takeIdleLocked(); h != nil {
 		q.mu.Unlock()
@@ -203,6 +214,7 @@ func (q *lockQueue) acquireEtcd(ctx context.Context, noWait bool) (*hold, error)
 		return nil, err
 	}
 	q.own = own
+	q.c.metrics.handoff(q.kind, viaEtcd)
 	return q.newHoldLocked(), nil
 }
 
@@ -223,6 +235,7 @@ func (q *lockQueue) takeIdleLocked() *hold {
 		own.idleTimer.Stop()
 		own.idleTimer = nil
 	}
+	q.c.metrics.handoff(q.kind, viaLocal)
 	return q.newHoldLocked()
 }
 
@@ -403,6 +416,7 @@ func (q *lockQueue) release(ctx context.Context, h *hold) error {
 		// idle (or let it go if yielding).
 		if q.waiters.Len() > 0 && !own.yielding && own.ctx.Err() == nil {
 			own.handoffs++
+			q.c.metrics.handoff(q.kind, viaLocal)
 			w := q.popLocked()
 			w.ready <- turn{h: q.newHoldLocked()}
 			q.mu.Unlock()
@@ -418,6 +432,7 @@ func (q *lockQueue) release(ctx context.Context, h *hold) error {
 	}
 	if q.waiters.Len() > 0 && q.cohortAllows(own) {
 		own.handoffs++
+		q.c.metrics.handoff(q.kind, viaLocal)
 		w := q.popLocked()
 		w.ready <- turn{h: q.newHoldLocked()}
 		q.mu.Unlock()
@@ -458,6 +473,7 @@ func (q *lockQueue) lose(own *ownership, cause error) {
 	if q.own != own {
 		return
 	}
+	q.c.log.Warn("lock lost: its etcd key is gone while the session lives", "key", own.key, "cause", cause)
 	if own.idleTimer != nil {
 		own.idleTimer.Stop()
 	}

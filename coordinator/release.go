@@ -34,7 +34,8 @@ type Released struct {
 // Released false and returns nothing; an order that was never allocated is
 // ErrOrderNotFound. The order ID stays used: allocating it again replays the
 // (released) first result.
-func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released, error) {
+func (c *Coordinator) Release(ctx context.Context, sku, order string) (out *Released, outErr error) {
+	defer func() { c.metrics.released(sku, out, outErr) }()
 	if err := firstErr(segments.ValidateSKU(sku), segments.ValidateOrderID(order)); err != nil {
 		return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
 	}

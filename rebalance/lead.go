@@ -160,6 +160,7 @@ func (r *Rebalancer) actOn(ctx context.Context, l *leadership, dirty map[*view]b
 			if isFatal(err) || ctx.Err() != nil {
 				return err
 			}
+			r.metrics.failedMoves.Inc()
 			r.log.Warn("rebalancer move failed", "sku", v.sku, "err", err)
 		}
 	}

@@ -108,6 +108,10 @@ func (r *Rebalancer) consolidate(ctx context.Context, l *leadership, v *view, pa
 func (r *Rebalancer) moved(pass *Pass, m Move) {
 	pass.Moves = append(pass.Moves, m)
 	pass.Revision = max(pass.Revision, m.Revision)
+	r.metrics.moves.WithLabelValues(m.Kind.String()).Inc()
+	if m.Kind == Refill && m.Latency > 0 {
+		r.metrics.refillLag.Observe(m.Latency.Seconds())
+	}
 	if r.cfg.OnMove != nil {
 		r.cfg.OnMove(m)
 	}

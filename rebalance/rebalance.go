@@ -96,10 +96,11 @@ type Config struct {
 
 // Rebalancer runs the policy while elected.
 type Rebalancer struct {
-	c      *coordinator.Coordinator
-	cfg    Config
-	log    *slog.Logger
-	leader atomic.Bool
+	c       *coordinator.Coordinator
+	cfg     Config
+	log     *slog.Logger
+	leader  atomic.Bool
+	metrics *rebalancerMetrics
 
 	mu         sync.Mutex
 	totalMoves int
@@ -132,7 +133,7 @@ func New(c *coordinator.Coordinator, cfg Config) (*Rebalancer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Rebalancer{c: c, cfg: cfg, log: log}, nil
+	return &Rebalancer{c: c, cfg: cfg, log: log, metrics: newRebalancerMetrics(cfg.Identity)}, nil
 }
 
 // Identity is the name this rebalancer campaigns with.
@@ -218,8 +219,17 @@ func (r *Rebalancer) term(ctx context.Context, f func(context.Context, *leadersh
 	}
 	l := &leadership{c: r.c, sess: sess, e: e,
 		fence: clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())}
+	elected := false
 	defer func() {
 		r.leader.Store(false)
+		if elected {
+			how := "resigned"
+			if isDone(sess.Done()) {
+				how = "lost"
+			}
+			r.metrics.terms.WithLabelValues(how).Inc()
+			r.log.Info("rebalancer term ended", "identity", r.cfg.Identity, "how", how)
+		}
 		if !isDone(sess.Done()) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
@@ -238,6 +248,8 @@ func (r *Rebalancer) term(ctx context.Context, f func(context.Context, *leadersh
 		return coordinator.ErrSessionLost
 	}
 	r.leader.Store(true)
+	elected = true
+	r.metrics.elections.Inc()
 	r.mu.Lock()
 	r.totalMoves, r.totalMoved = 0, 0
 	r.mu.Unlock()

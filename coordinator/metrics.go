@@ -1,0 +1,385 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics bounds. The stock gauges are the only metrics whose label values
+// come from data (SKU names and segment indexes); these bound how many
+// series they can make.
+const (
+	// MetricsMaxSKUs is how many SKUs the stock gauges cover: the ones this
+	// process touched (allocated, released, refilled, drained) most
+	// recently. With MaxSegments segments per SKU, the stock gauges are at
+	// most MetricsMaxSKUs × (MaxSegments + 1) series; a typical sale (a
+	// few hot SKUs, tens of segments) makes a few hundred.
+	MetricsMaxSKUs = 32
+	// MetricsSKUIdle drops a SKU from the stock gauges when this process
+	// has not touched it for this long.
+	MetricsSKUIdle = 10 * time.Minute
+	// metricsStockReadTimeout bounds the etcd read made per SKU at scrape
+	// time for the stock gauges.
+	metricsStockReadTimeout = 2 * time.Second
+)
+
+// metrics is what a coordinator counts for Prometheus (WithMetrics). A nil
+// *metrics counts nothing: every method is a no-op on nil, so the hot path
+// pays one nil check without WithMetrics.
+type metrics struct {
+	c *Coordinator
+
+	lockWait      *prometheus.HistogramVec // lock, outcome
+	handoffs      *prometheus.CounterVec   // lock, via
+	sessions      prometheus.Counter
+	sessionLosses prometheus.Counter
+	lateRenewals  prometheus.Counter
+	allocations   *prometheus.CounterVec // outcome, source
+	units         *prometheus.CounterVec // source
+	releases      *prometheus.CounterVec // outcome
+	batchSize     prometheus.Histogram
+	commitSeconds *prometheus.HistogramVec // outcome
+	moves         *prometheus.CounterVec   // kind
+	movedUnits    *prometheus.CounterVec   // kind
+	moveSeconds   *prometheus.HistogramVec // kind, outcome
+
+	stockDesc, stockReadErrDesc *prometheus.Desc
+	stockReadErrors             atomic.Int64
+
+	skuMu sync.RWMutex
+	skus  map[string]*atomic.Int64 // SKU → when this process last touched it (unix nanos)
+}
+
+// Label values. Fixed sets, so the metrics' cardinality is fixed too.
+const (
+	lockSegment = "segment"
+	lockPool    = "pool"
+	lockNamed   = "named"
+
+	viaLocal = "local"
+	viaEtcd  = "etcd"
+
+	moveRefill = "refill"
+	moveDrain  = "drain"
+	movePull   = "pull"
+)
+
+// lockWaitBuckets span a local handoff (tens of µs) to a wait budget's end
+// (DefaultHomeWait) and beyond.
+var lockWaitBuckets = []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// commitBuckets span one fsynced etcd write on a fast disk to a slow one.
+var commitBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
+func newMetrics(c *Coordinator) *metrics {
+	return &metrics{
+		c: c,
+		lockWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "stockctl_lock_wait_seconds",
+			Help:    "Time a goroutine waited to acquire a lock (lock: segment, pool or named; outcome: acquired, busy, timeout, canceled, lost, error).",
+			Buckets: lockWaitBuckets,
+		}, []string{"lock", "outcome"}),
+		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockctl_lock_handoffs_total",
+			Help: "Locks passed to a holder (via=local: from another goroutine of this process, no etcd write; via=etcd: acquired through etcd, from another process or free).",
+		}, []string{"lock", "via"}),
+		sessions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockctl_sessions_started_total",
+			Help: "etcd sessions (leases) this coordinator started.",
+		}),
+		sessionLosses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockctl_session_losses_total",
+			Help: "etcd sessions lost while in use: every lock held under one was lost.",
+		}),
+		lateRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockctl_session_late_renewals_total",
+			Help: "Session keepalives answered more than half the TTL after the previous one (a step towards losing the session).",
+		}),
+		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockctl_allocations_total",
+			Help: "Allocate and AllocateFunc calls by outcome (served, replayed, insufficient, conflict, error) and, when served, by source (segment, pool, gather; none otherwise).",
+		}, []string{"outcome", "source"}),
+		units: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockctl_allocated_units_total",
+			Help: "Units deducted by served allocations, by source (segment, pool, gather).",
+		}, []string{"source"}),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockctl_releases_total",
+			Help: "Release calls by outcome (released, already_released, not_found, error).",
+		}, []string{"outcome"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "stockctl_commit_batch_orders",
+			Help:    "Orders per group-commit transaction.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}),
+		commitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "stockctl_commit_duration_seconds",
+			Help:    "Round trip of one group-commit transaction (outcome: committed, refused when a compare failed and the batch was diagnosed, error).",
+			Buckets: commitBuckets,
+		}, []string{"outcome"}),
+		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockctl_stock_moves_total",
+			Help: "Committed stock moves (kind: refill from the pool into segments, drain of a segment into the pool, pull of pool stock into a segment this process sells from).",
+		}, []string{"kind"}),
+		movedUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockctl_stock_moved_units_total",
+			Help: "Units moved by committed stock moves, by kind.",
+		}, []string{"kind"}),
+		moveSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "stockctl_stock_move_duration_seconds",
+			Help:    "Time one stock move took, its locks included (kind; outcome: moved, nothing, error).",
+			Buckets: lockWaitBuckets,
+		}, []string{"kind", "outcome"}),
+		stockDesc: prometheus.NewDesc("stockctl_stock_units",
+			"Units left in a place of a SKU this process touched recently (place: pool, or a segment's index), read from etcd at scrape time.",
+			[]string{"sku", "place"}, nil),
+		stockReadErrDesc: prometheus.NewDesc("stockctl_stock_read_errors_total",
+			"Scrapes that could not read a SKU's stock from etcd (its stockctl_stock_units were left out).", nil, nil),
+		skus: make(map[string]*atomic.Int64),
+	}
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.lockWait, m.handoffs, m.sessions, m.sessionLosses, m.lateRenewals,
+		m.allocations, m.units, m.releases, m.batchSize, m.commitSeconds, m.moves, m.movedUnits, m.moveSeconds}
+}
+
+// Describe and Collect make the metrics one prometheus.Collector, so that
+// registering (and unregistering at Close) is one call.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.collectors() {
+		c.Describe(ch)
+	}
+	ch <- m.stockDesc
+	ch <- m.stockReadErrDesc
+}
+
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.collectors() {
+		c.Collect(ch)
+	}
+	m.collectStock(ch)
+	ch <- prometheus.MustNewConstMetric(m.stockReadErrDesc, prometheus.CounterValue, float64(m.stockReadErrors.Load()))
+}
+
+// collectStock reads each recently touched SKU's stock (one etcd read per
+// SKU, the same as Status) so the gauges are etcd's truth at scrape time,
+// not this process's possibly stale view of places other processes sell.
+func (m *metrics) collectStock(ch chan<- prometheus.Metric) {
+	for _, sku := range m.recentSKUs(time.Now()) {
+		ctx, cancel := context.WithTimeout(m.c.bgCtx, metricsStockReadTimeout)
+		st, err := m.c.Status(ctx, sku)
+		cancel()
+		if err != nil {
+			m.stockReadErrors.Add(1)
+			m.c.log.Debug("metrics: stock read failed", "sku", sku, "err", err)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(m.stockDesc, prometheus.GaugeValue, float64(st.Pool), sku, "pool")
+		for _, s := range st.Segments {
+			ch <- prometheus.MustNewConstMetric(m.stockDesc, prometheus.GaugeValue, float64(s.Remaining), sku, strconv.Itoa(s.Index))
+		}
+	}
+}
+
+// touch notes that this process used sku now, for the stock gauges. The
+// common case (a SKU already known) takes a read lock and one atomic store.
+func (m *metrics) touch(sku string) {
+	if m == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	m.skuMu.RLock()
+	at, ok := m.skus[sku]
+	m.skuMu.RUnlock()
+	if ok {
+		at.Store(now)
+		return
+	}
+	m.skuMu.Lock()
+	defer m.skuMu.Unlock()
+	if at, ok := m.skus[sku]; ok {
+		at.Store(now)
+		return
+	}
+	if len(m.skus) >= MetricsMaxSKUs {
+		// Forget the SKU touched longest ago.
+		oldest, when := "", int64(0)
+		for s, at := range m.skus {
+			if t := at.Load(); oldest == "" || t < when {
+				oldest, when = s, t
+			}
+		}
+		delete(m.skus, oldest)
+	}
+	at = new(atomic.Int64)
+	at.Store(now)
+	m.skus[sku] = at
+}
+
+// recentSKUs lists the SKUs touched within MetricsSKUIdle, sorted, and
+// forgets the others.
+func (m *metrics) recentSKUs(now time.Time) []string {
+	m.skuMu.Lock()
+	defer m.skuMu.Unlock()
+	var out []string
+	for s, at := range m.skus {
+		if now.Sub(time.Unix(0, at.Load())) > MetricsSKUIdle {
+			delete(m.skus, s)
+			continue
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// lockKind names the lock behind a queue's key prefix, for the lock label.
+func (c *Coordinator) lockKind(pfx string) string {
+	if rest, ok := strings.CutPrefix(pfx, c.keys.Prefix()+"stocklocks/"); ok {
+		if strings.HasSuffix(rest, "/pool/") {
+			return lockPool
+		}
+		return lockSegment
+	}
+	return lockNamed
+}
+
+func (m *metrics) lockWaited(kind string, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.lockWait.WithLabelValues(kind, waitOutcome(err)).Observe(d.Seconds())
+}
+
+// waitOutcome classifies a lock wait's end.
+func waitOutcome(err error) string {
+	switch {
+	case err == nil:
+		return "acquired"
+	case errors.Is(err, ErrLocked):
+		return "busy"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled), errors.Is(err, errAborted):
+		return "canceled"
+	case errors.Is(err, ErrSessionLost), errors.Is(err, ErrLockLost):
+		return "lost"
+	}
+	return "error"
+}
+
+func (m *metrics) handoff(kind, via string) {
+	if m == nil {
+		return
+	}
+	m.handoffs.WithLabelValues(kind, via).Inc()
+}
+
+func (m *metrics) sessionStarted() {
+	if m != nil {
+		m.sessions.Inc()
+	}
+}
+
+func (m *metrics) sessionLost() {
+	if m != nil {
+		m.sessionLosses.Inc()
+	}
+}
+
+func (m *metrics) lateRenewal() {
+	if m != nil {
+		m.lateRenewals.Inc()
+	}
+}
+
+// allocated counts one Allocate/AllocateFunc call's outcome.
+func (m *metrics) allocated(sku string, a *Allocation, err error) {
+	if m == nil {
+		return
+	}
+	m.touch(sku)
+	var insufficient *InsufficientStockError
+	switch {
+	case err == nil && a.Replayed:
+		m.allocations.WithLabelValues("replayed", "none").Inc()
+	case err == nil:
+		src := "segment"
+		switch {
+		case len(a.Parts) > 1:
+			src = "gather"
+		case len(a.Parts) == 1 && a.Parts[0].Place.IsPool():
+			src = "pool"
+		}
+		m.allocations.WithLabelValues("served", src).Inc()
+		m.units.WithLabelValues(src).Add(float64(a.Qty))
+	case errors.As(err, &insufficient):
+		m.allocations.WithLabelValues("insufficient", "none").Inc()
+	case errors.Is(err, ErrConflict):
+		m.allocations.WithLabelValues("conflict", "none").Inc()
+	default:
+		m.allocations.WithLabelValues("error", "none").Inc()
+	}
+}
+
+func (m *metrics) released(sku string, r *Released, err error) {
+	if m == nil {
+		return
+	}
+	m.touch(sku)
+	outcome := "error"
+	switch {
+	case err == nil && r.Released:
+		outcome = "released"
+	case err == nil:
+		outcome = "already_released"
+	case errors.Is(err, ErrOrderNotFound):
+		outcome = "not_found"
+	}
+	m.releases.WithLabelValues(outcome).Inc()
+}
+
+// committed counts one group-commit round trip of n orders.
+func (m *metrics) committed(n int, d time.Duration, outcome string) {
+	if m == nil {
+		return
+	}
+	m.batchSize.Observe(float64(n))
+	m.commitSeconds.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+// moved counts one stock move of kind that moved units (0: nothing to move).
+func (m *metrics) moved(kind, sku string, units int64, d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.touch(sku)
+	outcome := "moved"
+	switch {
+	case err != nil:
+		outcome = "error"
+	case units == 0:
+		outcome = "nothing"
+	default:
+		m.moves.WithLabelValues(kind).Inc()
+		m.movedUnits.WithLabelValues(kind).Add(float64(units))
+	}
+	m.moveSeconds.WithLabelValues(kind, outcome).Observe(d.Seconds())
+}
+
+func sumMoved(moved map[int]int64) int64 {
+	var n int64
+	for _, q := range moved {
+		n += q
+	}
+	return n
+}

@@ -1,0 +1,89 @@
+package rebalance_test
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/stockctl/stockctl/internal/etcdtest"
+	"github.com/stockctl/stockctl/rebalance"
+)
+
+// counterOf reads one series of a gathered family by label.
+func metricOf(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			ok := label == ""
+			for _, l := range m.GetLabel() {
+				ok = ok || (l.GetName() == label && l.GetValue() == value)
+			}
+			if !ok {
+				continue
+			}
+			if m.Gauge != nil {
+				return m.GetGauge().GetValue()
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}
+
+// The leader gauge follows leadership: 1 on the elected rebalancer, 0 on
+// the other; when the leader's session is lost its term is counted as lost
+// and the other rebalancer is elected (and counts it). The names pass
+// Prometheus's lint.
+func TestRebalancerMetricsFollowLeadership(t *testing.T) {
+	etcd := etcdtest.NewSingle(t)
+	ca, cb := newCoordinator(t, etcd), newCoordinator(t, etcd)
+	ra, _ := startRebalancer(t, ca, rebalance.Config{Identity: "a"})
+	waitFor(t, "a to lead", ra.Leader)
+	rb, _ := startRebalancer(t, cb, rebalance.Config{Identity: "b"})
+	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
+	regA.MustRegister(ra.Collector())
+	regB.MustRegister(rb.Collector())
+
+	if g := metricOf(t, regA, "stockctl_rebalancer_leader", "identity", "a"); g != 1 {
+		t.Fatalf("a's leader gauge %v, want 1", g)
+	}
+	if g := metricOf(t, regB, "stockctl_rebalancer_leader", "identity", "b"); g != 0 {
+		t.Fatalf("b's leader gauge %v, want 0", g)
+	}
+
+	// Lose a's session: its lease revoked in etcd.
+	sess, err := ca.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.Client(t).Revoke(t.Context(), sess.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b to lead", rb.Leader)
+	waitFor(t, "a's lost term to be counted", func() bool {
+		return metricOf(t, regA, "stockctl_rebalancer_terms_ended_total", "how", "lost") == 1
+	})
+	if g := metricOf(t, regB, "stockctl_rebalancer_leader", "identity", "b"); g != 1 {
+		t.Errorf("b's leader gauge %v after the failover, want 1", g)
+	}
+	if n := metricOf(t, regB, "stockctl_rebalancer_elections_total", "", ""); n != 1 {
+		t.Errorf("b's elections %v, want 1", n)
+	}
+	for _, reg := range []*prometheus.Registry{regA, regB} {
+		problems, err := testutil.GatherAndLint(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range problems {
+			t.Errorf("lint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
