@@ -7,6 +7,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/embedetcd"
 )
 
@@ -26,6 +27,7 @@ func serveCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "listen", Value: DefaultListen, EnvVars: []string{"STOCKCTL_LISTEN"},
 				Usage: "loopback host:port for etcd's clients"},
 			identityFlag(),
+			metricsAddrFlag(),
 		},
 		Action: serveAction,
 	}
@@ -67,6 +69,11 @@ func serveAction(c *ucli.Context) error {
 		return usageError("serve runs its own etcd and cannot use --endpoints; to run only the rebalancer against a cluster, use `stockctl --endpoints ... rebalance --watch`")
 	}
 
+	metrics, err := startMetrics(c, c.App.ErrWriter)
+	if err != nil {
+		return err
+	}
+	defer metrics.close()
 	ctx, stop := signalContext(c)
 	defer stop()
 	sctx, cancel := g.boundedContext(ctx)
@@ -79,7 +86,11 @@ func serveAction(c *ucli.Context) error {
 	// The rebalancer connects like any other client would.
 	sg := *g
 	sg.endpoints = srv.Endpoints()
-	cn, err := connect(sctx, c, &sg)
+	var opts []coordinator.Option
+	if reg := metrics.registerer(); reg != nil {
+		opts = append(opts, coordinator.WithMetrics(reg))
+	}
+	cn, err := connect(sctx, c, &sg, opts...)
 	if err != nil {
 		return err
 	}
@@ -89,5 +100,5 @@ func serveAction(c *ucli.Context) error {
 	if err := showLine(c, g, serveView{Endpoints: srv.Endpoints(), DataDir: g.dataDir, Prefix: g.prefix}); err != nil {
 		return err
 	}
-	return runRebalancer(ctx, c, cn, newMovePrinter(c.App.Writer, g.output))
+	return runRebalancer(ctx, c, cn, newMovePrinter(c.App.Writer, g.output), metrics.registerer())
 }
