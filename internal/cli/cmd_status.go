@@ -13,10 +13,17 @@ import (
 
 func statusCommand() *ucli.Command {
 	return &ucli.Command{
-		Name:      "status",
-		Usage:     "show a SKU's stock: pool, segments, allocated, and the rebalancer's last pass",
-		ArgsUsage: "SKU",
-		Action:    statusAction,
+		Name:  "status",
+		Usage: "show a SKU's stock: pool, segments, allocated, and the rebalancer's last pass",
+		Description: "With --watch, shows it again on every change (an etcd watch, not polling) until interrupted:\n" +
+			"drawn over itself on a terminal (at most every 100ms), else a block of lines per change, or\n" +
+			"with -o json one JSON object per line. Adds orders/s, refills/s, the elected rebalancer and\n" +
+			"each lock's holder. See docs/watching.md.",
+		ArgsUsage: "SKU [--watch]",
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "watch", Aliases: []string{"w"}, Usage: "show the stock again on every change, until interrupted"},
+		},
+		Action: statusAction,
 	}
 }
 
@@ -109,6 +116,9 @@ func statusAction(c *ucli.Context) error {
 	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
 	if err != nil {
 		return err
+	}
+	if c.Bool("watch") {
+		return watchStatus(c, g, sku)
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		st, err := cn.coord.Status(ctx, sku)
