@@ -230,18 +230,18 @@ func watchStatus(c *ucli.Context, g *globals, sku string) error {
 	}
 	cancel()
 
-	where := "etcd " + strings.Join(cn.endpoints, ",")
+	where := fmt.Sprintf("etcd %s, prefix %s", strings.Join(cn.endpoints, ","), g.prefix)
 	if cn.server != nil {
 		// Nobody else can write to an embedded etcd's data dir while this
 		// runs: the view will not move. Say so where it is seen.
-		where = "the embedded etcd in " + g.dataDir + " (no other process can change it: run `stockctl serve` and use --endpoints)"
+		where = fmt.Sprintf("the embedded etcd in %s, prefix %s: no other process can change it while this runs "+
+			"(run `stockctl serve`, and watch with --endpoints)", g.dataDir, g.prefix)
 	}
 	tty := isTerminal(c.App.Writer)
 	if cn.server != nil && (!tty || g.output == outputJSON) {
 		fmt.Fprintf(c.App.ErrWriter, "stockctl: status --watch %s: watching %s\n", sku, where)
 	}
-	p := newWatchPrinter(c.App.Writer, g.output, tty, "stockctl status --watch "+sku,
-		fmt.Sprintf("^C to stop · %s · prefix %s", where, g.prefix))
+	p := newWatchPrinter(c.App.Writer, g.output, tty, "status --watch "+sku+" · ^C to stop", where)
 	defer p.close()
 	if err := w.run(ctx, p); err != nil {
 		return failed(ctx, "watch "+sku, err)

@@ -28,9 +28,9 @@ type watchPrinter struct {
 	w    io.Writer
 	json bool
 	tty  bool
-	// title and where make the first line of a frame on a terminal, the
-	// time between them: a narrow terminal cuts the end of the line, and
-	// the time is worth more than where etcd is.
+	// title and the time make the first line of a frame on a terminal,
+	// where (etcd and the prefix) the second: a narrow terminal cuts the
+	// ends of lines, and each line starts with what matters most.
 	title, where string
 
 	// size is the terminal's size, 0 when unknown: a frame taller than
@@ -87,7 +87,7 @@ func (p *watchPrinter) print(v watchView) (bool, error) {
 // erased. Lines are cut to the terminal's size.
 func (p *watchPrinter) draw(v watchView) error {
 	var frame bytes.Buffer
-	fmt.Fprintf(&frame, "%s · %s · %s\n\n", p.title, v.At.Local().Format(time.TimeOnly), p.where)
+	fmt.Fprintf(&frame, "%s · %s\n%s\n\n", v.At.Local().Format(time.TimeOnly), p.title, p.where)
 	if err := writeTable(&frame, v.table()); err != nil {
 		return err
 	}

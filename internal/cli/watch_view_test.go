@@ -19,7 +19,7 @@ func testView(at time.Time, pool int64) watchView {
 // time aside), or when it carries a note; never with escape codes.
 func TestWatchPrinterPrintsChanges(t *testing.T) {
 	t.Parallel()
-	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.Local)
 	noted := testView(t0.Add(3*time.Second), 70)
 	noted.Note = "reloaded at revision 9: the watch was lost"
 	for _, output := range []string{outputTable, outputJSON} {
@@ -79,9 +79,9 @@ func TestWatchPrinterDraws(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var b strings.Builder
-			p := newWatchPrinter(&b, outputTable, true, "stockctl status --watch x", "^C to stop · etcd http://127.0.0.1:2379")
+			p := newWatchPrinter(&b, outputTable, true, "status --watch x · ^C to stop", "etcd http://127.0.0.1:2379, prefix /stockctl/")
 			p.size = func() (int, int) { return tc.rows, tc.cols }
-			t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+			t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.Local)
 			for _, pool := range []int64{70, 60} {
 				if _, err := p.print(testView(t0, pool)); err != nil {
 					t.Fatal(err)
@@ -109,7 +109,7 @@ func TestWatchPrinterDraws(t *testing.T) {
 			if got := strings.Contains(second, " more lines"); got != tc.cut {
 				t.Errorf("cut %v, want %v:\n%s", got, tc.cut, second)
 			}
-			if !strings.Contains(second, "POOL") || !strings.HasPrefix(second, "stockctl status --watch x · ") {
+			if !strings.Contains(second, "POOL") || !strings.HasPrefix(second, "12:00:00 · status --watch x") {
 				t.Errorf("frame:\n%s", second)
 			}
 			if !tc.cut && !strings.Contains(second, "\nPOOL       60"+ansiClearLine) {
@@ -123,7 +123,7 @@ func TestWatchPrinterDraws(t *testing.T) {
 // second, and over less than the window while the watch is younger.
 func TestRateWindow(t *testing.T) {
 	t.Parallel()
-	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.Local)
 	for _, tc := range []struct {
 		name  string
 		marks map[time.Duration]int // since t0
