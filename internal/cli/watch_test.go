@@ -277,3 +277,128 @@ func TestWatchViewReservedConfirmed(t *testing.T) {
 		t.Fatalf("table:\n%s", text.String())
 	}
 }
+
+// Everything that changes a SKU shows: a restock (total and pool in one
+// frame), an order and its release, the lock a selling process keeps on
+// its segment and gives back when idle; a deleted SKU ends the watch with
+// exit 4.
+func TestStatusWatchFollowsEveryChange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.ok("init", "ev", "--total", "20", "--segments", "2", "--initial-fill", "10")
+	w := startWatch(t, e.args("-o", "json", "status", "ev", "--watch")...)
+	waitFor(t, 30*time.Second, "the first frame", func() bool { return len(w.frames(t)) > 0 })
+	wait := func(what string, cond func(v watchView) bool) {
+		t.Helper()
+		waitFor(t, 30*time.Second, what, func() bool {
+			v, ok := lastFrame(t, w.out.String())
+			return ok && cond(v)
+		})
+	}
+
+	e.ok("restock", "ev", "--qty", "5")
+	wait("the restock", func(v watchView) bool { return v.Total == 25 && v.Pool == 15 && v.Allocated == 0 })
+	for _, v := range w.frames(t) {
+		if v.Total-v.Pool != 10 {
+			t.Fatalf("a frame with half a restock: %+v", v)
+		}
+	}
+
+	coord, err := coordinator.New(shared.client, coordinator.WithPrefix(e.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coord.Close()
+	a, err := coord.Allocate(t.Context(), "ev", "o1", 3, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := coord.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := leaseHex(int64(sess.Lease()))
+	// The coordinator keeps the segment it sold from (a tenure) until it
+	// has been idle for a while: its lease holds the segment's lock.
+	seg := a.Parts[0].Place.Index()
+	if len(a.Parts) != 1 || seg < 0 {
+		t.Fatalf("3 of 5 units in each segment, taken from %+v", a.Parts)
+	}
+	wait("the order and its segment's holder", func(v watchView) bool {
+		return v.Allocated == 3 && v.Orders == 1 && v.Segments[seg].Holder == lease
+	})
+	wait("the idle segment given back", func(v watchView) bool { return v.Segments[seg].Holder == "" })
+
+	if _, err := coord.Release(t.Context(), "ev", "o1"); err != nil {
+		t.Fatal(err)
+	}
+	wait("the release", func(v watchView) bool { return v.Allocated == 0 && v.Orders == 1 })
+
+	if _, err := shared.client.Delete(t.Context(), coord.Keys().Meta("ev")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-w.done:
+		w.done <- code
+		if code != ExitNotFound || !strings.Contains(w.errOut.String(), "stockctl: failed to watch ev: unknown SKU \"ev\": its meta record was deleted") {
+			t.Fatalf("after the SKU was deleted: exit %d, stderr %q", code, w.errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("status --watch goes on after the SKU was deleted; stdout:\n%s", w.out.String())
+	}
+}
+
+// On a terminal, a burst of changes is drawn as few frames: each at least
+// watchRedraw after the one before, besides one a watchTick to move the
+// clock. The bound depends on how long the burst took, not on how fast
+// the machine is; the last frame shows the last state.
+func TestStatusWatchCoalescesOnATerminal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.ok("init", "burst", "--total", "400", "--segments", "4")
+	coord, err := coordinator.New(shared.client, coordinator.WithPrefix(e.prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coord.Close()
+	var out, errs syncBuffer
+	w := newSaleWatch(coord, "burst", 10*time.Second, &errs)
+	if err := w.state.load(t.Context(), coord); err != nil {
+		t.Fatal(err)
+	}
+	p := newWatchPrinter(&out, outputTable, true, "status --watch burst", "")
+	p.size = func() (int, int) { return 60, 120 }
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- w.run(ctx, p) }()
+
+	var wg sync.WaitGroup
+	for b := range 20 {
+		wg.Go(func() {
+			for i := range 20 {
+				if _, err := coord.Allocate(ctx, "burst", fmt.Sprintf("b%d-%d", b, i), 1, fmt.Sprint(b)); err != nil {
+					t.Errorf("allocate: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	waitFor(t, 30*time.Second, "a frame of the sold-out SKU", func() bool {
+		s := out.String()
+		last := strings.LastIndex(s, ansiHome)
+		return last >= 0 && strings.Contains(s[last:], "ALLOCATED  400 in 400 orders")
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	frames := strings.Count(out.String(), ansiHome) - 1 // the first frame clears the screen with one more
+	limit := 2 + int(elapsed/watchRedraw) + 1 + int(elapsed/watchTick)
+	if frames > limit {
+		t.Fatalf("%d frames in %v, more than %d", frames, elapsed, limit)
+	}
+	t.Logf("400 orders drawn in %d frames over %v", frames, elapsed.Round(time.Millisecond))
+}
