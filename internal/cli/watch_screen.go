@@ -72,14 +72,27 @@ func (p *watchPrinter) print(v watchView) (bool, error) {
 		}
 		return true, err
 	}
-	var b bytes.Buffer
+	var b strings.Builder
 	fmt.Fprintf(&b, "--- %s\n", v.At.Local().Format("2006-01-02 15:04:05.000"))
 	if err := writeTable(&b, v.table()); err != nil {
 		return false, err
 	}
 	b.WriteByte('\n')
-	_, err = p.w.Write(b.Bytes())
+	_, err = io.WriteString(p.w, trimLines(b.String()))
 	return true, err
+}
+
+// trimLines removes the spaces tabwriter pads an empty last column with
+// (a free lock's HOLDER) from the end of every line.
+func trimLines(s string) string {
+	var b strings.Builder
+	for line := range strings.Lines(s) {
+		b.WriteString(strings.TrimRight(line, " \n"))
+		if strings.HasSuffix(line, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }
 
 // draw writes v over the previous frame: from the top left, each line
@@ -91,7 +104,7 @@ func (p *watchPrinter) draw(v watchView) error {
 	if err := writeTable(&frame, v.table()); err != nil {
 		return err
 	}
-	lines := strings.Split(strings.TrimSuffix(frame.String(), "\n"), "\n")
+	lines := strings.Split(strings.TrimSuffix(trimLines(frame.String()), "\n"), "\n")
 	rows, cols := p.size()
 	if rows > 1 && len(lines) > rows-1 {
 		// The last row stays free: a line written there would scroll.

@@ -218,7 +218,7 @@ func TestStatusWatchPlain(t *testing.T) {
 		t.Fatalf("%d blocks for a whole sale:\n%s", blocks, out)
 	}
 	for _, want := range []string{"SKU        pw\n", "TOTAL      40\n", "LEADER     pw-rebalancer (lease ",
-		"SEGMENT  REMAINING  INBOX  LEVEL", "\npool     0 ", "\n0        0 ", "\n1        0 "} {
+		"SEGMENT  REMAINING  INBOX  LEVEL", "\npool     0\n", "\n0        0          0       low\n", "\n1        0          0       low\n"} {
 		if !strings.Contains(lastBlock(), want) {
 			t.Errorf("the last block does not show %q:\n%s", want, lastBlock())
 		}

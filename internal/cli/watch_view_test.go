@@ -47,6 +47,9 @@ func TestWatchPrinterPrintsChanges(t *testing.T) {
 			if strings.Contains(out, "\x1b") {
 				t.Fatalf("escape codes:\n%q", out)
 			}
+			if strings.Contains(out, " \n") {
+				t.Fatalf("a line ends in spaces:\n%q", out)
+			}
 			want := []string{"--- ", "\nPOOL       60\n", "\nWATCH      reloaded at revision 9", "\n1        10         4      " + strings.Repeat("█", barWidth) + "  2b +2\n"}
 			if output == outputJSON {
 				if n := strings.Count(out, "\n"); n != 3 {
