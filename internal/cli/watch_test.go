@@ -217,8 +217,10 @@ func TestStatusWatchPlain(t *testing.T) {
 	if blocks < 3 {
 		t.Fatalf("%d blocks for a whole sale:\n%s", blocks, out)
 	}
+	// A segment's row may still name a holder: a seller's lock can outlive
+	// the frame that showed the last unit go.
 	for _, want := range []string{"SKU        pw\n", "TOTAL      40\n", "LEADER     pw-rebalancer (lease ",
-		"SEGMENT  REMAINING  INBOX  LEVEL", "\npool     0\n", "\n0        0          0       low\n", "\n1        0          0       low\n"} {
+		"SEGMENT  REMAINING  INBOX  LEVEL", "\npool     0\n", "\n0        0          0       low", "\n1        0          0       low"} {
 		if !strings.Contains(lastBlock(), want) {
 			t.Errorf("the last block does not show %q:\n%s", want, lastBlock())
 		}
