@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,7 +42,7 @@ func BenchmarkAllocateMetrics(b *testing.B) {
 					defer c.Close()
 					cs[i] = c
 				}
-				sku := fmt.Sprintf("metrics-%s-%d", name, b.N)
+				sku := fmt.Sprintf("metrics-%s-%d-%d", name, b.N, benchSKUs.Add(1))
 				total := int64(2 * b.N)
 				if _, err := cs[0].CreateSKU(context.Background(), sku, coordinator.SKUConfig{Total: total, Segments: 20, InitialFill: total}); err != nil {
 					b.Fatal(err)
@@ -52,3 +53,7 @@ func BenchmarkAllocateMetrics(b *testing.B) {
 		}
 	}
 }
+
+// benchSKUs numbers the benchmarks' SKUs: with -count, a benchmark runs
+// again against the same etcd.
+var benchSKUs atomic.Int64
