@@ -229,6 +229,17 @@ type batchPlace struct {
 
 // commitBatch commits batch, or answers each request of it.
 func (c *Coordinator) commitBatch(bg context.Context, batch []*commitReq) {
+	for len(batch) > 0 {
+		batch = c.commitGroup(bg, batch)
+	}
+}
+
+// commitGroup commits batch, or answers each request of it, except those
+// it defers: when a transaction failed only because another process
+// changed a buyer's counter meanwhile, the requests of that buyer are
+// returned to be sent after the others, so that one buyer ordering hard
+// from several processes at once does not make everyone's commit fail.
+func (c *Coordinator) commitGroup(bg context.Context, batch []*commitReq) (deferred []*commitReq) {
 	ctx, cancel := context.WithTimeout(bg, c.opts.commitTimeout)
 	defer cancel()
 	for len(batch) > 0 {
@@ -321,9 +332,24 @@ func (c *Coordinator) commitBatch(bg context.Context, batch []*commitReq) {
 			}
 			return
 		}
-		c.settleUsers(users, 0, resp.Responses[len(resp.Responses)-len(users):])
+		tail := resp.Responses[len(resp.Responses)-len(users):]
+		c.settleUsers(users, 0, tail)
 		batch = c.diagnose(ctx, batch, order, resp.Responses)
+		if hot := changedUsers(users, tail); len(hot) > 0 {
+			var cool, later []*commitReq
+			for _, cr := range batch {
+				if hot[cr.req.userKey] {
+					later = append(later, cr)
+				} else {
+					cool = append(cool, cr)
+				}
+			}
+			if len(cool) > 0 && len(later) > 0 {
+				batch, deferred = cool, append(deferred, later...)
+			}
+		}
 	}
+	return deferred
 }
 
 func countPlaces(batch []*commitReq) int {

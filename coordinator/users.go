@@ -264,3 +264,22 @@ func (c *Coordinator) settleUsers(users []*batchUser, rev int64, rs []*pb.Respon
 		}
 	}
 }
+
+// changedUsers are the buyers of a failed batch whose counter is not at the
+// revision the batch compared (rs: the batch's Else reads of them).
+func changedUsers(users []*batchUser, rs []*pb.ResponseOp) map[string]bool {
+	var out map[string]bool
+	for i, bu := range users {
+		var mod int64
+		if kvs := rs[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			mod = kvs[0].ModRevision
+		}
+		if mod != bu.modRev {
+			if out == nil {
+				out = map[string]bool{}
+			}
+			out[bu.key] = true
+		}
+	}
+	return out
+}

@@ -123,7 +123,7 @@ func (l *leaky) Teardown(context.Context) error { return nil }
 // their books, and a leaky strategy that must be caught.
 func TestRun(t *testing.T) {
 	cs := startEtcd(t, 2)
-	specs := []Spec{OneLock(), EtcdMutex(), Stockctl(), StockctlNoStep(),
+	specs := []Spec{OneLock(), EtcdMutex(), Stockctl(), StockctlNoStep(), StockctlReserve(),
 		{Name: "leaky", Title: "oversells", New: func() Strategy { return &leaky{} }}}
 	var progress atomic.Int64
 	rows, err := Run(t.Context(), Config{Specs: specs, Shapes: []Shape{{Segments: 2}}, Step: time.Millisecond, Duration: 300 * time.Millisecond,
