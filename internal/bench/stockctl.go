@@ -53,9 +53,9 @@ type stockctl struct {
 	// reserve: Buy reserves then confirms (StockctlReserve).
 	reserve bool
 	p       Params
-	coords []*coordinator.Coordinator // one per process
-	reb    *coordinator.Coordinator   // the rebalancer's, a process of its own
-	stop   func()
+	coords  []*coordinator.Coordinator // one per process
+	reb     *coordinator.Coordinator   // the rebalancer's, a process of its own
+	stop    func()
 	// rebFailures counts the rebalancer's warnings (failed moves): a run
 	// whose refills fail is not the run it claims to be.
 	rebFailures warnCounter
