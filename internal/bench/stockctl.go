@@ -50,17 +50,17 @@ func StockctlReserve() Spec {
 const reserveTTL = time.Hour
 
 type stockctl struct {
-	// reserve: Buy reserves then confirms (StockctlReserve).
-	reserve bool
-	p       Params
-	coords  []*coordinator.Coordinator // one per process
-	reb     *coordinator.Coordinator   // the rebalancer's, a process of its own
-	stop    func()
+	p      Params
+	coords []*coordinator.Coordinator // one per process
+	reb    *coordinator.Coordinator   // the rebalancer's, a process of its own
+	stop   func()
 	// rebFailures counts the rebalancer's warnings (failed moves): a run
 	// whose refills fail is not the run it claims to be.
 	rebFailures warnCounter
 	// refills times the refills of the run, from Setup to Verify.
 	refills *RefillObserver
+	// reserve: Buy reserves then confirms (StockctlReserve).
+	reserve bool
 }
 
 // warnCounter is a slog handler that counts records at Warn and above and
