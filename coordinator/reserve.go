@@ -176,6 +176,12 @@ func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released,
 	return nil, fmt.Errorf("cancel %s order %q: %w", sku, order, errContention)
 }
 
+// due is a reservation index key found due, and its order.
+type due struct {
+	key   string
+	order string
+}
+
 // Expiry is one reservation returned by ExpireDue.
 type Expiry struct {
 	SKU      string
@@ -190,18 +196,20 @@ type Expiry struct {
 	At time.Time
 }
 
-// DefaultExpiryWorkers is how many reservations ExpireDue returns at once.
-// Each takes three round trips (read the order, read the counters it adds
-// to, commit); a few in parallel keep a backlog of thousands under a second
-// on a 2-core machine without flooding etcd.
+// DefaultExpiryWorkers is how many reservations ExpireDue returns at once
+// when it expires them one transaction each (those a batch could not take:
+// see expire_batch.go). Each takes three round trips (read the order, read
+// the counters it adds to, commit).
 const DefaultExpiryWorkers = 8
 
 // ExpireDue returns the units of sku's reservations whose deadline is at or
 // before now (by the caller's clock), at most limit of them (the earliest
-// first), and marks them expired. Each is its own transaction, fenced by
-// fence (the rebalancer passes its leadership compare) and by the
-// reservation's record as read, so a reservation confirmed, cancelled or
-// expired by someone else meanwhile is skipped, never returned twice.
+// first), and marks them expired. Every transaction that expires some is
+// fenced by fence (the rebalancer passes its leadership compare) and by
+// each reservation's record as read, so a reservation confirmed, cancelled
+// or expired by someone else meanwhile is skipped, never returned twice.
+// Due reservations are expired together, as many as fit one transaction,
+// and one at a time when a batch's compares fail.
 // It returns what it expired. An error with fence failing is ErrFenced; the
 // reservations expired before an error are returned with it.
 func (c *Coordinator) ExpireDue(ctx context.Context, sku string, now time.Time, limit int, fence ...clientv3.Cmp) ([]Expiry, error) {
@@ -220,10 +228,6 @@ func (c *Coordinator) ExpireDue(ctx context.Context, sku string, now time.Time, 
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", sku, err)
 	}
-	type due struct {
-		key   string
-		order string
-	}
 	var todo []due
 	for _, kv := range resp.Kvs {
 		_, order, err := c.keys.ParseReservation(sku, string(kv.Key))
@@ -232,9 +236,26 @@ func (c *Coordinator) ExpireDue(ctx context.Context, sku string, now time.Time, 
 		}
 		todo = append(todo, due{string(kv.Key), order})
 	}
+	// Two batched passes (the second reads again what the first could not
+	// commit: a seller absorbing an inbox meanwhile is common in a busy
+	// sale), then one at a time for the rest.
+	var out, xs []Expiry
+	var singles []due
+	for pass := 0; pass < 2 && len(todo) > 0; pass++ {
+		batch, single, err := c.readDue(ctx, info, todo, now)
+		if err != nil {
+			return out, fmt.Errorf("expire %s: %w", sku, err)
+		}
+		singles = append(singles, single...)
+		xs, todo, err = c.expireBatch(ctx, info, batch, fence)
+		out = append(out, xs...)
+		if err != nil {
+			return out, fmt.Errorf("expire %s: %w", sku, err)
+		}
+	}
+	todo = append(singles, todo...)
 	var (
 		mu       sync.Mutex
-		out      []Expiry
 		firstErr error
 		wg       sync.WaitGroup
 	)
