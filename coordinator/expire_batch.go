@@ -206,4 +206,3 @@ func (c *Coordinator) expireChunk(ctx context.Context, info *skuInfo, chunk []du
 	}
 	return out, true, nil
 }
-
