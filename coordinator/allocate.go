@@ -51,7 +51,9 @@ type orderOpts struct {
 // orders) would exceed the limit: the check and the deduction commit in one
 // transaction. Elsewhere it is only recorded on the order. A buyer ID is 1
 // to segments.MaxBuyerLen bytes of printable ASCII other than space and '/'.
-// A retry of the order must name the same buyer.
+// A retry of the order must name the same buyer. With AllocateFunc the
+// limit is judged at the commit, after the step ran: a refused order's step
+// must be undone like any step whose order failed.
 func WithBuyer(buyer string) OrderOption {
 	return func(o *orderOpts) { o.buyer = buyer }
 }
