@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -61,6 +62,9 @@ func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released
 		}
 		if !retry {
 			return r, nil
+		}
+		if err := returnBackoff(ctx, attempt); err != nil {
+			return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
 		}
 	}
 	return nil, fmt.Errorf("release %s order %q: %w", sku, order, errContention)
@@ -228,4 +232,21 @@ func (c *Coordinator) returnOnce(ctx context.Context, info *skuInfo, order strin
 	}
 	r.Released, r.Revision, r.State = true, resp.Header.Revision, o.State
 	return r, false, nil
+}
+
+// returnBackoff waits before attempt+1 of a return whose compares failed: a
+// random pause, doubling with each attempt (at most 64 ms), so that returns
+// to one segment's inbox from many callers at once (releases, cancels) do
+// not keep failing each other's compares in lockstep. It returns ctx's
+// cause if ctx ends first.
+func returnBackoff(ctx context.Context, attempt int) error {
+	d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }

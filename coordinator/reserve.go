@@ -131,19 +131,17 @@ func (c *Coordinator) confirmOnce(ctx context.Context, info *skuInfo, order stri
 		return nil, false, &ExpiredError{SKU: o.SKU, Order: o.ID, Deadline: o.Deadline, Revision: x.Revision}
 	}
 	o.State = segments.StateConfirmed
-	orderKey := string(kv.Key)
-	resp, err := c.kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(orderKey), "=", kv.ModRevision)).
-		Then(clientv3.OpPut(orderKey, segments.EncodeOrder(o)),
-			clientv3.OpDelete(c.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID))).
-		Commit()
+	// One transaction comparing the record's revision, committed together
+	// with the other Confirms of this process (confirmer.go).
+	rev, err := c.commitConfirm(ctx, &confirmReq{key: string(kv.Key), modRev: kv.ModRevision,
+		value: segments.EncodeOrder(o), indexKey: c.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID)})
 	if err != nil {
 		return nil, false, err
 	}
-	if !resp.Succeeded {
+	if rev == 0 {
 		return nil, true, nil // expired, cancelled or confirmed meanwhile
 	}
-	r.Revision = resp.Header.Revision
+	r.Revision = rev
 	return r, false, nil
 }
 
@@ -171,6 +169,9 @@ func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released,
 		}
 		if !retry {
 			return r, nil
+		}
+		if err := returnBackoff(ctx, attempt); err != nil {
+			return nil, fmt.Errorf("cancel %s order %q: %w", sku, order, err)
 		}
 	}
 	return nil, fmt.Errorf("cancel %s order %q: %w", sku, order, errContention)

@@ -416,3 +416,67 @@ func TestPerUserLimitConcurrent(t *testing.T) {
 	}
 	mustAudit(t, cs[0], "lim")
 }
+
+// Invariant: Confirms are committed together (one transaction for all
+// waiting in a process), yet each is decided alone: three concurrent
+// Confirms of each of 30 reservations, from two coordinators, confirm each
+// exactly once (one answer not replayed, the others replays of it, all
+// with the same revision), while Cancels of other reservations in the same
+// batches are refused nothing and the books balance.
+func TestConcurrentConfirms(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	cs := newCoordinators(t, etcd, 2)
+	ctx := t.Context()
+	mustCreate(t, cs[0], "cc", coordinator.SKUConfig{Total: 200, Segments: 4, InitialFill: 200})
+	const n = 30
+	for i := range 2 * n {
+		if _, err := cs[i%2].Reserve(ctx, "cc", fmt.Sprintf("cc-%d", i), 1, "", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type answer struct {
+		rev      int64
+		replayed bool
+	}
+	answers := make([][]answer, n)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range n {
+		for k := range 3 {
+			wg.Go(func() {
+				r, err := cs[(i+k)%2].Confirm(ctx, "cc", fmt.Sprintf("cc-%d", i))
+				if err != nil {
+					t.Errorf("confirm cc-%d: %v", i, err)
+					return
+				}
+				mu.Lock()
+				answers[i] = append(answers[i], answer{r.Revision, r.Replayed})
+				mu.Unlock()
+			})
+		}
+		wg.Go(func() {
+			if _, err := cs[i%2].Cancel(ctx, "cc", fmt.Sprintf("cc-%d", n+i)); err != nil {
+				t.Errorf("cancel cc-%d: %v", n+i, err)
+			}
+		})
+	}
+	wg.Wait()
+	for i, as := range answers {
+		fresh := 0
+		for _, a := range as {
+			if !a.replayed {
+				fresh++
+			}
+			if a.rev != as[0].rev {
+				t.Errorf("cc-%d: confirmations at revisions %v", i, as)
+			}
+		}
+		if len(as) != 3 || fresh != 1 {
+			t.Errorf("cc-%d: %d answers, %d not replayed; want 3 and 1", i, len(as), fresh)
+		}
+	}
+	rep := mustAudit(t, cs[0], "cc")
+	if rep.Confirmed != n || rep.Reserved != 0 || rep.ReleasedOrders != n {
+		t.Fatalf("audit: confirmed %d reserved %d released %d", rep.Confirmed, rep.Reserved, rep.ReleasedOrders)
+	}
+}

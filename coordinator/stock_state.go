@@ -14,7 +14,8 @@ type stockState struct {
 	places  map[placeID]*placeState
 	sellers map[string]*seller
 
-	commit committer
+	commit   committer
+	confirms confirmer
 }
 
 type placeID struct {
