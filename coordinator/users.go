@@ -115,7 +115,8 @@ func (c *Coordinator) planUsers(ctx context.Context, batch []*commitReq) ([]*bat
 	var freshRev int64
 	if len(unknown) > 0 {
 		if _, _, err := c.readUsers(ctx, unknown, nil); err != nil {
-			return nil, failTouching(batch, unknown, err)
+			// Those orders cannot be judged: answer them, plan the rest.
+			batch = failTouching(batch, unknown, err)
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -162,9 +163,10 @@ func (c *Coordinator) planUsers(ctx context.Context, batch []*commitReq) ([]*bat
 				}
 			}
 			var err error
-			claims, freshRev, err = c.readUsers(ctx, stale, ids)
-			if err != nil {
-				return nil, failTouching(batch, stale, err)
+			if claims, freshRev, err = c.readUsers(ctx, stale, ids); err != nil {
+				// Answer the orders of the buyers that could not be
+				// read again; the others were within their limits.
+				batch = failTouching(batch, stale, err)
 			}
 			continue
 		}
