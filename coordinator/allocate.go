@@ -27,6 +27,35 @@ type Allocation struct {
 	// Released is true when the order has since been released (only
 	// possible on a replay).
 	Released bool
+	// State is "" for a plain allocation; for a reservation (Reserve) it is
+	// segments.StateReserved when made, and on a replay whatever the
+	// reservation has become since (confirmed, expired).
+	State segments.OrderState
+	// Deadline is when a reservation expires unless confirmed (zero for a
+	// plain allocation).
+	Deadline time.Time
+	// Buyer is the buyer the order was placed for (WithBuyer), if any.
+	Buyer string
+}
+
+// OrderOption adds to an order what not every caller needs.
+type OrderOption func(*orderOpts)
+
+type orderOpts struct {
+	buyer string
+}
+
+// WithBuyer names the buyer an order is for. On a SKU with a per-user limit
+// (SKUConfig.PerUserLimit) it is required, and the order is refused with
+// ErrLimitExceeded when the buyer's units (confirmed and live reserved
+// orders) would exceed the limit: the check and the deduction commit in one
+// transaction. Elsewhere it is only recorded on the order. A buyer ID is 1
+// to segments.MaxBuyerLen bytes of printable ASCII other than space and '/'.
+// A retry of the order must name the same buyer. With AllocateFunc the
+// limit is judged at the commit, after the step ran: a refused order's step
+// must be undone like any step whose order failed.
+func WithBuyer(buyer string) OrderOption {
+	return func(o *orderOpts) { o.buyer = buyer }
 }
 
 // Step is a business step run by AllocateFunc while the stock it will take
@@ -35,12 +64,20 @@ type Allocation struct {
 // allocation: nothing is deducted and AllocateFunc returns the error.
 type Step func(ctx context.Context) error
 
-// allocReq is one Allocate or AllocateFunc call.
+// allocReq is one Allocate, AllocateFunc or Reserve call.
 type allocReq struct {
 	sku   *skuInfo
 	order string
 	qty   int64
 	step  Step
+	// ttl > 0 makes the order a reservation (Reserve).
+	ttl   time.Duration
+	buyer string
+	// userKey is the buyer's counter, when the SKU has a per-user limit.
+	userKey string
+	// deadline is set by the committer when it builds the order record of
+	// a reservation (only the committer's goroutine touches it).
+	deadline time.Time
 }
 
 // Allocate takes qty units of sku for an order, and records the order.
@@ -64,8 +101,8 @@ type allocReq struct {
 // committed together in one transaction (group commit). ctx bounds the
 // wait; a request already handed to a group commit when ctx ends may still
 // be committed (retry with the same order ID to learn the outcome).
-func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64, routeKey string) (*Allocation, error) {
-	return c.allocate(ctx, sku, order, qty, routeKey, nil)
+func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64, routeKey string, opts ...OrderOption) (*Allocation, error) {
+	return c.allocate(ctx, "allocate", sku, order, qty, routeKey, nil, 0, opts)
 }
 
 // AllocateFunc is Allocate with a business step: step runs while the locks
@@ -79,31 +116,54 @@ func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64
 // order that was applied returns the first result without running step;
 // duplicates of one order ID sent at the same time may each run step, and
 // exactly one of them deducts (the others return its result as a replay).
-func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step) (*Allocation, error) {
+func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step, opts ...OrderOption) (*Allocation, error) {
 	if step == nil {
 		return nil, fmt.Errorf("allocate %s order %q: %w: step is nil", sku, order, ErrInvalidArgument)
 	}
-	return c.allocate(ctx, sku, order, qty, routeKey, step)
+	return c.allocate(ctx, "allocate", sku, order, qty, routeKey, step, 0, opts)
 }
 
-func (c *Coordinator) allocate(ctx context.Context, sku, order string, qty int64, routeKey string, step Step) (out *Allocation, outErr error) {
-	defer func() { c.metrics.allocated(sku, out, outErr) }()
-	if err := firstErr(segments.ValidateSKU(sku), segments.ValidateOrderID(order),
-		segments.ValidateQty(qty), segments.ValidateRouteKey(routeKey)); err != nil {
-		return nil, fmt.Errorf("allocate %s order %q: %w", sku, order, err)
+func (c *Coordinator) allocate(ctx context.Context, verb, sku, order string, qty int64, routeKey string, step Step, ttl time.Duration, opts []OrderOption) (out *Allocation, outErr error) {
+	defer func() { c.metrics.allocated(verb, sku, out, outErr) }()
+	var o orderOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	errs := []error{segments.ValidateSKU(sku), segments.ValidateOrderID(order),
+		segments.ValidateQty(qty), segments.ValidateRouteKey(routeKey)}
+	if o.buyer != "" {
+		errs = append(errs, segments.ValidateBuyer(o.buyer))
+	}
+	if verb == "reserve" {
+		errs = append(errs, segments.ValidateTTL(ttl))
+	}
+	if err := firstErr(errs...); err != nil {
+		return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, err)
 	}
 	info, err := c.sku(ctx, sku)
 	if err != nil {
-		return nil, fmt.Errorf("allocate %s order %q: %w", sku, order, err)
+		return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, err)
 	}
-	req := &allocReq{sku: info, order: order, qty: qty, step: step}
+	req := &allocReq{sku: info, order: order, qty: qty, step: step, ttl: ttl, buyer: o.buyer}
+	if info.perUserLimit > 0 {
+		if o.buyer == "" {
+			return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, &segments.InvalidError{Field: "buyer", Value: `""`,
+				Reason: fmt.Sprintf("is required: the SKU has a per-user limit of %d", info.perUserLimit)})
+		}
+		if qty > info.perUserLimit {
+			// No stock or counter needs reading to refuse this one.
+			return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order,
+				&LimitExceededError{SKU: sku, Buyer: o.buyer, Limit: info.perUserLimit, Want: qty})
+		}
+		req.userKey = c.keys.User(sku, o.buyer)
+	}
 	home := rand.IntN(info.segments)
 	if routeKey != "" {
 		home = segments.Route(routeKey, info.segments)
 	}
 	a, err := c.serve(ctx, req, home)
 	if err != nil {
-		return nil, fmt.Errorf("allocate %s order %q: %w", sku, order, err)
+		return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, err)
 	}
 	return a, nil
 }

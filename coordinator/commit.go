@@ -119,14 +119,32 @@ func (c *Coordinator) orderAbsent(order string) clientv3.Cmp {
 
 // orderPuts are the writes that record an allocation: the global claim of
 // the order ID and the order record under its SKU.
+//
+// A reservation's deadline is taken here, from this process's clock as the
+// commit is built (the transaction is sent right after): the sweeper and
+// Confirm judge it by their own clocks, so a skew between hosts lengthens
+// or shortens a reservation by that skew, never more. Its index key is put
+// in the same transaction, so every live reservation has one.
 func (c *Coordinator) orderPuts(req *allocReq, parts []segments.Part) []clientv3.Op {
-	rec := segments.Order{SKU: req.sku.name, ID: req.order, Qty: req.qty, Parts: parts, Created: time.Now().UTC()}
-	return []clientv3.Op{
+	now := time.Now().UTC()
+	rec := segments.Order{SKU: req.sku.name, ID: req.order, Qty: req.qty, Parts: parts, Created: now,
+		Buyer: req.buyer, UserCounted: req.userKey != ""}
+	ops := []clientv3.Op{
 		clientv3.OpPut(c.keys.OrderID(req.order), req.sku.name),
-		clientv3.OpPut(c.keys.Order(req.sku.name, req.order), segments.EncodeOrder(rec)),
 	}
+	if req.ttl > 0 {
+		req.deadline = now.Add(req.ttl)
+		rec.State, rec.Deadline = segments.StateReserved, req.deadline
+		ops = append(ops, clientv3.OpPut(c.keys.Reservation(req.sku.name, req.deadline.UnixNano(), req.order),
+			segments.EncodeCounter(req.qty)))
+	}
+	return append(ops, clientv3.OpPut(c.keys.Order(req.sku.name, req.order), segments.EncodeOrder(rec)))
 }
 
 func (c *Coordinator) allocation(req *allocReq, parts []segments.Part, rev int64) *Allocation {
-	return &Allocation{SKU: req.sku.name, Order: req.order, Qty: req.qty, Parts: parts, Revision: rev}
+	a := &Allocation{SKU: req.sku.name, Order: req.order, Qty: req.qty, Parts: parts, Revision: rev, Buyer: req.buyer}
+	if req.ttl > 0 {
+		a.State, a.Deadline = segments.StateReserved, req.deadline
+	}
+	return a
 }

@@ -90,6 +90,8 @@ type committer struct {
 	mu      sync.Mutex
 	queue   []*commitReq
 	running bool
+
+	users userCache // buyers' counters (per-user limits)
 }
 
 // submit hands parts of req to the committer; the caller waits on the
@@ -166,6 +168,7 @@ func (c *Coordinator) nextBatch() []*commitReq {
 	var cmps, puts, gets int
 	places := map[*placeState]bool{}
 	orders := map[string]bool{}
+	users := map[string]bool{}
 	var batch []*commitReq
 	rest := cm.queue[:0]
 	full := false
@@ -175,6 +178,13 @@ func (c *Coordinator) nextBatch() []*commitReq {
 			continue
 		}
 		nc, np, ng := orderCmps, orderPuts, orderGets
+		if cr.req.ttl > 0 {
+			np++ // the reservation's index key
+		}
+		newUser := cr.req.userKey != "" && !users[cr.req.userKey]
+		if newUser {
+			nc, np, ng = nc+1, np+1, ng+1 // the buyer's counter
+		}
 		var fresh []*placeState
 		for _, p := range cr.parts {
 			if !places[p.st] {
@@ -192,6 +202,9 @@ func (c *Coordinator) nextBatch() []*commitReq {
 			places[st] = true
 		}
 		orders[cr.req.order] = true
+		if newUser {
+			users[cr.req.userKey] = true
+		}
 		batch = append(batch, cr)
 	}
 	clear(cm.queue[len(rest):])
@@ -217,9 +230,24 @@ type batchPlace struct {
 
 // commitBatch commits batch, or answers each request of it.
 func (c *Coordinator) commitBatch(bg context.Context, batch []*commitReq) {
+	for len(batch) > 0 {
+		batch = c.commitGroup(bg, batch)
+	}
+}
+
+// commitGroup commits batch, or answers each request of it, except those
+// it defers: when a transaction failed only because another process
+// changed a buyer's counter meanwhile, the requests of that buyer are
+// returned to be sent after the others, so that one buyer ordering hard
+// from several processes at once does not make everyone's commit fail.
+func (c *Coordinator) commitGroup(bg context.Context, batch []*commitReq) (deferred []*commitReq) {
 	ctx, cancel := context.WithTimeout(bg, c.opts.commitTimeout)
 	defer cancel()
 	for len(batch) > 0 {
+		var users []*batchUser
+		if users, batch = c.planUsers(ctx, batch); len(batch) == 0 {
+			return
+		}
 		places, order := c.planBatch(ctx, batch)
 		// Answer what cannot be committed: places lost, or holding less
 		// than their reservations (their cache was refreshed).
@@ -239,12 +267,15 @@ func (c *Coordinator) commitBatch(bg context.Context, batch []*commitReq) {
 				keep = append(keep, cr)
 			}
 		}
+		dropped := len(keep) != len(batch)
 		batch = keep
 		if len(batch) == 0 {
 			return
 		}
-		if len(places) != countPlaces(batch) {
-			// Some place was dropped with its requests: plan again.
+		if dropped || len(places) != countPlaces(batch) {
+			// Some request was dropped (with its place, or alone after
+			// too many attempts): what the plan takes from its places and
+			// adds to its buyers included it. Plan again.
 			continue
 		}
 
@@ -270,6 +301,10 @@ func (c *Coordinator) commitBatch(bg context.Context, batch []*commitReq) {
 			ops = append(ops, c.orderPuts(cr.req, partsOf[i])...)
 			diag = append(diag, clientv3.OpGet(c.keys.OrderID(cr.req.order)))
 		}
+		// The buyers' counters go last, so that the Else reads above keep
+		// the order diagnose expects.
+		ucmps, uops, udiag := userCmpsOps(users)
+		cmps, ops, diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)
 		sent := time.Now()
 		resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
 		c.metrics.committed(len(batch), time.Since(sent), commitOutcome(resp, err))
@@ -280,6 +315,7 @@ func (c *Coordinator) commitBatch(bg context.Context, batch []*commitReq) {
 			for _, bp := range order {
 				bp.st.invalidate()
 			}
+			c.settleUsers(users, 0, nil)
 			for _, cr := range batch {
 				cr.finish(failed(err))
 			}
@@ -290,6 +326,7 @@ func (c *Coordinator) commitBatch(bg context.Context, batch []*commitReq) {
 			for _, bp := range order {
 				bp.st.settle(bp.own, bp.take, bp.n, bp.value, rev, bp.absorb)
 			}
+			c.settleUsers(users, rev, nil)
 			for i, cr := range batch {
 				for _, p := range cr.parts {
 					p.q.unpin(p.own)
@@ -298,8 +335,24 @@ func (c *Coordinator) commitBatch(bg context.Context, batch []*commitReq) {
 			}
 			return
 		}
+		tail := resp.Responses[len(resp.Responses)-len(users):]
+		c.settleUsers(users, 0, tail)
 		batch = c.diagnose(ctx, batch, order, resp.Responses)
+		if hot := changedUsers(users, tail); len(hot) > 0 {
+			var cool, later []*commitReq
+			for _, cr := range batch {
+				if hot[cr.req.userKey] {
+					later = append(later, cr)
+				} else {
+					cool = append(cool, cr)
+				}
+			}
+			if len(cool) > 0 && len(later) > 0 {
+				batch, deferred = cool, append(deferred, later...)
+			}
+		}
 	}
+	return deferred
 }
 
 func countPlaces(batch []*commitReq) int {

@@ -58,11 +58,17 @@
 //	stockctl_sessions_started_total                 etcd sessions (leases) started
 //	stockctl_session_losses_total                   sessions lost in use (every lock held under one lost)
 //	stockctl_session_late_renewals_total            keepalives answered over TTL/2 after the previous one
-//	stockctl_allocations_total{outcome,source}      Allocate/AllocateFunc calls: outcome served, replayed,
-//	                                                insufficient, conflict or error; source segment, pool
-//	                                                or gather when served, else none
-//	stockctl_allocated_units_total{source}          units deducted by served allocations
-//	stockctl_releases_total{outcome}                released, already_released, not_found or error
+//	stockctl_allocations_total{op,outcome,source}   orders taking stock: op allocate (Allocate,
+//	                                                AllocateFunc) or reserve; outcome served, replayed,
+//	                                                insufficient, limit_exceeded, conflict or error;
+//	                                                source segment, pool or gather when served, else none
+//	stockctl_allocated_units_total{source}          units deducted by served orders
+//	stockctl_releases_total{op,outcome}             op release or cancel; outcome released,
+//	                                                already_released, expired, conflict, not_found, error
+//	stockctl_confirms_total{outcome}                confirmed, replayed, expired, conflict, not_found, error
+//	stockctl_reservations_expired_total             reservations this process expired (sweep, late Confirm)
+//	stockctl_reservations_expired_units_total       units they gave back
+//	stockctl_reservation_expiry_delay_seconds       histogram: deadline → expiry commit (this process's clock)
 //	stockctl_commit_batch_orders                    histogram: orders per group-commit transaction
 //	stockctl_commit_duration_seconds{outcome}       histogram: one group commit's round trip; outcome
 //	                                                committed, refused (a compare failed: diagnosed and

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/stockctl/stockctl/segments"
 )
@@ -49,7 +50,53 @@ var (
 	// ErrCorrupt: a stored value does not decode. Nothing was written. The
 	// error is a *segments.CorruptError naming the key.
 	ErrCorrupt = segments.ErrCorrupt
+	// ErrExpired: the reservation reached its deadline unconfirmed and its
+	// units went back (or go back in the same call): Confirm, Cancel and
+	// Release refuse it, and change nothing more. The error is an
+	// *ExpiredError.
+	ErrExpired = errors.New("reservation expired")
+	// ErrLimitExceeded: the order would take its buyer past the SKU's
+	// per-user limit. Nothing was deducted. The error is a
+	// *LimitExceededError.
+	ErrLimitExceeded = errors.New("per-user limit exceeded")
 )
+
+// ExpiredError is the error of a call on a reservation that expired.
+type ExpiredError struct {
+	SKU      string
+	Order    string
+	Deadline time.Time
+	// Revision is the revision at which the reservation expired (0 if not
+	// known).
+	Revision int64
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("%s order %q: %v at %s (revision %d)", e.SKU, e.Order, ErrExpired, e.Deadline.Format(time.RFC3339Nano), e.Revision)
+}
+
+// Is makes errors.Is(err, ErrExpired) true.
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// LimitExceededError is the error of an order refused by a SKU's per-user
+// limit: the buyer held Held units at Revision (0 when the order alone is
+// over the limit and nothing was read), and Held + Want > Limit.
+type LimitExceededError struct {
+	SKU      string
+	Buyer    string
+	Limit    int64
+	Held     int64
+	Want     int64
+	Revision int64
+}
+
+func (e *LimitExceededError) Error() string {
+	return fmt.Sprintf("%s buyer %q: %v: holds %d, wants %d more, limit %d (revision %d)",
+		e.SKU, e.Buyer, ErrLimitExceeded, e.Held, e.Want, e.Limit, e.Revision)
+}
+
+// Is makes errors.Is(err, ErrLimitExceeded) true.
+func (e *LimitExceededError) Is(target error) bool { return target == ErrLimitExceeded }
 
 // InsufficientStockError is the error of an allocation refused for lack of
 // stock. The refusal is true at Revision: at that revision the pool and all

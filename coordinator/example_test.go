@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/embedetcd"
@@ -89,4 +90,47 @@ func ExampleCoordinator_Allocate() {
 	// retry replayed: true same revision: true
 	// sold out: true
 	// remaining 7 allocated 3
+}
+
+// A checkout: the units are held by a reservation until the payment
+// confirms it; a buyer may hold at most 2 units of this SKU.
+func ExampleCoordinator_Reserve() {
+	eps, stop := exampleEtcd()
+	defer stop()
+	client := mustClient(eps)
+	defer client.Close()
+	c, err := coordinator.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	if _, err := c.CreateSKU(ctx, "tee", coordinator.SKUConfig{Total: 10, Segments: 2, InitialFill: 10, PerUserLimit: 2}); err != nil {
+		log.Fatal(err)
+	}
+	r, err := c.Reserve(ctx, "tee", "order-1", 2, "", 15*time.Minute, coordinator.WithBuyer("amy"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("reserved:", r.Qty, r.State)
+
+	// A third unit for amy is over her limit, whatever process asks.
+	_, err = c.Reserve(ctx, "tee", "order-2", 1, "", 15*time.Minute, coordinator.WithBuyer("amy"))
+	fmt.Println("limit:", errors.Is(err, coordinator.ErrLimitExceeded))
+
+	// The payment arrived: final. (Unconfirmed, it would have expired after
+	// 15 minutes and its units gone back.)
+	if _, err := c.Confirm(ctx, "tee", "order-1"); err != nil {
+		log.Fatal(err)
+	}
+	st, err := c.Status(ctx, "tee")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("allocated:", st.Allocated, "reserved:", st.Reserved)
+	// Output:
+	// reserved: 2 reserved
+	// limit: true
+	// allocated: 2 reserved: 0
 }

@@ -42,9 +42,13 @@ type metrics struct {
 	sessions      prometheus.Counter
 	sessionLosses prometheus.Counter
 	lateRenewals  prometheus.Counter
-	allocations   *prometheus.CounterVec // outcome, source
+	allocations   *prometheus.CounterVec // op, outcome, source
 	units         *prometheus.CounterVec // source
-	releases      *prometheus.CounterVec // outcome
+	releases      *prometheus.CounterVec // op, outcome
+	confirms      *prometheus.CounterVec // outcome
+	expiries      prometheus.Counter
+	expiredUnits  prometheus.Counter
+	expiryDelay   prometheus.Histogram
 	batchSize     prometheus.Histogram
 	commitSeconds *prometheus.HistogramVec // outcome
 	moves         *prometheus.CounterVec   // kind
@@ -105,16 +109,33 @@ func newMetrics(c *Coordinator) *metrics {
 		}),
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_allocations_total",
-			Help: "Allocate and AllocateFunc calls by outcome (served, replayed, insufficient, conflict, error) and, when served, by source (segment, pool, gather; none otherwise).",
-		}, []string{"outcome", "source"}),
+			Help: "Orders taking stock (op: allocate for Allocate/AllocateFunc, reserve for Reserve) by outcome (served, replayed, insufficient, limit_exceeded, conflict, error) and, when served, by source (segment, pool, gather; none otherwise).",
+		}, []string{"op", "outcome", "source"}),
 		units: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_allocated_units_total",
 			Help: "Units deducted by served allocations, by source (segment, pool, gather).",
 		}, []string{"source"}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_releases_total",
-			Help: "Release calls by outcome (released, already_released, not_found, error).",
+			Help: "Orders' stock given back (op: release or cancel) by outcome (released, already_released, expired, conflict, not_found, error).",
+		}, []string{"op", "outcome"}),
+		confirms: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockctl_confirms_total",
+			Help: "Confirm calls by outcome (confirmed, replayed, expired, conflict, not_found, error).",
 		}, []string{"outcome"}),
+		expiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockctl_reservations_expired_total",
+			Help: "Reservations this process expired (the elected rebalancer's sweep, or a late Confirm).",
+		}),
+		expiredUnits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockctl_reservations_expired_units_total",
+			Help: "Units that expired reservations gave back.",
+		}),
+		expiryDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "stockctl_reservation_expiry_delay_seconds",
+			Help:    "From a reservation's deadline to its expiry's commit, by this process's clock.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "stockctl_commit_batch_orders",
 			Help:    "Orders per group-commit transaction.",
@@ -149,7 +170,7 @@ func newMetrics(c *Coordinator) *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.lockWait, m.handoffs, m.sessions, m.sessionLosses, m.lateRenewals,
-		m.allocations, m.units, m.releases, m.batchSize, m.commitSeconds, m.moves, m.movedUnits, m.moveSeconds}
+		m.allocations, m.units, m.releases, m.confirms, m.expiries, m.expiredUnits, m.expiryDelay, m.batchSize, m.commitSeconds, m.moves, m.movedUnits, m.moveSeconds}
 }
 
 // Describe and Collect make the metrics one prometheus.Collector, so that
@@ -302,8 +323,9 @@ func (m *metrics) lateRenewal() {
 	}
 }
 
-// allocated counts one Allocate/AllocateFunc call's outcome.
-func (m *metrics) allocated(sku string, a *Allocation, err error) {
+// allocated counts one Allocate/AllocateFunc (op "allocate") or Reserve
+// (op "reserve") call's outcome.
+func (m *metrics) allocated(op, sku string, a *Allocation, err error) {
 	if m == nil {
 		return
 	}
@@ -311,7 +333,7 @@ func (m *metrics) allocated(sku string, a *Allocation, err error) {
 	var insufficient *InsufficientStockError
 	switch {
 	case err == nil && a.Replayed:
-		m.allocations.WithLabelValues("replayed", "none").Inc()
+		m.allocations.WithLabelValues(op, "replayed", "none").Inc()
 	case err == nil:
 		src := "segment"
 		switch {
@@ -320,18 +342,21 @@ func (m *metrics) allocated(sku string, a *Allocation, err error) {
 		case len(a.Parts) == 1 && a.Parts[0].Place.IsPool():
 			src = "pool"
 		}
-		m.allocations.WithLabelValues("served", src).Inc()
+		m.allocations.WithLabelValues(op, "served", src).Inc()
 		m.units.WithLabelValues(src).Add(float64(a.Qty))
 	case errors.As(err, &insufficient):
-		m.allocations.WithLabelValues("insufficient", "none").Inc()
+		m.allocations.WithLabelValues(op, "insufficient", "none").Inc()
+	case errors.Is(err, ErrLimitExceeded):
+		m.allocations.WithLabelValues(op, "limit_exceeded", "none").Inc()
 	case errors.Is(err, ErrConflict):
-		m.allocations.WithLabelValues("conflict", "none").Inc()
+		m.allocations.WithLabelValues(op, "conflict", "none").Inc()
 	default:
-		m.allocations.WithLabelValues("error", "none").Inc()
+		m.allocations.WithLabelValues(op, "error", "none").Inc()
 	}
 }
 
-func (m *metrics) released(sku string, r *Released, err error) {
+// released counts one Release (op "release") or Cancel (op "cancel").
+func (m *metrics) released(op, sku string, r *Released, err error) {
 	if m == nil {
 		return
 	}
@@ -342,10 +367,50 @@ func (m *metrics) released(sku string, r *Released, err error) {
 		outcome = "released"
 	case err == nil:
 		outcome = "already_released"
+	case errors.Is(err, ErrExpired):
+		outcome = "expired"
+	case errors.Is(err, ErrConflict):
+		outcome = "conflict"
 	case errors.Is(err, ErrOrderNotFound):
 		outcome = "not_found"
 	}
-	m.releases.WithLabelValues(outcome).Inc()
+	m.releases.WithLabelValues(op, outcome).Inc()
+}
+
+// confirmed counts one Confirm call's outcome.
+func (m *metrics) confirmed(sku string, r *Confirmed, err error) {
+	if m == nil {
+		return
+	}
+	m.touch(sku)
+	outcome := "error"
+	switch {
+	case err == nil && r.Replayed:
+		outcome = "replayed"
+	case err == nil:
+		outcome = "confirmed"
+	case errors.Is(err, ErrExpired):
+		outcome = "expired"
+	case errors.Is(err, ErrConflict):
+		outcome = "conflict"
+	case errors.Is(err, ErrOrderNotFound):
+		outcome = "not_found"
+	}
+	m.confirms.WithLabelValues(outcome).Inc()
+}
+
+// expired counts the reservations an ExpireDue call expired, and each one's
+// delay past its deadline.
+func (m *metrics) expired(sku string, xs []Expiry) {
+	if m == nil || len(xs) == 0 {
+		return
+	}
+	m.touch(sku)
+	for _, x := range xs {
+		m.expiries.Inc()
+		m.expiredUnits.Add(float64(x.Qty))
+		m.expiryDelay.Observe(max(0, x.At.Sub(x.Deadline).Seconds()))
+	}
 }
 
 // committed counts one group-commit round trip of n orders.

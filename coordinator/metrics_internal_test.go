@@ -27,7 +27,7 @@ func BenchmarkMetricsPerOrder(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
-			m.allocated("hot", a, nil)
+			m.allocated("allocate", "hot", a, nil)
 			m.handoff(lockSegment, viaLocal)
 			m.lockWaited(lockSegment, 20*time.Microsecond, nil)
 			if i%8 == 0 {

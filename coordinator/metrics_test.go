@@ -121,6 +121,23 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		{"release", func() error { _, err := c.Release(ctx, sku, "m-1"); return err }, nil},
 		{"release again", func() error { _, err := c.Release(ctx, sku, "m-1"); return err }, nil},
 		{"release unknown", func() error { _, err := c.Release(ctx, sku, "nope"); return err }, coordinator.ErrOrderNotFound},
+		{"reserve", func() error { _, err := c.Reserve(ctx, sku, "r-1", 1, "dave", time.Hour); return err }, nil},
+		{"confirm", func() error { _, err := c.Confirm(ctx, sku, "r-1"); return err }, nil},
+		{"confirm again", func() error { _, err := c.Confirm(ctx, sku, "r-1"); return err }, nil},
+		{"reserve to cancel", func() error { _, err := c.Reserve(ctx, sku, "r-2", 1, "erin", time.Hour); return err }, nil},
+		{"cancel", func() error { _, err := c.Cancel(ctx, sku, "r-2"); return err }, nil},
+		{"cancel a confirmed one", func() error { _, err := c.Cancel(ctx, sku, "r-1"); return err }, coordinator.ErrConflict},
+		{"reserve to expire", func() error { _, err := c.Reserve(ctx, sku, "r-3", 2, "frank", time.Millisecond); return err }, nil},
+		{"expire", func() error {
+			// Past its deadline by a margin, by this clock: ExpireDue takes
+			// the time to judge by.
+			xs, err := c.ExpireDue(ctx, sku, time.Now().Add(time.Minute), 10)
+			if err == nil && len(xs) != 1 {
+				err = fmt.Errorf("expired %d reservations, want 1", len(xs))
+			}
+			return err
+		}, nil},
+		{"confirm an expired one", func() error { _, err := c.Confirm(ctx, sku, "r-3"); return err }, coordinator.ErrExpired},
 		{"refill", func() error { _, _, err := c.Refill(ctx, sku, map[int]int64{0: 5}); return err }, nil},
 		{"drain", func() (err error) { drained, _, err = c.Drain(ctx, sku, 3, time.Second); return err }, nil},
 		// Last: on its way to the refusal, an order larger than a segment
@@ -148,15 +165,24 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{"stockctl_allocations_total", map[string]string{"outcome": "served", "source": "segment"}, 2},
-		{"stockctl_allocations_total", map[string]string{"outcome": "replayed", "source": "none"}, 1},
-		{"stockctl_allocations_total", map[string]string{"outcome": "conflict", "source": "none"}, 1},
-		{"stockctl_allocations_total", map[string]string{"outcome": "insufficient", "source": "none"}, 1},
-		{"stockctl_allocations_total", map[string]string{"outcome": "error", "source": "none"}, 1},
-		{"stockctl_allocated_units_total", map[string]string{"source": "segment"}, 3},
-		{"stockctl_releases_total", map[string]string{"outcome": "released"}, 1},
-		{"stockctl_releases_total", map[string]string{"outcome": "already_released"}, 1},
-		{"stockctl_releases_total", map[string]string{"outcome": "not_found"}, 1},
+		{"stockctl_allocations_total", map[string]string{"op": "allocate", "outcome": "served", "source": "segment"}, 2},
+		{"stockctl_allocations_total", map[string]string{"op": "allocate", "outcome": "replayed", "source": "none"}, 1},
+		{"stockctl_allocations_total", map[string]string{"op": "allocate", "outcome": "conflict", "source": "none"}, 1},
+		{"stockctl_allocations_total", map[string]string{"op": "allocate", "outcome": "insufficient", "source": "none"}, 1},
+		{"stockctl_allocations_total", map[string]string{"op": "allocate", "outcome": "error", "source": "none"}, 1},
+		{"stockctl_allocated_units_total", map[string]string{"source": "segment"}, 7}, // 2+1 allocated, 1+1+2 reserved
+		{"stockctl_releases_total", map[string]string{"op": "release", "outcome": "released"}, 1},
+		{"stockctl_releases_total", map[string]string{"op": "release", "outcome": "already_released"}, 1},
+		{"stockctl_releases_total", map[string]string{"op": "release", "outcome": "not_found"}, 1},
+		{"stockctl_allocations_total", map[string]string{"op": "reserve", "outcome": "served", "source": "segment"}, 3},
+		{"stockctl_confirms_total", map[string]string{"outcome": "confirmed"}, 1},
+		{"stockctl_confirms_total", map[string]string{"outcome": "replayed"}, 1},
+		{"stockctl_confirms_total", map[string]string{"outcome": "expired"}, 1},
+		{"stockctl_releases_total", map[string]string{"op": "cancel", "outcome": "released"}, 1},
+		{"stockctl_releases_total", map[string]string{"op": "cancel", "outcome": "conflict"}, 1},
+		{"stockctl_reservations_expired_total", nil, 1},
+		{"stockctl_reservations_expired_units_total", nil, 2},
+		{"stockctl_reservation_expiry_delay_seconds", nil, 1},
 		{"stockctl_stock_moves_total", map[string]string{"kind": "refill"}, 1},
 		{"stockctl_stock_moved_units_total", map[string]string{"kind": "refill"}, 5},
 		{"stockctl_stock_moves_total", map[string]string{"kind": "drain"}, 1},
@@ -176,8 +202,8 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 	if n := g.sum("stockctl_commit_batch_orders", nil); n != trips || trips < 1 {
 		t.Errorf("commit batches observed %v, commit round trips %v: want the same, ≥ 1", n, trips)
 	}
-	if n := g.sum("stockctl_commit_duration_seconds", map[string]string{"outcome": "committed"}); n < 1 || n > 2 {
-		t.Errorf("committed group commits observed: %v, want 1 or 2 (two served orders)", n)
+	if n := g.sum("stockctl_commit_duration_seconds", map[string]string{"outcome": "committed"}); n < 1 || n > 5 {
+		t.Errorf("committed group commits observed: %v, want 1 to 5 (two allocations and three reservations served)", n)
 	}
 	if n := g.sum("stockctl_commit_duration_seconds", map[string]string{"outcome": "refused"}); n < 2 {
 		t.Errorf("refused group commits observed: %v, want ≥ 2 (the replay and the conflict)", n)

@@ -24,9 +24,20 @@ func (c *Coordinator) replay(ctx context.Context, req *allocReq, idx *mvccpb.Key
 	if o.Qty != req.qty {
 		return nil, fmt.Errorf("%w: order %q was already applied with qty %d, not %d", ErrConflict, req.order, o.Qty, req.qty)
 	}
+	if reservation := o.State != ""; reservation != (req.ttl > 0) {
+		what := "a plain allocation"
+		if reservation {
+			what = "a reservation"
+		}
+		return nil, fmt.Errorf("%w: order %q was already applied as %s", ErrConflict, req.order, what)
+	}
+	if o.Buyer != req.buyer {
+		return nil, fmt.Errorf("%w: order %q was already applied for buyer %q, not %q", ErrConflict, req.order, o.Buyer, req.buyer)
+	}
 	return &Allocation{
 		SKU: o.SKU, Order: o.ID, Qty: o.Qty, Parts: o.Parts,
 		Revision: kv.CreateRevision, Replayed: true, Released: o.Released,
+		State: o.State, Deadline: o.Deadline, Buyer: o.Buyer,
 	}, nil
 }
 

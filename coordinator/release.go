@@ -2,7 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -21,6 +24,11 @@ type Released struct {
 	// Revision is the revision of the release (of the earlier one when
 	// Released is false).
 	Revision int64
+	// State is the order's reservation state ("" for a plain allocation);
+	// segments.StateExpired when the units went back by expiry.
+	State segments.OrderState
+	// Buyer is the buyer the order was placed for, if any.
+	Buyer string
 }
 
 // Release returns an order's stock to the places it came from and marks the
@@ -34,8 +42,13 @@ type Released struct {
 // Released false and returns nothing; an order that was never allocated is
 // ErrOrderNotFound. The order ID stays used: allocating it again replays the
 // (released) first result.
+//
+// A live reservation can be released (as Cancel does); a confirmed one too
+// (a paid order returned). A reservation that expired is *ExpiredError: its
+// units went back already. Units counted against a buyer's per-user limit
+// are taken off the buyer's counter in the same transaction.
 func (c *Coordinator) Release(ctx context.Context, sku, order string) (out *Released, outErr error) {
-	defer func() { c.metrics.released(sku, out, outErr) }()
+	defer func() { c.metrics.released("release", sku, out, outErr) }()
 	if err := firstErr(segments.ValidateSKU(sku), segments.ValidateOrderID(order)); err != nil {
 		return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
 	}
@@ -51,18 +64,67 @@ func (c *Coordinator) Release(ctx context.Context, sku, order string) (out *Rele
 		if !retry {
 			return r, nil
 		}
+		if err := returnBackoff(ctx, attempt); err != nil {
+			return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
+		}
 	}
 	return nil, fmt.Errorf("release %s order %q: %w", sku, order, errContention)
 }
 
 func (c *Coordinator) releaseOnce(ctx context.Context, info *skuInfo, order string) (r *Released, retry bool, err error) {
+	return c.returnOnce(ctx, info, order, retRelease, time.Time{}, nil)
+}
+
+// returnKind says why an order's units go back.
+type returnKind int
+
+const (
+	retRelease returnKind = iota // Release: any active order
+	retCancel                    // Cancel: a live reservation only
+	retExpire                    // the sweep or a late Confirm: a reservation past its deadline
+)
+
+// errNotDue is returnOnce's answer, in retExpire, for an order that is not a
+// live reservation past its deadline at now: nothing was done.
+var errNotDue = errors.New("coordinator: not a reservation due for expiry")
+
+// returnOnce reads order and, if kind allows it, returns its units and marks
+// it (released, or expired) in one transaction that compares the order
+// record's revision, every counter it adds to, and fence: so two callers
+// (a sweep and a Confirm, two sweeping leaders) can never both return it.
+// The same transaction deletes a live reservation's index key and takes
+// the units off the buyer's counter when they were counted there. retry
+// means a compare failed: read again.
+func (c *Coordinator) returnOnce(ctx context.Context, info *skuInfo, order string, kind returnKind, now time.Time, fence []clientv3.Cmp) (r *Released, retry bool, err error) {
 	o, kv, err := c.readOrder(ctx, info.name, order)
 	if err != nil {
 		return nil, false, err
 	}
-	r = &Released{SKU: o.SKU, Order: o.ID, Qty: o.Qty, Parts: o.Parts, Revision: kv.ModRevision}
-	if o.Released {
-		return r, false, nil
+	r = &Released{SKU: o.SKU, Order: o.ID, Qty: o.Qty, Parts: o.Parts, Revision: kv.ModRevision, State: o.State, Buyer: o.Buyer}
+	expired := &ExpiredError{SKU: o.SKU, Order: o.ID, Deadline: o.Deadline, Revision: kv.ModRevision}
+	switch kind {
+	case retRelease:
+		if o.State == segments.StateExpired {
+			return nil, false, expired
+		}
+		if o.Released {
+			return r, false, nil
+		}
+	case retCancel:
+		switch {
+		case o.State == "":
+			return nil, false, fmt.Errorf("%w: order %q is a plain allocation, not a reservation (use release)", ErrConflict, order)
+		case o.State == segments.StateConfirmed:
+			return nil, false, fmt.Errorf("%w: reservation %q was confirmed; a paid order is returned by release", ErrConflict, order)
+		case o.State == segments.StateExpired:
+			return nil, false, expired
+		case o.Released:
+			return r, false, nil
+		}
+	case retExpire:
+		if !o.Reserved() || now.Before(o.Deadline) {
+			return r, false, errNotDue
+		}
 	}
 	// Where each part goes back to: a segment's inbox, or the pool.
 	give := map[string]int64{}
@@ -92,16 +154,21 @@ func (c *Coordinator) releaseOnce(ctx context.Context, info *skuInfo, order stri
 		poolCmps = append(poolCmps, hp.h.isOwner())
 		defer hp.invalidate() // the pool changes under this lock, not through its cache
 	}
-	reads := make([]clientv3.Op, len(targets))
+	reads := make([]clientv3.Op, len(targets), len(targets)+1)
 	for i, key := range targets {
 		reads[i] = clientv3.OpGet(key)
+	}
+	userKey := ""
+	if o.UserCounted {
+		userKey = c.keys.User(info.name, o.Buyer)
+		reads = append(reads, clientv3.OpGet(userKey))
 	}
 	cur, err := c.kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, false, err
 	}
 	orderKey := string(kv.Key)
-	cmps := append(poolCmps, clientv3.Compare(clientv3.ModRevision(orderKey), "=", kv.ModRevision))
+	cmps := append(append(poolCmps, fence...), clientv3.Compare(clientv3.ModRevision(orderKey), "=", kv.ModRevision))
 	var ops []clientv3.Op
 	for i, key := range targets {
 		v, mod, err := decodeCounterKV(key, cur.Responses[i].GetResponseRange())
@@ -114,17 +181,73 @@ func (c *Coordinator) releaseOnce(ctx context.Context, info *skuInfo, order stri
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
 		ops = append(ops, clientv3.OpPut(key, segments.EncodeCounter(v+give[key])))
 	}
-	o.Released = true
+	if userKey != "" {
+		v, mod, err := decodeCounterKV(userKey, cur.Responses[len(targets)].GetResponseRange())
+		if err != nil {
+			return nil, false, err
+		}
+		if v < o.Qty {
+			return nil, false, fmt.Errorf("%w: buyer counter %s holds %d, less than order %q's %d", ErrCorrupt, userKey, v, order, o.Qty)
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(userKey), "=", mod))
+		if v == o.Qty {
+			ops = append(ops, clientv3.OpDelete(userKey))
+		} else {
+			ops = append(ops, clientv3.OpPut(userKey, segments.EncodeCounter(v-o.Qty)))
+		}
+	}
+	if o.State == segments.StateReserved {
+		ops = append(ops, clientv3.OpDelete(c.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID)))
+	}
+	if kind == retExpire {
+		o.State = segments.StateExpired
+	} else {
+		o.Released = true
+	}
 	ops = append(ops, clientv3.OpPut(orderKey, segments.EncodeOrder(o)))
-	resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	send := func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return c.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	}
+	var resp *clientv3.TxnResponse
+	if kind == retExpire {
+		// As a rebalancer's move: never abandoned once sent.
+		resp, err = c.commitMove(ctx, send)
+	} else {
+		resp, err = send(ctx)
+	}
+	if userKey != "" {
+		c.stock.commit.users.forget(userKey) // the committer reads it again
+	}
 	if err != nil {
 		return nil, false, err
 	}
 	if !resp.Succeeded {
+		if len(fence) > 0 {
+			if err := c.checkFence(ctx, fence); err != nil {
+				return nil, false, err
+			}
+		}
 		// The order or a counter changed, or the pool's lock was lost:
 		// read again.
 		return nil, true, nil
 	}
-	r.Released, r.Revision = true, resp.Header.Revision
+	r.Released, r.Revision, r.State = true, resp.Header.Revision, o.State
 	return r, false, nil
+}
+
+// returnBackoff waits before attempt+1 of a return whose compares failed: a
+// random pause, doubling with each attempt (at most 64 ms), so that returns
+// to one segment's inbox from many callers at once (releases, cancels) do
+// not keep failing each other's compares in lockstep. It returns ctx's
+// cause if ctx ends first.
+func returnBackoff(ctx context.Context, attempt int) error {
+	d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }

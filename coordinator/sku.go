@@ -28,6 +28,13 @@ type SKUConfig struct {
 	// RefillBatch is how much the rebalancer moves into a segment at once;
 	// 0 means DefaultRefillBatch(Total, Segments).
 	RefillBatch int64
+	// PerUserLimit is the most units one buyer may hold at once, counting
+	// confirmed and live reserved orders (Allocate and Reserve with
+	// WithBuyer); 0 means no limit. With a limit, every order must name its
+	// buyer. It cannot change later. Cost: each order also writes its
+	// buyer's counter in its commit (one compare and one put per buyer per
+	// group commit); without a limit nothing is written.
+	PerUserLimit int64
 }
 
 // DefaultRefillBatch is the refill batch of a SKU created without one: a
@@ -49,6 +56,8 @@ func (cfg SKUConfig) validate() error {
 		return &segments.InvalidError{Field: "low watermark", Value: fmt.Sprint(cfg.LowWatermark), Reason: fmt.Sprintf("must be between 0 and %d", segments.MaxTotal)}
 	case cfg.RefillBatch < 0 || cfg.RefillBatch > segments.MaxTotal:
 		return &segments.InvalidError{Field: "refill batch", Value: fmt.Sprint(cfg.RefillBatch), Reason: fmt.Sprintf("must be between 0 and %d", segments.MaxTotal)}
+	case cfg.PerUserLimit < 0 || cfg.PerUserLimit > segments.MaxQty:
+		return &segments.InvalidError{Field: "per-user limit", Value: fmt.Sprint(cfg.PerUserLimit), Reason: fmt.Sprintf("must be between 0 (none) and %d", segments.MaxQty)}
 	}
 	return nil
 }
@@ -74,7 +83,7 @@ func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) 
 	}
 	meta := segments.Meta{
 		Total: cfg.Total, Segments: cfg.Segments, LowWatermark: cfg.LowWatermark,
-		RefillBatch: cfg.RefillBatch, Creating: true, Created: time.Now().UTC().Truncate(time.Second),
+		RefillBatch: cfg.RefillBatch, PerUserLimit: cfg.PerUserLimit, Creating: true, Created: time.Now().UTC().Truncate(time.Second),
 	}
 	metaKey := c.keys.Meta(sku)
 	resp, err := c.kv.Txn(ctx).
@@ -94,7 +103,7 @@ func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) 
 			return segments.Meta{}, fmt.Errorf("create %s: %w", sku, err)
 		}
 		if !old.Creating || old.Total != meta.Total || old.Segments != meta.Segments ||
-			old.LowWatermark != meta.LowWatermark || old.RefillBatch != meta.RefillBatch {
+			old.LowWatermark != meta.LowWatermark || old.RefillBatch != meta.RefillBatch || old.PerUserLimit != meta.PerUserLimit {
 			return segments.Meta{}, fmt.Errorf("create %s: %w: the SKU already exists", sku, ErrConflict)
 		}
 		meta, metaRev = old, kv.ModRevision // resume an interrupted creation
@@ -190,7 +199,7 @@ func (c *Coordinator) sku(ctx context.Context, name string) (*skuInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	info = &skuInfo{name: name, segments: meta.Segments, refillBatch: meta.RefillBatch}
+	info = &skuInfo{name: name, segments: meta.Segments, refillBatch: meta.RefillBatch, perUserLimit: meta.PerUserLimit}
 	c.stock.mu.Lock()
 	c.stock.skus[name] = info
 	c.stock.mu.Unlock()

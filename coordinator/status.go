@@ -31,7 +31,13 @@ type Status struct {
 	Segments []SegmentStatus
 	// Allocated is Total − Pool − Σ Remaining: what active orders hold if
 	// the books balance (Audit checks that they do, from the order records).
+	// It counts every unit held by orders: plain allocations, confirmed
+	// reservations and live reservations.
 	Allocated int64
+	// Reserved is the part of Allocated held by live reservations (not yet
+	// confirmed nor expired), from their index keys; Reservations counts them.
+	Reserved     int64
+	Reservations int64
 	// Orders counts order records, released ones included.
 	Orders   int64
 	Revision int64
@@ -59,6 +65,7 @@ func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
 		clientv3.OpGet(c.keys.SKUStock(sku), clientv3.WithPrefix()),
 		clientv3.OpGet(c.keys.Orders(sku), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(c.keys.RebalanceLast()),
+		clientv3.OpGet(c.keys.Reservations(sku), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", sku, err)
@@ -96,6 +103,14 @@ func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
 		}
 		st.Rebalancer = &pass
 	}
+	for _, kv := range resp.Responses[4].GetResponseRange().Kvs {
+		q, err := segments.DecodeCounter(string(kv.Key), kv.Value)
+		if err != nil {
+			return nil, fmt.Errorf("status %s: %w", sku, err)
+		}
+		st.Reserved += q
+		st.Reservations++
+	}
 	return st, nil
 }
 
@@ -124,11 +139,20 @@ type AuditReport struct {
 	Pool     int64
 	// Segments is the sum of all segments' counters and inboxes.
 	Segments int64
-	// Allocated is the sum of the quantities of active (unreleased) orders.
+	// Allocated is the sum of the quantities of active orders (neither
+	// released nor expired): Reserved + Confirmed.
 	Allocated int64
-	// Orders and ReleasedOrders count the order records.
+	// Reserved is what live reservations hold; Confirmed what the other
+	// active orders hold (plain allocations and confirmed reservations).
+	Reserved  int64
+	Confirmed int64
+	// Orders and ReleasedOrders count the order records; ExpiredOrders the
+	// reservations that expired.
 	Orders         int64
 	ReleasedOrders int64
+	ExpiredOrders  int64
+	// Buyers counts the per-user counters (SKUs with a per-user limit).
+	Buyers int64
 	// Problems names each offending key and what is wrong with it, and the
 	// imbalance if there is one.
 	Problems []string
@@ -138,7 +162,9 @@ type AuditReport struct {
 // must equal the pool, plus every segment's counter and inbox, plus the
 // quantities of all active order records, all read in one transaction.
 // Every value is decoded strictly, and every order's parts must name places
-// of the SKU. A failed audit is reported in the report (OK false), not as an
+// of the SKU. Every live reservation must have its index key (with its
+// quantity) and every index key a live reservation; every buyer's counter
+// must equal the units its active orders counted there hold. A failed audit is reported in the report (OK false), not as an
 // error; errors are for failing to read.
 func (c *Coordinator) Audit(ctx context.Context, sku string) (*AuditReport, error) {
 	return c.AuditAt(ctx, sku, 0)
@@ -155,10 +181,13 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 		clientv3.OpGet(c.keys.Meta(sku), at),
 		clientv3.OpGet(c.keys.SKUStock(sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(c.keys.Orders(sku), clientv3.WithPrefix(), at),
+		clientv3.OpGet(c.keys.Reservations(sku), clientv3.WithPrefix(), at),
+		clientv3.OpGet(c.keys.Users(sku), clientv3.WithPrefix(), at),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: %w", sku, err)
 	}
+
 	meta, info, err := c.decodeMetaResp(sku, resp.Responses[0].GetResponseRange().Kvs)
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: %w", sku, err)
@@ -167,6 +196,15 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 	if rev == 0 {
 		r.Revision = resp.Header.Revision
 	}
+	index := map[string]int64{} // reservation index key → qty
+	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
+		q, err := segments.DecodeCounter(string(kv.Key), kv.Value)
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
+		}
+		index[string(kv.Key)] = q
+	}
+	held := map[string]int64{} // buyer → units of active counted orders
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		k, v, err := c.decodeStockKV(info, kv)
 		if err != nil {
@@ -196,10 +234,56 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 			}
 		}
 		r.Orders++
-		if o.Released {
+		switch {
+		case o.State == segments.StateExpired:
+			r.ExpiredOrders++
+		case o.Released:
 			r.ReleasedOrders++
-		} else {
+		case o.State == segments.StateReserved:
 			r.Allocated += o.Qty
+			r.Reserved += o.Qty
+		default:
+			r.Allocated += o.Qty
+			r.Confirmed += o.Qty
+		}
+		if o.Active() && o.UserCounted {
+			held[o.Buyer] += o.Qty
+		}
+		if o.Reserved() {
+			ik := c.keys.Reservation(sku, o.Deadline.UnixNano(), o.ID)
+			if q, ok := index[ik]; !ok || q != o.Qty {
+				r.Problems = append(r.Problems, fmt.Sprintf("live reservation %q has no index key %q with its qty %d", o.ID, ik, o.Qty))
+			}
+			delete(index, ik)
+		}
+	}
+	for ik := range index {
+		r.Problems = append(r.Problems, fmt.Sprintf("reservation index key %q has no live reservation", ik))
+	}
+	for _, kv := range resp.Responses[4].GetResponseRange().Kvs {
+		key := string(kv.Key)
+		buyer, err := c.keys.ParseUser(sku, key)
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
+			continue
+		}
+		v, err := segments.DecodeCounter(key, kv.Value)
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
+			continue
+		}
+		r.Buyers++
+		if v != held[buyer] {
+			r.Problems = append(r.Problems, fmt.Sprintf("buyer %q's counter is %d, but its active orders hold %d", buyer, v, held[buyer]))
+		}
+		if meta.PerUserLimit > 0 && v > meta.PerUserLimit {
+			r.Problems = append(r.Problems, fmt.Sprintf("buyer %q holds %d, over the per-user limit %d", buyer, v, meta.PerUserLimit))
+		}
+		delete(held, buyer)
+	}
+	for buyer, h := range held {
+		if h != 0 {
+			r.Problems = append(r.Problems, fmt.Sprintf("buyer %q's active orders hold %d, but it has no counter", buyer, h))
 		}
 	}
 	if sum := r.Pool + r.Segments + r.Allocated; sum != r.Total {

@@ -14,7 +14,8 @@ type stockState struct {
 	places  map[placeID]*placeState
 	sellers map[string]*seller
 
-	commit committer
+	commit   committer
+	confirms confirmer
 }
 
 type placeID struct {
@@ -30,6 +31,8 @@ type skuInfo struct {
 	// segments moves from the pool at once (the policy as first read; a
 	// later SetPolicy is seen by the rebalancer, not here).
 	refillBatch int64
+	// perUserLimit is the SKU's per-user limit (0: none), fixed at creation.
+	perUserLimit int64
 }
 
 func (s *stockState) init() {

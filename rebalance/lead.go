@@ -16,8 +16,23 @@ var errUnknownSKU = coordinator.ErrUnknownSKU
 
 // lead keeps every SKU stocked until ctx ends (with the term).
 func (r *Rebalancer) lead(ctx context.Context, l *leadership) error {
+	// Expired reservations are swept beside the stock watch; a sweep that
+	// finds the leadership gone ends the term.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	swept := make(chan struct{})
+	defer func() { cancel(nil); <-swept }()
+	go func() {
+		defer close(swept)
+		if err := r.sweepExpired(ctx, l); err != nil && isFatal(err) {
+			cancel(err)
+		}
+	}()
 	for {
 		err := r.watchAndAct(ctx, l)
+		if cause := context.Cause(ctx); cause != nil && isFatal(cause) {
+			return cause
+		}
 		if ctx.Err() != nil || isFatal(err) {
 			return err
 		}

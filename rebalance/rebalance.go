@@ -74,6 +74,9 @@ type Pass struct {
 	Leader   string
 	Moves    []Move
 	Revision int64
+	// Expired are the reservations the pass expired (RunOnce; Run reports
+	// them through Config.OnExpire).
+	Expired []coordinator.Expiry
 }
 
 // Config configures a Rebalancer. The zero value uses the defaults.
@@ -92,6 +95,12 @@ type Config struct {
 	// OnMove, if set, is called after each committed move, from the
 	// rebalancer's goroutine: keep it quick.
 	OnMove func(Move)
+	// ExpiryPoll: see DefaultExpiryPoll.
+	ExpiryPoll time.Duration
+	// OnExpire, if set, is called after each reservation the leader
+	// expired, from the sweeping goroutines: keep it quick, and safe for
+	// concurrent use.
+	OnExpire func(coordinator.Expiry)
 }
 
 // Rebalancer runs the policy while elected.
@@ -102,9 +111,10 @@ type Rebalancer struct {
 	leader  atomic.Bool
 	metrics *rebalancerMetrics
 
-	mu         sync.Mutex
-	totalMoves int
-	totalMoved int64
+	mu           sync.Mutex
+	totalMoves   int
+	totalMoved   int64
+	totalExpired int
 }
 
 // New returns a rebalancer acting through c. It does nothing until Run or
@@ -113,7 +123,7 @@ func New(c *coordinator.Coordinator, cfg Config) (*Rebalancer, error) {
 	if c == nil {
 		return nil, fmt.Errorf("rebalance: coordinator is nil: %w", coordinator.ErrInvalidArgument)
 	}
-	if cfg.SweepInterval < 0 || cfg.IdleAfter < 0 || cfg.DrainWait < 0 {
+	if cfg.SweepInterval < 0 || cfg.IdleAfter < 0 || cfg.DrainWait < 0 || cfg.ExpiryPoll < 0 {
 		return nil, fmt.Errorf("rebalance: %w: intervals must not be negative", coordinator.ErrInvalidArgument)
 	}
 	if cfg.Identity == "" {
@@ -128,6 +138,9 @@ func New(c *coordinator.Coordinator, cfg Config) (*Rebalancer, error) {
 	}
 	if cfg.DrainWait == 0 {
 		cfg.DrainWait = DefaultDrainWait
+	}
+	if cfg.ExpiryPoll == 0 {
+		cfg.ExpiryPoll = DefaultExpiryPoll
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -165,7 +178,8 @@ func (r *Rebalancer) Run(ctx context.Context) error {
 
 // RunOnce campaigns (ctx bounds the wait), makes one pass over sku as the
 // leader, records it, and resigns. Consolidation in a single pass counts a
-// segment as idle when its lock is free.
+// segment as idle when its lock is free. The pass also expires sku's
+// reservations due by now (Pass.Expired).
 func (r *Rebalancer) RunOnce(ctx context.Context, sku string) (*Pass, error) {
 	var pass *Pass
 	err := r.term(ctx, func(ctx context.Context, l *leadership) error {
@@ -175,6 +189,11 @@ func (r *Rebalancer) RunOnce(ctx context.Context, sku string) (*Pass, error) {
 		}
 		v.forceIdle = true
 		pass = &Pass{Leader: r.cfg.Identity}
+		xs, err := r.expireSKU(ctx, l, sku)
+		pass.Expired = xs
+		if err != nil {
+			return err
+		}
 		if err := r.act(ctx, l, v, pass); err != nil {
 			return err
 		}

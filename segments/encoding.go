@@ -88,6 +88,10 @@ type Meta struct {
 	LowWatermark int64 `json:"lowWatermark"`
 	// RefillBatch is how much the rebalancer moves into a segment at once.
 	RefillBatch int64 `json:"refillBatch"`
+	// PerUserLimit is the most units one buyer may hold of the SKU at once
+	// (confirmed and live reserved orders together); 0 means no limit.
+	// Fixed at creation. Records written before it existed decode as 0.
+	PerUserLimit int64 `json:"perUserLimit,omitempty"`
 	// Creating is set while CreateSKU is still moving the initial fill from
 	// the pool into the segments; such a SKU serves no requests yet.
 	Creating bool      `json:"creating,omitempty"`
@@ -105,6 +109,8 @@ func (m *Meta) Validate() error {
 		return invalid("low watermark", m.LowWatermark, "must be between 0 and %d", MaxTotal)
 	case m.RefillBatch < 0 || m.RefillBatch > MaxTotal:
 		return invalid("refill batch", m.RefillBatch, "must be between 0 and %d", MaxTotal)
+	case m.PerUserLimit < 0 || m.PerUserLimit > MaxQty:
+		return invalid("per-user limit", m.PerUserLimit, "must be between 0 (none) and %d", MaxQty)
 	}
 	return nil
 }
@@ -136,6 +142,23 @@ type Part struct {
 	Qty   int64 `json:"qty"`
 }
 
+// OrderState is where an order stands in the reservation lifecycle.
+type OrderState string
+
+// Order states. A plain allocation has no state (""): it is final at once,
+// as every order written before reservations existed is.
+const (
+	// StateReserved: the order holds its units until its Deadline, waiting
+	// for a Confirm (payment).
+	StateReserved OrderState = "reserved"
+	// StateConfirmed: a reservation made final by Confirm. It holds its
+	// units like a plain allocation.
+	StateConfirmed OrderState = "confirmed"
+	// StateExpired: a reservation that reached its deadline unconfirmed;
+	// its units went back in the transaction that set this state.
+	StateExpired OrderState = "expired"
+)
+
 // Order is the record of one allocation. It is written in the same etcd
 // transaction as the deduction it records, so the two cannot disagree.
 type Order struct {
@@ -144,13 +167,30 @@ type Order struct {
 	ID    string `json:"order"`
 	Qty   int64  `json:"qty"`
 	Parts []Part `json:"parts"`
-	// Released is set by Release, in the transaction that returns the parts.
+	// Released is set by Release (or Cancel), in the transaction that
+	// returns the parts.
 	Released bool      `json:"released,omitempty"`
 	Created  time.Time `json:"created"`
+	// State is "" for a plain allocation, else the reservation's state.
+	State OrderState `json:"state,omitempty"`
+	// Deadline is when a reservation expires unless confirmed, by the clock
+	// of the process that committed it. Zero for a plain allocation.
+	Deadline time.Time `json:"deadline,omitzero"`
+	// Buyer is who the order is for, when the caller said so.
+	Buyer string `json:"buyer,omitempty"`
+	// UserCounted says the order's units are counted in its buyer's
+	// per-user counter (the SKU had a per-user limit when it was placed):
+	// whatever returns the units also takes them off that counter.
+	UserCounted bool `json:"userCounted,omitempty"`
 }
 
-// Active reports whether the order still holds its stock.
-func (o *Order) Active() bool { return !o.Released }
+// Active reports whether the order still holds its stock: it was neither
+// released nor, as a reservation, expired.
+func (o *Order) Active() bool { return !o.Released && o.State != StateExpired }
+
+// Reserved reports whether the order is a live reservation: it holds its
+// units and waits for a Confirm.
+func (o *Order) Reserved() bool { return o.Active() && o.State == StateReserved }
 
 // EncodeOrder encodes o with the current version.
 func EncodeOrder(o Order) string {
@@ -180,6 +220,17 @@ func DecodeOrder(key string, value []byte) (Order, error) {
 	}
 	if ValidateSKU(o.SKU) != nil || ValidateOrderID(o.ID) != nil {
 		return Order{}, &CorruptError{Key: key, Value: value, Err: errors.New("invalid sku or order id")}
+	}
+	switch o.State {
+	case "", StateReserved, StateConfirmed, StateExpired:
+	default:
+		return Order{}, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("unknown state %q", o.State)}
+	}
+	if (o.State == "") != o.Deadline.IsZero() {
+		return Order{}, &CorruptError{Key: key, Value: value, Err: errors.New("a reservation state without a deadline, or the reverse")}
+	}
+	if o.Buyer != "" && ValidateBuyer(o.Buyer) != nil || o.UserCounted && o.Buyer == "" {
+		return Order{}, &CorruptError{Key: key, Value: value, Err: errors.New("invalid buyer")}
 	}
 	return o, nil
 }

@@ -3,6 +3,7 @@ package segments
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Limits on inputs. They keep every sum of counters far from int64 overflow:
@@ -21,6 +22,12 @@ const (
 	MaxOrderIDLen = 128
 	// MaxRouteKeyLen is the longest route key, in bytes.
 	MaxRouteKeyLen = 1024
+	// MaxBuyerLen is the longest buyer ID, in bytes.
+	MaxBuyerLen = 128
+	// MaxReservationTTL is the longest a reservation may wait for its
+	// Confirm. A day covers every checkout window in use (JD: 30 min,
+	// Stripe: up to 24 h); beyond it, a reservation is stock held hostage.
+	MaxReservationTTL = 24 * time.Hour
 )
 
 // ErrInvalid is the sentinel of every validation error (errors.Is).
@@ -105,4 +112,30 @@ func ValidateRouteKey(key string) error {
 
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+// ValidateBuyer checks a buyer ID: 1 to MaxBuyerLen bytes of printable
+// ASCII other than space and '/' (it becomes part of an etcd key).
+func ValidateBuyer(buyer string) error {
+	switch {
+	case buyer == "":
+		return invalid("buyer", buyer, "must not be empty")
+	case len(buyer) > MaxBuyerLen:
+		return invalid("buyer", buyer[:32]+"...", "is %d bytes, longer than %d", len(buyer), MaxBuyerLen)
+	}
+	for i := 0; i < len(buyer); i++ {
+		if c := buyer[i]; c <= ' ' || c >= 0x7f || c == '/' {
+			return invalid("buyer", buyer, "byte %d (%q) is not printable ASCII other than space and '/'", i, c)
+		}
+	}
+	return nil
+}
+
+// ValidateTTL checks a reservation's time to live: more than 0, at most
+// MaxReservationTTL.
+func ValidateTTL(ttl time.Duration) error {
+	if ttl <= 0 || ttl > MaxReservationTTL {
+		return invalid("ttl", ttl, "must be more than 0 and at most %v", MaxReservationTTL)
+	}
+	return nil
 }

@@ -123,7 +123,7 @@ func (l *leaky) Teardown(context.Context) error { return nil }
 // their books, and a leaky strategy that must be caught.
 func TestRun(t *testing.T) {
 	cs := startEtcd(t, 2)
-	specs := []Spec{OneLock(), EtcdMutex(), Stockctl(), StockctlNoStep(),
+	specs := []Spec{OneLock(), EtcdMutex(), Stockctl(), StockctlNoStep(), StockctlReserve(),
 		{Name: "leaky", Title: "oversells", New: func() Strategy { return &leaky{} }}}
 	var progress atomic.Int64
 	rows, err := Run(t.Context(), Config{Specs: specs, Shapes: []Shape{{Segments: 2}}, Step: time.Millisecond, Duration: 300 * time.Millisecond,
@@ -145,7 +145,7 @@ func TestRun(t *testing.T) {
 		if !r.OK || r.Oversold != 0 || r.Orders == 0 || r.OrdersPerSec <= 0 || r.Books.Sold < r.Orders {
 			t.Errorf("%s: %+v", r.Strategy, r)
 		}
-		if step := r.Strategy != "stockctl-nostep"; step != (r.IdealPerSec > 0) || step != (r.ServiceMs.P99 > 0) {
+		if step := r.Strategy != "stockctl-nostep" && r.Strategy != "stockctl-reserve"; step != (r.IdealPerSec > 0) || step != (r.ServiceMs.P99 > 0) {
 			t.Errorf("%s: ideal %v, service %+v", r.Strategy, r.IdealPerSec, r.ServiceMs)
 		}
 		if r.Buyers != BuyersFor(2) {

@@ -36,6 +36,19 @@ func StockctlNoStep() Spec {
 		New: func() Strategy { return &stockctl{} }}
 }
 
+// StockctlReserve is this project's checkout flow with no business step:
+// Reserve (the units held for reserveTTL), then Confirm (the payment), two
+// commits per order. Throughput of the reservation lifecycle; there is no
+// ideal.
+func StockctlReserve() Spec {
+	return Spec{Name: "stockctl-reserve", Title: "stockctl Reserve then Confirm, no step",
+		New: func() Strategy { return &stockctl{reserve: true} }}
+}
+
+// reserveTTL is the bench's reservation TTL: longer than any run, so that
+// no reservation expires before its Confirm.
+const reserveTTL = time.Hour
+
 type stockctl struct {
 	p      Params
 	coords []*coordinator.Coordinator // one per process
@@ -46,6 +59,8 @@ type stockctl struct {
 	rebFailures warnCounter
 	// refills times the refills of the run, from Setup to Verify.
 	refills *RefillObserver
+	// reserve: Buy reserves then confirms (StockctlReserve).
+	reserve bool
 }
 
 // warnCounter is a slog handler that counts records at Warn and above and
@@ -155,9 +170,16 @@ func (s *stockctl) Buy(ctx context.Context, buyer int, order string, qty int64, 
 	c := s.coords[s.p.Process(buyer)]
 	var a *coordinator.Allocation
 	var err error
-	if s.p.Step != nil {
+	switch {
+	case s.reserve:
+		if a, err = c.Reserve(ctx, benchSKU, order, qty, routeKey, reserveTTL); err == nil {
+			// A replayed reservation may have been confirmed already:
+			// Confirm replays that too.
+			_, err = c.Confirm(ctx, benchSKU, order)
+		}
+	case s.p.Step != nil:
 		a, err = c.AllocateFunc(ctx, benchSKU, order, qty, routeKey, func(ctx context.Context) error { return s.p.Step(ctx, buyer) })
-	} else {
+	default:
 		a, err = c.Allocate(ctx, benchSKU, order, qty, routeKey)
 	}
 	if err != nil {

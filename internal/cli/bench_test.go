@@ -31,10 +31,10 @@ func TestBenchJSON(t *testing.T) {
 	checkShape(t, "bench", r.stdout, "config", "machine", "rows", "targets", "ok", "failures")
 	var rep benchReport
 	decode(t, r.stdout, &rep)
-	if !rep.OK || len(rep.Failures) != 0 || len(rep.Rows) != 4 || rep.Machine.CPUs < 1 {
+	if !rep.OK || len(rep.Failures) != 0 || len(rep.Rows) != 5 || rep.Machine.CPUs < 1 {
 		t.Fatalf("bench report: %+v", rep)
 	}
-	want := []string{"one-lock", "etcd-mutex", "stockctl", "stockctl-nostep"}
+	want := []string{"one-lock", "etcd-mutex", "stockctl", "stockctl-nostep", "stockctl-reserve"}
 	for i, row := range rep.Rows {
 		if row.Strategy != want[i] || row.Segments != 2 || row.Buyers != bench.BuyersFor(2) {
 			t.Errorf("row %d: %+v", i, row)

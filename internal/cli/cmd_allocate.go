@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -15,11 +16,12 @@ func allocateCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "allocate",
 		Usage:     "take stock of a SKU for an order (idempotent by order ID)",
-		ArgsUsage: "SKU --order ID --qty N [--route-key KEY]",
+		ArgsUsage: "SKU --order ID --qty N [--route-key KEY] [--buyer B]",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "order", Usage: "order ID, unique across SKUs; retrying it is safe (required)"},
 			&ucli.Int64Flag{Name: "qty", Usage: "units to take (required)"},
-			&ucli.StringFlag{Name: "route-key", Usage: "routes the order to a segment, e.g. a user ID (default: a random segment)"},
+			&ucli.StringFlag{Name: "route-key", Usage: "routes the order to a segment, e.g. a user ID (default: the buyer, else a random segment)"},
+			buyerFlag(),
 		},
 		Action: allocateAction,
 	}
@@ -59,6 +61,10 @@ type allocationView struct {
 	Replayed bool `json:"replayed"`
 	// Released: the (replayed) order has since been released.
 	Released bool `json:"released"`
+	// Buyer, State and Deadline: see reserve (omitted when empty).
+	Buyer    string     `json:"buyer,omitempty"`
+	State    string     `json:"state,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
 func (v allocationView) table() table {
@@ -71,6 +77,15 @@ func (v allocationView) table() table {
 	t.add("REPLAYED", v.Replayed)
 	if v.Released {
 		t.add("RELEASED", v.Released)
+	}
+	if v.Buyer != "" {
+		t.add("BUYER", v.Buyer)
+	}
+	if v.State != "" {
+		t.add("STATE", v.State)
+	}
+	if v.Deadline != nil {
+		t.add("DEADLINE", v.Deadline.Format(time.RFC3339Nano))
 	}
 	return t
 }
@@ -87,7 +102,13 @@ func allocateAction(c *ucli.Context) error {
 	if err := requireFlags(c, "order", "qty"); err != nil {
 		return err
 	}
-	order, qty, route := c.String("order"), c.Int64("qty"), c.String("route-key")
+	order, qty, route, buyer := c.String("order"), c.Int64("qty"), c.String("route-key"), c.String("buyer")
+	if err := validateBuyerFlag(buyer); err != nil {
+		return err
+	}
+	if route == "" {
+		route = buyer
+	}
 	if err := segments.ValidateOrderID(order); err != nil {
 		return usageError("--order: %v", err)
 	}
@@ -98,7 +119,7 @@ func allocateAction(c *ucli.Context) error {
 		return usageError("--route-key: %v", err)
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
-		a, err := cn.coord.Allocate(ctx, sku, order, qty, route)
+		a, err := cn.coord.Allocate(ctx, sku, order, qty, route, buyerOpts(buyer)...)
 		if err != nil {
 			return failed(ctx, fmt.Sprintf("allocate %d of %s for order %q", qty, sku, order), err)
 		}
@@ -107,6 +128,32 @@ func allocateAction(c *ucli.Context) error {
 }
 
 func allocationViewOf(a *coordinator.Allocation) allocationView {
-	return allocationView{SKU: a.SKU, Order: a.Order, Qty: a.Qty, Parts: partViews(a.Parts),
-		Revision: a.Revision, Replayed: a.Replayed, Released: a.Released}
+	v := allocationView{SKU: a.SKU, Order: a.Order, Qty: a.Qty, Parts: partViews(a.Parts),
+		Revision: a.Revision, Replayed: a.Replayed, Released: a.Released, Buyer: a.Buyer, State: string(a.State)}
+	if !a.Deadline.IsZero() {
+		d := a.Deadline.UTC()
+		v.Deadline = &d
+	}
+	return v
+}
+
+func buyerFlag() ucli.Flag {
+	return &ucli.StringFlag{Name: "buyer", Usage: "who the order is for; required on a SKU with a per-user limit, which it counts against"}
+}
+
+func validateBuyerFlag(buyer string) error {
+	if buyer == "" {
+		return nil
+	}
+	if err := segments.ValidateBuyer(buyer); err != nil {
+		return usageError("--buyer: %v", err)
+	}
+	return nil
+}
+
+func buyerOpts(buyer string) []coordinator.OrderOption {
+	if buyer == "" {
+		return nil
+	}
+	return []coordinator.OrderOption{coordinator.WithBuyer(buyer)}
 }

@@ -28,14 +28,19 @@ type auditView struct {
 	Pool           int64    `json:"pool"`
 	Segments       int64    `json:"segments"`
 	Allocated      int64    `json:"allocated"`
+	Reserved       int64    `json:"reserved"`
+	Confirmed      int64    `json:"confirmed"`
 	Orders         int64    `json:"orders"`
 	ReleasedOrders int64    `json:"releasedOrders"`
+	ExpiredOrders  int64    `json:"expiredOrders"`
+	Buyers         int64    `json:"buyers"`
 	Revision       int64    `json:"revision"`
 	Problems       []string `json:"problems"`
 }
 
 func auditViewOf(r *coordinator.AuditReport) auditView {
 	return auditView{SKU: r.SKU, OK: r.OK, Total: r.Total, Pool: r.Pool, Segments: r.Segments, Allocated: r.Allocated,
+		Reserved: r.Reserved, Confirmed: r.Confirmed, ExpiredOrders: r.ExpiredOrders, Buyers: r.Buyers,
 		Orders: r.Orders, ReleasedOrders: r.ReleasedOrders, Revision: r.Revision, Problems: append([]string{}, r.Problems...)}
 }
 
@@ -50,7 +55,11 @@ func (v auditView) table() table {
 	t.add("TOTAL", v.Total)
 	t.add("POOL", v.Pool)
 	t.add("SEGMENTS", v.Segments)
-	t.add("ALLOCATED", fmt.Sprintf("%d in %d active orders (%d released)", v.Allocated, v.Orders-v.ReleasedOrders, v.ReleasedOrders))
+	t.add("ALLOCATED", fmt.Sprintf("%d in %d active orders (%d released, %d expired)", v.Allocated, v.Orders-v.ReleasedOrders-v.ExpiredOrders, v.ReleasedOrders, v.ExpiredOrders))
+	t.add("RESERVED", fmt.Sprintf("%d in live reservations; %d confirmed or allocated", v.Reserved, v.Confirmed))
+	if v.Buyers > 0 {
+		t.add("BUYERS", fmt.Sprintf("%d per-user counters, each equal to its orders", v.Buyers))
+	}
 	op := "="
 	if v.Pool+v.Segments+v.Allocated != v.Total {
 		op = "≠"

@@ -47,6 +47,7 @@ func benchCommand() *ucli.Command {
 			"  etcd-mutex       a stock concurrency.Mutex per segment, one session per buyer (the naive etcd way)\n" +
 			"  stockctl         stockctl's coordinators (AllocateFunc), rebalancer and pool\n" +
 			"  stockctl-nostep  stockctl's Allocate with no business step (pure allocation, group commit)\n" +
+			"  stockctl-reserve stockctl's Reserve then Confirm, no business step (the checkout flow: two commits)\n" +
 			"and with --redis HOST:PORT (a binary built from the benchredis module):\n" +
 			"  redsync          a redsync lock per segment with the same business step\n" +
 			"  redis-lua        a Lua \"decrement if enough\" on one key (the common seckill way)\n" +
@@ -248,7 +249,7 @@ func checkLoopback(addr string) error {
 // benchSpecs are the strategies to run: this module's, the Redis peers'
 // with --redis, filtered by --strategies.
 func benchSpecs(b benchConfig) ([]bench.Spec, error) {
-	specs := []bench.Spec{bench.OneLock(), bench.EtcdMutex(), bench.Stockctl(), bench.StockctlNoStep()}
+	specs := []bench.Spec{bench.OneLock(), bench.EtcdMutex(), bench.Stockctl(), bench.StockctlNoStep(), bench.StockctlReserve()}
 	if b.Redis != "" {
 		more, err := bench.RedisSpecs(b.Redis)
 		if errors.Is(err, bench.ErrNoRedis) {

@@ -37,6 +37,12 @@ const (
 	// demoLeaderWait bounds the wait for the rebalancer's election before
 	// the sale starts (the sale starts anyway: segments hold stock).
 	demoLeaderWait = 10 * time.Second
+	// Checkout mode: reservations wait 1 s for their payment (short, so
+	// that the demo sees them expire and sells their stock again within
+	// its run), 30% are never paid, and a buyer may hold 4 units.
+	demoReserveTTL   = time.Second
+	demoAbandon      = 30
+	demoPerUserLimit = 4
 )
 
 func demoCommand() *ucli.Command {
@@ -67,6 +73,11 @@ func demoCommand() *ucli.Command {
 			&ucli.Uint64Flag{Name: "seed", Usage: "seed of the order quantities (0: random)"},
 			&ucli.StringFlag{Name: "progress", Value: "auto", EnvVars: []string{"STOCKCTL_PROGRESS"},
 				Usage: "live progress line on stderr: auto (when stderr is a terminal), always or never"},
+			&ucli.BoolFlag{Name: "checkout", Usage: "sell as a shop does: every order is a reservation, paid (confirmed) after the step, " +
+				"some never paid and left to expire; buyers have a per-user limit"},
+			&ucli.DurationFlag{Name: "reserve-ttl", Value: demoReserveTTL, Usage: "with --checkout: how long a reservation waits for its payment"},
+			&ucli.IntFlag{Name: "abandon", Value: demoAbandon, Usage: "with --checkout: percent of reservations never paid"},
+			&ucli.Int64Flag{Name: "per-user-limit", Usage: "most units one buyer may hold (0: none; with --checkout the default is 4)"},
 		},
 		Action: demoAction,
 	}
@@ -86,8 +97,15 @@ type demoConfig struct {
 	MinQty       int64   `json:"minQty"`
 	MaxQty       int64   `json:"maxQty"`
 	Seed         uint64  `json:"seed,omitempty"`
+	// Checkout mode (--checkout): reservations, abandoned carts, a per-user
+	// limit. Omitted from the JSON when off.
+	Checkout       bool    `json:"checkout,omitempty"`
+	ReserveTTLMs   float64 `json:"reserveTtlMs,omitempty"`
+	AbandonPercent int     `json:"abandonPercent,omitempty"`
+	PerUserLimit   int64   `json:"perUserLimit,omitempty"`
 
 	step           time.Duration
+	reserveTTL     time.Duration
 	maxDuration    time.Duration
 	attemptTimeout time.Duration
 	progress       string
@@ -100,8 +118,32 @@ func readDemoConfig(c *ucli.Context, g *globals) (demoConfig, error) {
 		Coordinators: c.Int("coordinators"), Buyers: c.Int("buyers"), step: c.Duration("step"),
 		MinQty: c.Int64("min-qty"), MaxQty: c.Int64("max-qty"), maxDuration: c.Duration("max-duration"),
 		Seed: c.Uint64("seed"), progress: c.String("progress"), attemptTimeout: c.Duration("attempt-timeout"),
+		Checkout: c.Bool("checkout"), reserveTTL: c.Duration("reserve-ttl"), AbandonPercent: c.Int("abandon"),
+		PerUserLimit: c.Int64("per-user-limit"),
 	}
 	d.StepMs = ms(d.step)
+	if d.Checkout {
+		d.ReserveTTLMs = ms(d.reserveTTL)
+		if !c.IsSet("per-user-limit") {
+			d.PerUserLimit = demoPerUserLimit
+		}
+		if err := segments.ValidateTTL(d.reserveTTL); err != nil {
+			return d, usageError("--reserve-ttl: %v", err)
+		}
+		if d.AbandonPercent < 0 || d.AbandonPercent > 90 {
+			return d, usageError("invalid --abandon %d: must be between 0 and 90 (percent of reservations never paid)", d.AbandonPercent)
+		}
+		if d.PerUserLimit > 0 && d.PerUserLimit < d.MaxQty {
+			return d, usageError("invalid --per-user-limit %d: below --max-qty %d, no buyer could place the largest order", d.PerUserLimit, d.MaxQty)
+		}
+		if !c.IsSet("attempt-timeout") {
+			// An order may wait for expiring reservations to give stock
+			// back before it is told the sale is over.
+			d.attemptTimeout = max(d.attemptTimeout, d.reserveTTL+demoAttemptTimeout)
+		}
+	} else {
+		d.AbandonPercent = 0
+	}
 	if c.NArg() > 0 {
 		return d, usageError("demo takes no arguments, got %q (use --sku to name the SKU)", c.Args().Slice())
 	}
@@ -118,7 +160,7 @@ func readDemoConfig(c *ucli.Context, g *globals) (demoConfig, error) {
 		d.InitialFill = d.Total // a small --total keeps the default sensible
 	}
 	if err := validateSKUConfig(coordinator.SKUConfig{Total: d.Total, Segments: d.Segments, InitialFill: d.InitialFill,
-		LowWatermark: d.LowWatermark, RefillBatch: d.RefillBatch}); err != nil {
+		LowWatermark: d.LowWatermark, RefillBatch: d.RefillBatch, PerUserLimit: d.PerUserLimit}); err != nil {
 		return d, err
 	}
 	switch {
@@ -187,7 +229,7 @@ func demoAction(c *ucli.Context) error {
 		}
 	}
 	if _, err := conns[0].coord.CreateSKU(sctx, d.SKU, coordinator.SKUConfig{Total: d.Total, Segments: d.Segments,
-		InitialFill: d.InitialFill, LowWatermark: d.LowWatermark, RefillBatch: d.RefillBatch}); err != nil {
+		InitialFill: d.InitialFill, LowWatermark: d.LowWatermark, RefillBatch: d.RefillBatch, PerUserLimit: d.PerUserLimit}); err != nil {
 		return failed(sctx, "create the demo SKU "+d.SKU, err)
 	}
 	cancelSetup()
@@ -209,9 +251,17 @@ func demoAction(c *ucli.Context) error {
 		coords[i] = conns[i].coord
 	}
 	pl := newProgressLine(c.App.ErrWriter, d.progress, d.Total)
+	buy := demoBuy(coords, d.SKU, d.step, t)
+	if d.Checkout {
+		buy = demoCheckoutBuy(coords, d, t)
+		if g.output == outputTable {
+			fmt.Fprintf(c.App.Writer, "checkout: every order a reservation of %v, %d%% never paid, at most %d units per buyer\n\n",
+				d.reserveTTL, d.AbandonPercent, d.PerUserLimit)
+		}
+	}
 	res, saleErr := sale.Run(ctx, sale.Config{
 		Buyers:         d.Buyers,
-		Buy:            demoBuy(coords, d.SKU, d.step, t),
+		Buy:            buy,
 		MinQty:         d.MinQty,
 		MaxQty:         d.MaxQty,
 		MaxDuration:    d.maxDuration,
@@ -240,6 +290,13 @@ func demoAction(c *ucli.Context) error {
 		return failed(rctx, "audit "+d.SKU+" after the sale", err)
 	}
 	report := newDemoReport(d, res, st, audit, t)
+	if d.Checkout {
+		held, err := buyerUnits(rctx, conns[0].coord, d.SKU)
+		if err != nil {
+			return failed(rctx, "read the buyers' counters of "+d.SKU, err)
+		}
+		report.addCheckout(d, t, held)
+	}
 	if err := show(c, g, report); err != nil {
 		return err
 	}
@@ -280,7 +337,7 @@ func demoBuy(cs []*coordinator.Coordinator, sku string, step time.Duration, t *d
 // startDemoRebalancer runs a rebalancer until the returned stop is called
 // (idempotent), after waiting a bounded time for it to be elected.
 func startDemoRebalancer(ctx context.Context, c *coordinator.Coordinator, t *demoTally) (stop func(), err error) {
-	r, err := rebalance.New(c, rebalance.Config{Identity: "demo-rebalancer", OnMove: t.move})
+	r, err := rebalance.New(c, rebalance.Config{Identity: "demo-rebalancer", OnMove: t.move, OnExpire: t.expire})
 	if err != nil {
 		return nil, err
 	}

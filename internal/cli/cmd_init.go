@@ -14,13 +14,14 @@ func initCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "init",
 		Usage:     "create a SKU with its stock split into segments and a central pool",
-		ArgsUsage: "SKU --total N --segments K [--initial-fill F] [--low-watermark W] [--refill-batch B]",
+		ArgsUsage: "SKU --total N --segments K [--initial-fill F] [--low-watermark W] [--refill-batch B] [--per-user-limit N]",
 		Flags: []ucli.Flag{
 			&ucli.Int64Flag{Name: "total", Usage: "units of stock (required)"},
 			&ucli.IntFlag{Name: "segments", Usage: "number of segments, 1 to 1024 (required)"},
 			&ucli.Int64Flag{Name: "initial-fill", Usage: "units that start in the segments, spread evenly; the rest starts in the pool (default: the total)"},
 			&ucli.Int64Flag{Name: "low-watermark", Usage: "the rebalancer refills a segment holding less than this"},
 			&ucli.Int64Flag{Name: "refill-batch", Usage: "units the rebalancer moves into a segment at once (0: total/(4×segments))"},
+			&ucli.Int64Flag{Name: "per-user-limit", Usage: "most units one buyer may hold (confirmed and reserved); orders must then name --buyer (0: no limit)"},
 		},
 		Action: initAction,
 	}
@@ -34,6 +35,7 @@ type skuView struct {
 	InitialFill  int64     `json:"initialFill"`
 	LowWatermark int64     `json:"lowWatermark"`
 	RefillBatch  int64     `json:"refillBatch"`
+	PerUserLimit int64     `json:"perUserLimit"`
 	Created      time.Time `json:"created"`
 }
 
@@ -46,6 +48,9 @@ func (v skuView) table() table {
 	t.add("POOL", v.Total-v.InitialFill)
 	t.add("LOW WATERMARK", v.LowWatermark)
 	t.add("REFILL BATCH", v.RefillBatch)
+	if v.PerUserLimit > 0 {
+		t.add("PER-USER LIMIT", v.PerUserLimit)
+	}
 	return t
 }
 
@@ -67,6 +72,7 @@ func initAction(c *ucli.Context) error {
 		InitialFill:  c.Int64("total"),
 		LowWatermark: c.Int64("low-watermark"),
 		RefillBatch:  c.Int64("refill-batch"),
+		PerUserLimit: c.Int64("per-user-limit"),
 	}
 	if c.IsSet("initial-fill") {
 		cfg.InitialFill = c.Int64("initial-fill")
@@ -80,7 +86,7 @@ func initAction(c *ucli.Context) error {
 			return failed(ctx, "create SKU "+sku, err)
 		}
 		return show(c, g, skuView{SKU: sku, Total: meta.Total, Segments: meta.Segments, InitialFill: cfg.InitialFill,
-			LowWatermark: meta.LowWatermark, RefillBatch: meta.RefillBatch, Created: meta.Created})
+			LowWatermark: meta.LowWatermark, RefillBatch: meta.RefillBatch, PerUserLimit: meta.PerUserLimit, Created: meta.Created})
 	})
 }
 
@@ -98,6 +104,8 @@ func validateSKUConfig(cfg coordinator.SKUConfig) error {
 		return usageError("invalid --low-watermark %d: must be between 0 and %d", cfg.LowWatermark, segments.MaxTotal)
 	case cfg.RefillBatch < 0 || cfg.RefillBatch > segments.MaxTotal:
 		return usageError("invalid --refill-batch %d: must be between 0 and %d (0: the default)", cfg.RefillBatch, segments.MaxTotal)
+	case cfg.PerUserLimit < 0 || cfg.PerUserLimit > segments.MaxQty:
+		return usageError("invalid --per-user-limit %d: must be between 0 (no limit) and %d", cfg.PerUserLimit, segments.MaxQty)
 	}
 	return nil
 }

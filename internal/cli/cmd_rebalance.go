@@ -74,12 +74,31 @@ type passView struct {
 	Leader   string     `json:"leader"`
 	Revision int64      `json:"revision"`
 	Moves    []moveView `json:"moves"`
+	// Expired are the reservations the pass found past their deadline and
+	// expired (their units went back).
+	Expired []expiryView `json:"expired"`
+}
+
+// expiryView is one reservation a rebalancer pass expired.
+type expiryView struct {
+	Order    string    `json:"order"`
+	Qty      int64     `json:"qty"`
+	Buyer    string    `json:"buyer,omitempty"`
+	Deadline time.Time `json:"deadline"`
+	Revision int64     `json:"revision"`
 }
 
 func (v passView) table() table {
 	var t table
 	t.add("SKU", v.SKU)
 	t.add("LEADER", v.Leader)
+	if len(v.Expired) > 0 {
+		var units int64
+		for _, x := range v.Expired {
+			units += x.Qty
+		}
+		t.add("EXPIRED", fmt.Sprintf("%d reservations (%d units returned)", len(v.Expired), units))
+	}
 	t.add("MOVES", len(v.Moves))
 	if len(v.Moves) == 0 {
 		t.notes = append(t.notes, "(nothing to move: every segment is at or above its low watermark, or the pool is empty)")
@@ -131,9 +150,12 @@ func rebalanceAction(c *ucli.Context) error {
 			}
 			return failed(ctx, "rebalance "+sku, err)
 		}
-		v := passView{SKU: sku, Leader: pass.Leader, Revision: pass.Revision, Moves: []moveView{}}
+		v := passView{SKU: sku, Leader: pass.Leader, Revision: pass.Revision, Moves: []moveView{}, Expired: []expiryView{}}
 		for _, m := range pass.Moves {
 			v.Moves = append(v.Moves, moveViewOf(m))
+		}
+		for _, x := range pass.Expired {
+			v.Expired = append(v.Expired, expiryView{Order: x.Order, Qty: x.Qty, Buyer: x.Buyer, Deadline: x.Deadline.UTC(), Revision: x.Revision})
 		}
 		return show(c, g, v)
 	})

@@ -6,6 +6,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/segments"
 )
 
@@ -31,6 +32,10 @@ type releaseView struct {
 	// was returned now.
 	Released bool  `json:"released"`
 	Revision int64 `json:"revision"`
+	// State is the order's reservation state, when it is one (omitted for
+	// a plain allocation).
+	State string `json:"state,omitempty"`
+	Buyer string `json:"buyer,omitempty"`
 }
 
 func (v releaseView) table() table {
@@ -41,6 +46,12 @@ func (v releaseView) table() table {
 	t.add("PARTS", partsText(v.Parts))
 	t.add("RELEASED", v.Released)
 	t.add("REVISION", v.Revision)
+	if v.State != "" {
+		t.add("STATE", v.State)
+	}
+	if v.Buyer != "" {
+		t.add("BUYER", v.Buyer)
+	}
 	if !v.Released {
 		t.notes = append(t.notes, "(already released earlier: nothing returned now)")
 	}
@@ -68,7 +79,11 @@ func releaseAction(c *ucli.Context) error {
 		if err != nil {
 			return failed(ctx, fmt.Sprintf("release order %q of %s", order, sku), err)
 		}
-		return show(c, g, releaseView{SKU: r.SKU, Order: r.Order, Qty: r.Qty, Parts: partViews(r.Parts),
-			Released: r.Released, Revision: r.Revision})
+		return show(c, g, releaseViewOf(r))
 	})
+}
+
+func releaseViewOf(r *coordinator.Released) releaseView {
+	return releaseView{SKU: r.SKU, Order: r.Order, Qty: r.Qty, Parts: partViews(r.Parts),
+		Released: r.Released, Revision: r.Revision, State: string(r.State), Buyer: r.Buyer}
 }

@@ -33,6 +33,9 @@ type statusView struct {
 	Total        int64           `json:"total"`
 	Pool         int64           `json:"pool"`
 	Allocated    int64           `json:"allocated"`
+	Reserved     int64           `json:"reserved"`
+	Reservations int64           `json:"reservations"`
+	PerUserLimit int64           `json:"perUserLimit"`
 	Orders       int64           `json:"orders"`
 	Revision     int64           `json:"revision"`
 	LowWatermark int64           `json:"lowWatermark"`
@@ -63,6 +66,7 @@ type rebalancerView struct {
 
 func statusViewOf(st *coordinator.Status) statusView {
 	v := statusView{SKU: st.SKU, Total: st.Total, Pool: st.Pool, Allocated: st.Allocated, Orders: st.Orders,
+		Reserved: st.Reserved, Reservations: st.Reservations, PerUserLimit: st.Meta.PerUserLimit,
 		Revision: st.Revision, LowWatermark: st.Meta.LowWatermark, RefillBatch: st.Meta.RefillBatch,
 		Segments: make([]segmentView, len(st.Segments))}
 	for i, s := range st.Segments {
@@ -81,6 +85,10 @@ func (v statusView) table() table {
 	t.add("TOTAL", v.Total)
 	t.add("POOL", v.Pool)
 	t.add("ALLOCATED", fmt.Sprintf("%d in %d orders", v.Allocated, v.Orders))
+	t.add("RESERVED", fmt.Sprintf("%d in %d live reservations (%d confirmed or allocated)", v.Reserved, v.Reservations, v.Allocated-v.Reserved))
+	if v.PerUserLimit > 0 {
+		t.add("PER-USER LIMIT", v.PerUserLimit)
+	}
 	t.add("POLICY", fmt.Sprintf("refill %d when a segment holds less than %d", v.RefillBatch, v.LowWatermark))
 	t.add("REVISION", v.Revision)
 	if r := v.Rebalancer; r != nil {

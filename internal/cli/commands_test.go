@@ -13,7 +13,7 @@ func TestHappyPathsAndJSONShapes(t *testing.T) {
 	e := newEnv(t)
 
 	out := e.ok("-o", "json", "init", "iphone", "--total", "100", "--segments", "4", "--initial-fill", "40", "--low-watermark", "5")
-	checkShape(t, "init", out, "sku", "total", "segments", "initialFill", "lowWatermark", "refillBatch", "created")
+	checkShape(t, "init", out, "sku", "total", "segments", "initialFill", "lowWatermark", "refillBatch", "perUserLimit", "created")
 	var sku skuView
 	decode(t, out, &sku)
 	if sku.SKU != "iphone" || sku.Total != 100 || sku.Segments != 4 || sku.InitialFill != 40 || sku.LowWatermark != 5 || sku.RefillBatch != 6 {
@@ -38,7 +38,7 @@ func TestHappyPathsAndJSONShapes(t *testing.T) {
 	}
 
 	out = e.ok("-o", "json", "status", "iphone")
-	checkShape(t, "status", out, "sku", "total", "pool", "allocated", "orders", "revision", "lowWatermark", "refillBatch", "segments", "rebalancer")
+	checkShape(t, "status", out, "sku", "total", "pool", "allocated", "reserved", "reservations", "perUserLimit", "orders", "revision", "lowWatermark", "refillBatch", "segments", "rebalancer")
 	var st statusView
 	decode(t, out, &st)
 	if st.Total != 100 || st.Pool != 60 || st.Allocated != 2 || st.Orders != 1 || len(st.Segments) != 4 || st.Rebalancer != nil {
@@ -83,7 +83,7 @@ func TestHappyPathsAndJSONShapes(t *testing.T) {
 	}
 
 	out = e.ok("-o", "json", "audit", "iphone")
-	checkShape(t, "audit", out, "sku", "ok", "total", "pool", "segments", "allocated", "orders", "releasedOrders", "revision", "problems")
+	checkShape(t, "audit", out, "sku", "ok", "total", "pool", "segments", "allocated", "reserved", "confirmed", "orders", "releasedOrders", "expiredOrders", "buyers", "revision", "problems")
 	var au auditView
 	decode(t, out, &au)
 	if !au.OK || au.Total != 150 || au.Pool != 110 || au.Segments != 40 || au.Allocated != 0 || au.Orders != 1 || au.ReleasedOrders != 1 || len(au.Problems) != 0 {
@@ -96,7 +96,7 @@ func TestHappyPathsAndJSONShapes(t *testing.T) {
 		e.ok("allocate", "iphone", "--order", fmt.Sprintf("r%d", i), "--qty", "1", "--route-key", "user-1")
 	}
 	out = e.ok("-o", "json", "rebalance", "iphone", "--identity", "tester")
-	checkShape(t, "rebalance", out, "sku", "leader", "revision", "moves")
+	checkShape(t, "rebalance", out, "sku", "leader", "revision", "moves", "expired")
 	var pass passView
 	decode(t, out, &pass)
 	if pass.Leader != "tester" || len(pass.Moves) != 1 || pass.Moves[0].Kind != "refill" || pass.Moves[0].Qty != 6 {

@@ -21,6 +21,12 @@ type demoTally struct {
 	refilled []int64
 	drains   []int64
 	drained  []int64
+
+	// Checkout mode (demo_checkout.go).
+	carts, cartUnits      int64
+	expired, expiredUnits int64
+	expiryDelays          []time.Duration
+	limitRefusals         int64
 }
 
 func newDemoTally(n int) *demoTally {
@@ -92,6 +98,8 @@ type demoReport struct {
 	Rebalancer     movesView    `json:"rebalancer"`
 	Pool           poolRowView  `json:"pool"`
 	Segments       []demoSegRow `json:"segments"`
+	// Checkout is the checkout mode's figures (--checkout only).
+	Checkout *checkoutView `json:"checkout,omitempty"`
 	// OK is true when every check passed; Failures says which did not.
 	OK       bool     `json:"ok"`
 	Failures []string `json:"failures"`
@@ -224,6 +232,9 @@ func (r demoReport) table() table {
 		verdict, a.Total, a.Pool, a.Segments, a.Allocated, a.Orders, a.Revision))
 	t.add("REBALANCER", fmt.Sprintf("%d refills (%d units), %d drains (%d units)",
 		r.Rebalancer.Refills, r.Rebalancer.Refilled, r.Rebalancer.Drains, r.Rebalancer.Drained))
+	if r.Checkout != nil {
+		r.Checkout.rows(&t)
+	}
 
 	t.header = []string{"SEGMENT", "REMAINING", "ORDERS", "REFILLS", "REFILLED", "DRAINS", "DRAINED", "ORDERS SERVED"}
 	var most int64

@@ -66,3 +66,28 @@ func TestDemoTable(t *testing.T) {
 		t.Errorf("progress line: stderr %q", r.stderr)
 	}
 }
+
+// The checkout demo: every order a reservation, 30% never paid, a per-user
+// limit. It sells out exactly: the abandoned carts all expired and their
+// units were sold again; no user holds more than the limit; the books
+// balance.
+func TestDemoCheckout(t *testing.T) {
+	t.Parallel()
+	r := run(t, append([]string{"-o", "json"}, append(smallDemo, "--checkout", "--reserve-ttl", "300ms")...)...)
+	if r.code != 0 {
+		t.Fatalf("demo: exit %d, stderr %q, stdout %q", r.code, r.stderr, r.stdout)
+	}
+	var d demoReport
+	decode(t, r.stdout, &d)
+	co := d.Checkout
+	if !d.OK || !d.SoldOut || d.Units != 400 || d.Oversold != 0 || d.Unsold != 0 || co == nil {
+		t.Fatalf("demo: %+v", d)
+	}
+	if co.Abandoned == 0 || co.Expired != co.Abandoned || co.ExpiredUnits != co.AbandonedUnits ||
+		co.PerUserLimit != 4 || co.MaxPerBuyer > 4 || co.Buyers == 0 {
+		t.Fatalf("checkout figures: %+v", *co)
+	}
+	if !d.Audit.OK || d.Audit.Allocated != 400 || d.Audit.Reserved != 0 || d.Audit.ExpiredOrders != co.Expired {
+		t.Fatalf("demo audit: %+v", d.Audit)
+	}
+}

@@ -26,8 +26,16 @@ const (
 	// ExitNotFound: the SKU or order does not exist.
 	ExitNotFound = 4
 	// ExitConflict: the SKU already exists, or the order ID was used with
-	// other values.
+	// other values (or a reservation cannot take the step asked: confirm of
+	// a cancelled one, cancel of a confirmed one).
 	ExitConflict = 5
+	// ExitLimitExceeded: an allocation or reservation was refused because
+	// it would take its buyer past the SKU's per-user limit. Nothing was
+	// taken.
+	ExitLimitExceeded = 6
+	// ExitExpired: the reservation expired (its units went back): confirm,
+	// cancel or release of it, or a retried reserve that finds it expired.
+	ExitExpired = 7
 )
 
 // codeOf maps a library error to the exit code scripts see.
@@ -43,6 +51,10 @@ func codeOf(err error) int {
 		return ExitNotFound
 	case errors.Is(err, coordinator.ErrConflict):
 		return ExitConflict
+	case errors.Is(err, coordinator.ErrLimitExceeded):
+		return ExitLimitExceeded
+	case errors.Is(err, coordinator.ErrExpired):
+		return ExitExpired
 	}
 	return ExitFailure
 }

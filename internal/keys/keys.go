@@ -18,6 +18,11 @@
 //	P rebalance/last                 the rebalancer's last pass
 //	P pulls/<sku>                    the last move a selling process made from the
 //	                                 pool into one of its segments
+//	P reservations/<sku>/<deadline>/<order>  one per live reservation; the
+//	                                 deadline in unix nanoseconds, 19 digits, so
+//	                                 that keys sort by deadline (value: the qty)
+//	P users/<sku>/<buyer>            units a buyer holds of sku (confirmed and live
+//	                                 reserved), kept only for SKUs with a per-user limit
 //
 // Segment indices are written with four decimal digits so that keys sort in
 // index order (the maximum segment count is 1024).
@@ -117,6 +122,66 @@ func (s Space) Pull(sku string) string { return s.prefix + "pulls/" + sku }
 
 // RebalanceLast is the record of the rebalancer's last pass.
 func (s Space) RebalanceLast() string { return s.prefix + "rebalance/last" }
+
+// DeadlineDigits is the fixed width of a deadline (unix nanoseconds) in a
+// reservation key: every time from 1970 to 2286 fits.
+const DeadlineDigits = 19
+
+// Reservations is the prefix of sku's reservation index.
+func (s Space) Reservations(sku string) string { return s.prefix + "reservations/" + sku + "/" }
+
+// Reservation is the index key of order's reservation of sku, due at
+// deadline (unix nanoseconds, non-negative).
+func (s Space) Reservation(sku string, deadline int64, order string) string {
+	return s.Reservations(sku) + deadlineDigits(deadline) + "/" + order
+}
+
+// ReservationsDueEnd is the exclusive end of the range, from
+// Reservations(sku), of reservations due at or before at (unix nanoseconds).
+func (s Space) ReservationsDueEnd(sku string, at int64) string {
+	return s.Reservations(sku) + deadlineDigits(at+1)
+}
+
+func deadlineDigits(ns int64) string {
+	if ns < 0 {
+		ns = 0
+	}
+	d := strconv.FormatInt(ns, 10)
+	return strings.Repeat("0", max(0, DeadlineDigits-len(d))) + d
+}
+
+// ParseReservation returns the deadline (unix nanoseconds) and the order of
+// a key under Reservations(sku).
+func (s Space) ParseReservation(sku, key string) (int64, string, error) {
+	rest, ok := strings.CutPrefix(key, s.Reservations(sku))
+	if !ok {
+		return 0, "", fmt.Errorf("keys: %q is not a reservation key of %q", key, sku)
+	}
+	d, order, ok := strings.Cut(rest, "/")
+	if !ok || len(d) != DeadlineDigits || order == "" || strings.Contains(order, "/") {
+		return 0, "", fmt.Errorf("keys: %q is not a reservation key of %q", key, sku)
+	}
+	ns, err := strconv.ParseInt(d, 10, 64)
+	if err != nil || ns < 0 {
+		return 0, "", fmt.Errorf("keys: %q: deadline %q is not decimal", key, d)
+	}
+	return ns, order, nil
+}
+
+// Users is the prefix of sku's per-user counters.
+func (s Space) Users(sku string) string { return s.prefix + "users/" + sku + "/" }
+
+// User is the counter of the units buyer holds of sku.
+func (s Space) User(sku, buyer string) string { return s.Users(sku) + buyer }
+
+// ParseUser returns the buyer of a key under Users(sku).
+func (s Space) ParseUser(sku, key string) (string, error) {
+	b, ok := strings.CutPrefix(key, s.Users(sku))
+	if !ok || b == "" || strings.Contains(b, "/") {
+		return "", fmt.Errorf("keys: %q is not a user key of %q", key, sku)
+	}
+	return b, nil
+}
 
 func index(i int) string {
 	if i < 0 || i > maxIndex {
