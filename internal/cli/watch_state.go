@@ -36,6 +36,11 @@ type saleState struct {
 	inbox   []int64
 	orders  int64 // order records, released ones included
 	pass    *segments.RebalancePass
+	// reservations maps each live reservation's index key to its units;
+	// sawReservations says the SKU had one since the watch began, and
+	// from then on frames carry reserved and confirmed figures.
+	reservations    map[string]int64
+	sawReservations bool
 	// locks maps a place (a segment's index, or -1 for the pool) to the
 	// waiter keys under its lock: lease → the key's create revision. The
 	// oldest key holds the lock.
@@ -82,6 +87,7 @@ func (s *saleState) load(ctx context.Context, c *coordinator.Coordinator) error 
 	resp, err := c.KV().Txn(ctx).Then(
 		clientv3.OpGet(s.keys.StockLocks(s.sku), clientv3.WithPrefix(), clientv3.WithKeysOnly(), at),
 		clientv3.OpGet(s.electionPrefix(), clientv3.WithPrefix(), at),
+		clientv3.OpGet(s.keys.Reservations(s.sku), clientv3.WithPrefix(), at),
 	).Commit()
 	if err != nil {
 		return fmt.Errorf("read the lock and election keys of %s: %w", s.sku, err)
@@ -98,6 +104,12 @@ func (s *saleState) load(ctx context.Context, c *coordinator.Coordinator) error 
 	s.candidates = map[string]candidate{}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		s.putCandidate(kv)
+	}
+	s.reservations = map[string]int64{}
+	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+		if err := s.putReservation(kv); err != nil {
+			return err
+		}
 	}
 	s.loadRev, s.rev = st.Revision, st.Revision
 	s.observeFull()
@@ -132,6 +144,13 @@ func (s *saleState) apply(evs []*clientv3.Event, now time.Time) (changed bool, e
 			election = append(election, ev)
 		case key == s.keys.RebalanceLast():
 			last = append(last, ev)
+		case strings.HasPrefix(key, s.keys.Reservations(s.sku)):
+			if ev.Type == clientv3.EventTypeDelete {
+				delete(s.reservations, key)
+			} else if err := s.putReservation(ev.Kv); err != nil {
+				return true, err
+			}
+			changed = true
 		}
 	}
 	if err := s.applyStock(stock, now); err != nil {
@@ -349,4 +368,25 @@ func (w *rateWindow) rate(now, started time.Time) float64 {
 	}
 	span := max(min(watchRateWindow, now.Sub(started)), time.Second)
 	return float64(n) / span.Seconds()
+}
+
+// putReservation notes a reservation index key (its value is the
+// reservation's units).
+func (s *saleState) putReservation(kv *mvccpb.KeyValue) error {
+	q, err := segments.DecodeCounter(string(kv.Key), kv.Value)
+	if err != nil {
+		return err
+	}
+	s.reservations[string(kv.Key)] = q
+	s.sawReservations = true
+	return nil
+}
+
+// reserved is what live reservations hold.
+func (s *saleState) reserved() int64 {
+	var n int64
+	for _, q := range s.reservations {
+		n += q
+	}
+	return n
 }

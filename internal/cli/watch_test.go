@@ -404,3 +404,49 @@ func TestStatusWatchCoalescesOnATerminal(t *testing.T) {
 	}
 	t.Logf("400 orders drawn in %d frames over %v", frames, elapsed.Round(time.Millisecond))
 }
+
+// Once the SKU has a reservation, every frame splits allocated into
+// reserved (live reservations) and confirmed (the rest), and they follow
+// reserve, confirm, cancel and a sweep's expiry.
+func TestStatusWatchReservations(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.ok("init", "rw", "--total", "20", "--segments", "2", "--initial-fill", "10")
+	w := startWatch(t, e.args("-o", "json", "status", "rw", "--watch")...)
+	waitFor(t, 30*time.Second, "the first frame", func() bool { return len(w.frames(t)) > 0 })
+	if v := w.frames(t)[0]; v.Reserved != nil || v.Confirmed != nil {
+		t.Fatalf("a frame of a SKU without reservations has reserved/confirmed: %+v", v)
+	}
+	wait := func(what string, reserved, confirmed int64) {
+		t.Helper()
+		waitFor(t, 30*time.Second, what, func() bool {
+			v, ok := lastFrame(t, w.out.String())
+			return ok && v.Reserved != nil && v.Confirmed != nil && *v.Reserved == reserved && *v.Confirmed == confirmed &&
+				v.Allocated == reserved+confirmed
+		})
+	}
+	e.ok("allocate", "rw", "--order", "plain", "--qty", "1")
+	e.ok("reserve", "rw", "--order", "r1", "--qty", "2", "--ttl", "1h")
+	wait("a reservation", 2, 1)
+	e.ok("confirm", "rw", "--order", "r1")
+	wait("its confirmation", 0, 3)
+	e.ok("reserve", "rw", "--order", "r2", "--qty", "3", "--ttl", "1h")
+	wait("a second reservation", 3, 3)
+	e.ok("cancel", "rw", "--order", "r2")
+	wait("its cancellation", 0, 3)
+	e.ok("reserve", "rw", "--order", "r3", "--qty", "4", "--ttl", "100ms")
+	wait("a third reservation", 4, 3)
+	// A rebalance pass sweeps it once it is due (the pass may run before
+	// the deadline: then it expires nothing, and we try again).
+	waitFor(t, 30*time.Second, "the sweep of the third", func() bool {
+		e.ok("rebalance", "rw")
+		v, ok := lastFrame(t, w.out.String())
+		return ok && v.Reserved != nil && *v.Reserved == 0
+	})
+	wait("its expiry", 0, 3)
+	for _, v := range w.frames(t) {
+		if v.Reserved != nil && (v.Confirmed == nil || *v.Reserved+*v.Confirmed != v.Allocated) {
+			t.Fatalf("a frame whose reserved and confirmed do not add up to allocated: %+v", v)
+		}
+	}
+}

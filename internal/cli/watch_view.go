@@ -19,10 +19,10 @@ type watchView struct {
 	Pool      int64 `json:"pool"`
 	Allocated int64 `json:"allocated"`
 	Orders    int64 `json:"orders"`
-	// Reserved and Confirmed are the units of reserved and of confirmed
-	// orders. coordinator.Status does not report them until the sale
-	// lifecycle lands; until then they stay nil, and are absent from the
-	// JSON and the table. view() sets them; table() shows them when set.
+	// Reserved and Confirmed split Allocated: units in live reservations,
+	// and the rest (plain allocations and confirmed reservations). They are
+	// nil, absent from the JSON and the table, until the SKU had a
+	// reservation since the watch began.
 	Reserved          *int64  `json:"reserved,omitempty"`
 	Confirmed         *int64  `json:"confirmed,omitempty"`
 	OrdersPerSec      float64 `json:"ordersPerSec"`
@@ -85,8 +85,13 @@ func (s *saleState) view(now time.Time) watchView {
 		v.Rebalancer = &rebalancerView{Leader: p.Leader, At: p.At, Moves: p.Moves, Moved: p.Moved,
 			Revision: p.Revision, TotalMoves: p.TotalMoves, TotalMoved: p.TotalMoved}
 	}
-	// v.Reserved and v.Confirmed: from the snapshot and the order records'
-	// states, once they exist (see watchView).
+	if s.sawReservations {
+		// Every unit held by orders is reserved (a live reservation's index
+		// key says how many) or confirmed (the rest).
+		reserved := s.reserved()
+		confirmed := v.Allocated - reserved
+		v.Reserved, v.Confirmed = &reserved, &confirmed
+	}
 	return v
 }
 
