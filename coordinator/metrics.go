@@ -361,20 +361,7 @@ func (m *metrics) released(op, sku string, r *Released, err error) {
 		return
 	}
 	m.touch(sku)
-	outcome := "error"
-	switch {
-	case err == nil && r.Released:
-		outcome = "released"
-	case err == nil:
-		outcome = "already_released"
-	case errors.Is(err, ErrExpired):
-		outcome = "expired"
-	case errors.Is(err, ErrConflict):
-		outcome = "conflict"
-	case errors.Is(err, ErrOrderNotFound):
-		outcome = "not_found"
-	}
-	m.releases.WithLabelValues(op, outcome).Inc()
+	m.releases.WithLabelValues(op, returnOutcome(err, "released", "already_released", err == nil && !r.Released)).Inc()
 }
 
 // confirmed counts one Confirm call's outcome.
@@ -383,20 +370,25 @@ func (m *metrics) confirmed(sku string, r *Confirmed, err error) {
 		return
 	}
 	m.touch(sku)
-	outcome := "error"
+	m.confirms.WithLabelValues(returnOutcome(err, "confirmed", "replayed", err == nil && r.Replayed)).Inc()
+}
+
+// returnOutcome labels a Release, Cancel or Confirm: done, or again when
+// an earlier call had already done it, or what the error says.
+func returnOutcome(err error, done, again string, repeated bool) string {
 	switch {
-	case err == nil && r.Replayed:
-		outcome = "replayed"
+	case err == nil && repeated:
+		return again
 	case err == nil:
-		outcome = "confirmed"
+		return done
 	case errors.Is(err, ErrExpired):
-		outcome = "expired"
+		return "expired"
 	case errors.Is(err, ErrConflict):
-		outcome = "conflict"
+		return "conflict"
 	case errors.Is(err, ErrOrderNotFound):
-		outcome = "not_found"
+		return "not_found"
 	}
-	m.confirms.WithLabelValues(outcome).Inc()
+	return "error"
 }
 
 // expired counts the reservations an ExpireDue call expired, and each one's

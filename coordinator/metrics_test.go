@@ -32,58 +32,51 @@ func gather(t *testing.T, reg prometheus.Gatherer) gathered {
 	return g
 }
 
-// value is the counter's, gauge's or histogram's (its count) value of the
-// series of name with exactly labels; found is false if there is none.
+// hasLabels reports whether m carries every label of want (and, with
+// exact, no other).
+func hasLabels(m *dto.Metric, want map[string]string, exact bool) bool {
+	if exact && len(m.GetLabel()) != len(want) {
+		return false
+	}
+	found := 0
+	for _, l := range m.GetLabel() {
+		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+			found++
+		}
+	}
+	return found == len(want)
+}
+
+// number is a counter's or gauge's value, or a histogram's sample count.
+func number(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount())
+	}
+	return 0
+}
+
+// value is the number of the series of name with exactly labels; found is
+// false if there is none.
 func (g gathered) value(name string, labels map[string]string) (v float64, found bool) {
 	for _, m := range g[name] {
-		if len(m.GetLabel()) != len(labels) {
-			continue
-		}
-		match := true
-		for _, l := range m.GetLabel() {
-			if labels[l.GetName()] != l.GetValue() {
-				match = false
-			}
-		}
-		if !match {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			return m.GetCounter().GetValue(), true
-		case m.Gauge != nil:
-			return m.GetGauge().GetValue(), true
-		case m.Histogram != nil:
-			return float64(m.GetHistogram().GetSampleCount()), true
+		if hasLabels(m, labels, true) {
+			return number(m), true
 		}
 	}
 	return 0, false
 }
 
-// sum adds the values of every series of name whose labels include match.
+// sum adds the numbers of every series of name whose labels include match.
 func (g gathered) sum(name string, match map[string]string) float64 {
 	var s float64
 	for _, m := range g[name] {
-		ok := true
-		for k, want := range match {
-			found := false
-			for _, l := range m.GetLabel() {
-				if l.GetName() == k && l.GetValue() == want {
-					found = true
-				}
-			}
-			ok = ok && found
-		}
-		if !ok {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			s += m.GetCounter().GetValue()
-		case m.Histogram != nil:
-			s += float64(m.GetHistogram().GetSampleCount())
-		case m.Gauge != nil:
-			s += m.GetGauge().GetValue()
+		if hasLabels(m, match, false) {
+			s += number(m)
 		}
 	}
 	return s
