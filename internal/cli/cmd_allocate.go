@@ -102,21 +102,9 @@ func allocateAction(c *ucli.Context) error {
 	if err := requireFlags(c, "order", "qty"); err != nil {
 		return err
 	}
-	order, qty, route, buyer := c.String("order"), c.Int64("qty"), c.String("route-key"), c.String("buyer")
-	if err := validateBuyerFlag(buyer); err != nil {
+	order, qty, route, buyer, err := readOrderFlags(c)
+	if err != nil {
 		return err
-	}
-	if route == "" {
-		route = buyer
-	}
-	if err := segments.ValidateOrderID(order); err != nil {
-		return usageError("--order: %v", err)
-	}
-	if err := segments.ValidateQty(qty); err != nil {
-		return usageError("--qty: %v", err)
-	}
-	if err := segments.ValidateRouteKey(route); err != nil {
-		return usageError("--route-key: %v", err)
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		a, err := cn.coord.Allocate(ctx, sku, order, qty, route, buyerOpts(buyer)...)
@@ -139,6 +127,29 @@ func allocationViewOf(a *coordinator.Allocation) allocationView {
 
 func buyerFlag() ucli.Flag {
 	return &ucli.StringFlag{Name: "buyer", Usage: "who the order is for; required on a SKU with a per-user limit, which it counts against"}
+}
+
+// readOrderFlags reads and checks the flags allocate and reserve share:
+// --order, --qty, --route-key and --buyer (the route key defaults to the
+// buyer). Every problem is a usage error naming the flag.
+func readOrderFlags(c *ucli.Context) (order string, qty int64, route, buyer string, err error) {
+	order, qty, route, buyer = c.String("order"), c.Int64("qty"), c.String("route-key"), c.String("buyer")
+	if err := validateBuyerFlag(buyer); err != nil {
+		return "", 0, "", "", err
+	}
+	if route == "" {
+		route = buyer
+	}
+	if err := segments.ValidateOrderID(order); err != nil {
+		return "", 0, "", "", usageError("--order: %v", err)
+	}
+	if err := segments.ValidateQty(qty); err != nil {
+		return "", 0, "", "", usageError("--qty: %v", err)
+	}
+	if err := segments.ValidateRouteKey(route); err != nil {
+		return "", 0, "", "", usageError("--route-key: %v", err)
+	}
+	return order, qty, route, buyer, nil
 }
 
 func validateBuyerFlag(buyer string) error {

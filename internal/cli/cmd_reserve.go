@@ -38,25 +38,13 @@ func reserveAction(c *ucli.Context) error {
 	if err := requireFlags(c, "order", "qty", "ttl"); err != nil {
 		return err
 	}
-	order, qty, ttl := c.String("order"), c.Int64("qty"), c.Duration("ttl")
-	route, buyer := c.String("route-key"), c.String("buyer")
-	if err := validateBuyerFlag(buyer); err != nil {
+	order, qty, route, buyer, err := readOrderFlags(c)
+	if err != nil {
 		return err
 	}
-	if route == "" {
-		route = buyer
-	}
-	if err := segments.ValidateOrderID(order); err != nil {
-		return usageError("--order: %v", err)
-	}
-	if err := segments.ValidateQty(qty); err != nil {
-		return usageError("--qty: %v", err)
-	}
+	ttl := c.Duration("ttl")
 	if err := segments.ValidateTTL(ttl); err != nil {
 		return usageError("--ttl: %v", err)
-	}
-	if err := segments.ValidateRouteKey(route); err != nil {
-		return usageError("--route-key: %v", err)
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		a, err := cn.coord.Reserve(ctx, sku, order, qty, route, ttl, buyerOpts(buyer)...)
