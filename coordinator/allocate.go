@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/stockctl/stockctl/segments"
@@ -244,11 +243,7 @@ func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allo
 			}
 		}
 		if r.kind == resShort || r.kind == resBusy {
-			if req.step != nil {
-				r = c.gatherForStep(ctx, s, req, snap, home)
-			} else {
-				r = c.gather(ctx, req, snap)
-			}
+			r = c.gather(ctx, req, snap)
 		}
 	}
 }
@@ -333,85 +328,6 @@ func (c *Coordinator) gather(ctx context.Context, req *allocReq, snap *snapshot)
 		}
 	}
 	return placeResult{kind: resShort}
-}
-
-// gatherForStep is gather for an order with a business step, which must
-// never hold the pool's lock through its step. It locks, in the global
-// order and waiting as long as ctx allows (a holder yields within its
-// tenure bound), the pool when the segments alone hold too little, then
-// the segments with stock and the home segment; it moves the pool's part
-// into the home segment (a short fenced move, recorded as a seller's pull)
-// and lets the pool go before the step runs under the segment locks only.
-func (c *Coordinator) gatherForStep(ctx context.Context, s *seller, req *allocReq, snap *snapshot, home int) placeResult {
-	var segSum int64
-	var places []segments.Place
-	for _, p := range snap.withStock() {
-		if !p.IsPool() {
-			places = append(places, p)
-			segSum += snap.segs[p.Index()]
-		}
-	}
-	needPool := segSum < req.qty
-	var pool *heldPlace
-	if needPool {
-		if !slices.Contains(places, segments.Segment(home)) {
-			places = append(places, segments.Segment(home))
-			slices.Sort(places)
-		}
-		var err error
-		if pool, err = c.lockPlace(ctx, req.sku.name, segments.Pool, -1, nil); err != nil {
-			return lockFailure(err)
-		}
-		defer func() {
-			if pool != nil {
-				pool.unlock()
-			}
-		}()
-	}
-	var held []*heldPlace
-	defer func() {
-		for _, hp := range held {
-			hp.unlock()
-		}
-	}()
-	var sum int64
-	for _, p := range places {
-		hp, err := c.lockPlace(ctx, req.sku.name, p, -1, nil)
-		if err != nil {
-			return lockFailure(err)
-		}
-		if err := hp.load(ctx, true); err != nil {
-			hp.unlock()
-			return failed(err)
-		}
-		if hp.available() <= 0 && !(needPool && p.Index() == home) {
-			hp.unlock() // sold out since the snapshot: do not hold it
-			continue
-		}
-		held = append(held, hp)
-		sum += hp.available()
-	}
-	if sum < req.qty && pool != nil {
-		// Refill reenters the pool's lock through pctx; it records the new
-		// inbox in the home segment's cache, which commitHeld reads.
-		pctx, cancel := pool.h.bind(ctx)
-		moved, _, err := c.refill(pctx, req.sku.name, map[int]int64{home: max(req.qty-sum, req.sku.refillBatch)}, 0, s.pullNote(home), nil)
-		cancel()
-		if err != nil {
-			return failed(err)
-		}
-		sum += moved[home]
-	}
-	if pool != nil {
-		pool.unlock() // before the step
-		pool = nil
-	}
-	if sum < req.qty {
-		return placeResult{kind: resShort}
-	}
-	hs := held
-	held = nil // commitHeld unlocks them
-	return c.commitHeld(ctx, hs, req)
 }
 
 func firstErr(errs ...error) error {

@@ -650,7 +650,11 @@ func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, e
 	if target < 0 {
 		return false, nil
 	}
-	moved, _, err := s.c.refill(ctx, s.sku.name, map[int]int64{target: max(qty, s.sku.refillBatch)}, 0, s.pullNote(target), nil)
+	note := func(moved map[int]int64) []clientv3.Op {
+		rec := segments.Pull{Segment: target, Qty: moved[target], Lease: fmt.Sprintf("%x", s.self()), At: time.Now().UTC()}
+		return []clientv3.Op{clientv3.OpPut(s.c.keys.Pull(s.sku.name), segments.EncodePull(rec))}
+	}
+	moved, _, err := s.c.refill(ctx, s.sku.name, map[int]int64{target: max(qty, s.sku.refillBatch)}, 0, note, nil)
 	if err != nil {
 		return false, err
 	}
@@ -663,16 +667,6 @@ func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, e
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return o != nil && st.token == o.rev && st.availLocked() >= qty, nil
-}
-
-// pullNote is the record a pull into target writes in its move's
-// transaction: who moved pool stock into a segment to sell it, and how
-// much (the e2e checks tell pulls from the rebalancer's refills by it).
-func (s *seller) pullNote(target int) func(moved map[int]int64) []clientv3.Op {
-	return func(moved map[int]int64) []clientv3.Op {
-		rec := segments.Pull{Segment: target, Qty: moved[target], Lease: fmt.Sprintf("%x", s.self()), At: time.Now().UTC()}
-		return []clientv3.Op{clientv3.OpPut(s.c.keys.Pull(s.sku.name), segments.EncodePull(rec))}
-	}
 }
 
 // HeldSegments lists the segments of sku whose locks this process holds
