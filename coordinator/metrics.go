@@ -5,12 +5,13 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockctl/stockctl/internal/keys"
 )
 
 // Metrics bounds. The stock gauges are the only metrics whose label values
@@ -263,15 +264,18 @@ func (m *metrics) recentSKUs(now time.Time) []string {
 	return out
 }
 
-// lockKind names the lock behind a queue's key prefix, for the lock label.
+// lockKind names the lock behind a queue's key prefix, for the lock label:
+// the prefix with a lease (any, here 1) appended is a waiter key, which
+// keys parses.
 func (c *Coordinator) lockKind(pfx string) string {
-	if rest, ok := strings.CutPrefix(pfx, c.keys.Prefix()+"stocklocks/"); ok {
-		if strings.HasSuffix(rest, "/pool/") {
-			return lockPool
-		}
-		return lockSegment
+	k, err := c.keys.ParseStockLock(pfx + "1")
+	switch {
+	case err != nil:
+		return lockNamed
+	case k.Kind == keys.KindPool:
+		return lockPool
 	}
-	return lockNamed
+	return lockSegment
 }
 
 func (m *metrics) lockWaited(kind string, d time.Duration, err error) {

@@ -10,7 +10,7 @@ import (
 	"github.com/stockctl/stockctl/rebalance"
 )
 
-// counterOf reads one series of a gathered family by label.
+// metricOf reads one series of a gathered family by label.
 func metricOf(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
 	t.Helper()
 	fams, err := reg.Gather()

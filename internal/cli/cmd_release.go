@@ -59,20 +59,9 @@ func (v releaseView) table() table {
 }
 
 func releaseAction(c *ucli.Context) error {
-	g, err := readGlobals(c)
+	g, sku, order, err := orderArgs(c)
 	if err != nil {
 		return err
-	}
-	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
-	if err != nil {
-		return err
-	}
-	if err := requireFlags(c, "order"); err != nil {
-		return err
-	}
-	order := c.String("order")
-	if err := segments.ValidateOrderID(order); err != nil {
-		return usageError("--order: %v", err)
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		r, err := cn.coord.Release(ctx, sku, order)
@@ -81,6 +70,28 @@ func releaseAction(c *ucli.Context) error {
 		}
 		return show(c, g, releaseViewOf(r))
 	})
+}
+
+// orderArgs reads what release, confirm and cancel take: the global
+// flags, the SKU argument and --order, each checked (a usage error names
+// what was wrong).
+func orderArgs(c *ucli.Context) (*globals, string, string, error) {
+	g, err := readGlobals(c)
+	if err != nil {
+		return g, "", "", err
+	}
+	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
+	if err != nil {
+		return g, "", "", err
+	}
+	if err := requireFlags(c, "order"); err != nil {
+		return g, "", "", err
+	}
+	order := c.String("order")
+	if err := segments.ValidateOrderID(order); err != nil {
+		return g, "", "", usageError("--order: %v", err)
+	}
+	return g, sku, order, nil
 }
 
 func releaseViewOf(r *coordinator.Released) releaseView {

@@ -103,25 +103,6 @@ func (v confirmView) table() table {
 	return t
 }
 
-func orderArgs(c *ucli.Context) (*globals, string, string, error) {
-	g, err := readGlobals(c)
-	if err != nil {
-		return g, "", "", err
-	}
-	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
-	if err != nil {
-		return g, "", "", err
-	}
-	if err := requireFlags(c, "order"); err != nil {
-		return g, "", "", err
-	}
-	order := c.String("order")
-	if err := segments.ValidateOrderID(order); err != nil {
-		return g, "", "", usageError("--order: %v", err)
-	}
-	return g, sku, order, nil
-}
-
 func confirmAction(c *ucli.Context) error {
 	g, sku, order, err := orderArgs(c)
 	if err != nil {

@@ -62,58 +62,80 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// servedEtcd is a stockctl serve running in-process on a loopback port
+// and a data dir of its own, until stop.
+type servedEtcd struct {
+	addr, dir   string
+	out, errOut syncBuffer
+	cancel      context.CancelFunc
+	done        chan int
+}
+
+// startServe runs serve with the rebalancer's identity and extra flags,
+// and returns once it says where its etcd is.
+func startServe(t *testing.T, identity string, extra ...string) *servedEtcd {
+	t.Helper()
+	s := &servedEtcd{addr: freeAddr(t), dir: filepath.Join(t.TempDir(), identity+".etcd"), done: make(chan int, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	t.Cleanup(cancel)
+	args := append([]string{"--data-dir", s.dir, "serve", "--listen", s.addr, "--identity", identity}, extra...)
+	go func() { s.done <- runCtx(ctx, &s.out, &s.errOut, args...) }()
+	waitFor(t, 30*time.Second, "serve to start", func() bool {
+		return strings.Contains(s.out.String(), "export STOCKCTL_ENDPOINTS=http://"+s.addr)
+	})
+	return s
+}
+
+// ok runs a stockctl command against the served etcd; it must succeed.
+func (s *servedEtcd) ok(t *testing.T, args ...string) string {
+	t.Helper()
+	r := run(t, append([]string{"--endpoints", "http://" + s.addr}, args...)...)
+	if r.code != 0 {
+		t.Fatalf("%v: %+v", args, r)
+	}
+	return r.stdout
+}
+
+// stop interrupts serve, which must exit 0.
+func (s *servedEtcd) stop(t *testing.T) {
+	t.Helper()
+	s.cancel()
+	select {
+	case code := <-s.done:
+		if code != 0 {
+			t.Fatalf("serve exited %d: %s", code, s.errOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop when interrupted")
+	}
+}
+
 // serve runs an etcd several processes share, and the rebalancer, until
 // interrupted.
 func TestServe(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
-	dir := filepath.Join(t.TempDir(), "served.etcd")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- runCtx(ctx, &out, &errOut, "--data-dir", dir, "serve", "--listen", addr, "--identity", "served")
-	}()
-	waitFor(t, 30*time.Second, "serve to start", func() bool { return strings.Contains(out.String(), "export STOCKCTL_ENDPOINTS=http://"+addr) })
-
-	ep := []string{"--endpoints", "http://" + addr}
-	mustOK := func(args ...string) string {
-		t.Helper()
-		r := run(t, append(ep, args...)...)
-		if r.code != 0 {
-			t.Fatalf("%v: %+v", args, r)
-		}
-		return r.stdout
-	}
-	mustOK("init", "tee", "--total", "100", "--segments", "2", "--initial-fill", "10", "--low-watermark", "4", "--refill-batch", "20")
+	srv := startServe(t, "served")
+	srv.ok(t, "init", "tee", "--total", "100", "--segments", "2", "--initial-fill", "10", "--low-watermark", "4", "--refill-batch", "20")
 	for i := range 3 {
-		mustOK("allocate", "tee", "--order", fmt.Sprintf("o%d", i), "--qty", "1", "--route-key", "same")
+		srv.ok(t, "allocate", "tee", "--order", fmt.Sprintf("o%d", i), "--qty", "1", "--route-key", "same")
 	}
 	// The served rebalancer refills the segment that fell below 4.
 	waitFor(t, 20*time.Second, "a refill by the served rebalancer", func() bool {
 		var st statusView
-		decode(t, mustOK("-o", "json", "status", "tee"), &st)
+		decode(t, srv.ok(t, "-o", "json", "status", "tee"), &st)
 		return st.Rebalancer != nil && st.Rebalancer.Leader == "served" && st.Pool == 70
 	})
-	if !strings.Contains(out.String(), "refill  tee  pool → seg/") {
-		t.Errorf("serve printed no move:\n%s", out.String())
+	if !strings.Contains(srv.out.String(), "refill  tee  pool → seg/") {
+		t.Errorf("serve printed no move:\n%s", srv.out.String())
 	}
 	// The data dir is taken while serve runs.
-	checkFails(t, run(t, "--data-dir", dir, "status", "tee"), ExitFailure, "in use", nil)
+	checkFails(t, run(t, "--data-dir", srv.dir, "status", "tee"), ExitFailure, "in use", nil)
 
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("serve exited %d: %s", code, errOut.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("serve did not stop when interrupted")
-	}
+	srv.stop(t)
 	// Its data survives: the next command on the data dir sees it.
 	var st statusView
-	decode(t, run(t, "--data-dir", dir, "-o", "json", "status", "tee").stdout, &st)
+	decode(t, run(t, "--data-dir", srv.dir, "-o", "json", "status", "tee").stdout, &st)
 	if st.Allocated != 3 {
 		t.Fatalf("after serve: %+v", st)
 	}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -73,35 +71,15 @@ var metricsLine = regexp.MustCompile(`metrics on (http://\S+/metrics)`)
 // reports the stock etcd holds.
 func TestServeMetrics(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
-	dir := filepath.Join(t.TempDir(), "metered.etcd")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- runCtx(ctx, &out, &errOut, "--data-dir", dir, "serve", "--listen", addr, "--identity", "metered",
-			"--metrics-addr", "127.0.0.1:0")
-	}()
-	waitFor(t, 30*time.Second, "serve to start", func() bool { return strings.Contains(out.String(), "export STOCKCTL_ENDPOINTS=http://"+addr) })
-	m := metricsLine.FindStringSubmatch(errOut.String())
+	srv := startServe(t, "metered", "--metrics-addr", "127.0.0.1:0")
+	m := metricsLine.FindStringSubmatch(srv.errOut.String())
 	if m == nil {
-		t.Fatalf("serve did not say where its metrics are:\n%s", errOut.String())
+		t.Fatalf("serve did not say where its metrics are:\n%s", srv.errOut.String())
 	}
 	url := m[1]
-
-	ep := []string{"--endpoints", "http://" + addr}
-	mustOK := func(args ...string) string {
-		t.Helper()
-		r := run(t, append(ep, args...)...)
-		if r.code != 0 {
-			t.Fatalf("%v: %+v", args, r)
-		}
-		return r.stdout
-	}
-	mustOK("init", "gauge", "--total", "100", "--segments", "2", "--initial-fill", "10", "--low-watermark", "4", "--refill-batch", "20")
+	srv.ok(t, "init", "gauge", "--total", "100", "--segments", "2", "--initial-fill", "10", "--low-watermark", "4", "--refill-batch", "20")
 	for i := range 3 {
-		mustOK("allocate", "gauge", "--order", fmt.Sprintf("g%d", i), "--qty", "2", "--route-key", "same")
+		srv.ok(t, "allocate", "gauge", "--order", fmt.Sprintf("g%d", i), "--qty", "2", "--route-key", "same")
 	}
 	var fams map[string]*dto.MetricFamily
 	waitFor(t, 30*time.Second, "a refill counted in the served metrics", func() bool {
@@ -120,21 +98,13 @@ func TestServeMetrics(t *testing.T) {
 	}
 	// The stock gauges are etcd's figures: quiet now, they equal status.
 	var st statusView
-	decode(t, mustOK("-o", "json", "status", "gauge"), &st)
+	decode(t, srv.ok(t, "-o", "json", "status", "gauge"), &st)
 	fams = scrape(t, url)
 	if v, ok := sample(fams, "stockctl_stock_units", map[string]string{"sku": "gauge", "place": "pool"}); !ok || v != float64(st.Pool) {
 		t.Errorf("pool gauge %v (found %v), status says %d", v, ok, st.Pool)
 	}
 
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("serve exited %d: %s", code, errOut.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop when interrupted")
-	}
+	srv.stop(t)
 	if _, err := http.Get(url); err == nil {
 		t.Error("the metrics endpoint still answers after serve stopped")
 	}

@@ -28,7 +28,7 @@ func TestStatusWatchInTmux(t *testing.T) {
 	bin := buildStockctl(t)
 	addr := freeAddr(t)
 	base := append(os.Environ(), "LANG=C.UTF-8")
-	startServe(t, bin, base, addr)
+	startServeProcess(t, bin, base, addr)
 	env := append(base, "STOCKCTL_ENDPOINTS=http://"+addr)
 
 	stockctl := func(args ...string) (string, int) {
@@ -237,9 +237,9 @@ func (p *tmuxPane) waitFor(what string, cond func(screen) bool) screen {
 	}
 }
 
-// startServe runs `stockctl serve` on addr with a data dir of the test's,
+// startServeProcess runs the built `stockctl serve` on addr with a data dir of the test's,
 // until the test ends (^C, as a person stops it).
-func startServe(t *testing.T, bin string, env []string, addr string) {
+func startServeProcess(t *testing.T, bin string, env []string, addr string) {
 	t.Helper()
 	var out, errOut syncBuffer
 	cmd := exec.Command(bin, "--data-dir", filepath.Join(t.TempDir(), "served.etcd"), "serve", "--listen", addr,
