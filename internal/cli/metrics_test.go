@@ -78,8 +78,11 @@ func TestServeMetrics(t *testing.T) {
 	}
 	url := m[1]
 	srv.ok(t, "init", "gauge", "--total", "100", "--segments", "2", "--initial-fill", "10", "--low-watermark", "4", "--refill-batch", "20")
+	// 3 single units from one segment of 5: it falls below its watermark
+	// of 4 while it can still serve every order, so no seller pulls from
+	// the pool and the refill is the served rebalancer's.
 	for i := range 3 {
-		srv.ok(t, "allocate", "gauge", "--order", fmt.Sprintf("g%d", i), "--qty", "2", "--route-key", "same")
+		srv.ok(t, "allocate", "gauge", "--order", fmt.Sprintf("g%d", i), "--qty", "1", "--route-key", "same")
 	}
 	var fams map[string]*dto.MetricFamily
 	waitFor(t, 30*time.Second, "a refill counted in the served metrics", func() bool {
