@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -167,7 +168,7 @@ func TestFIFOAcrossCoordinators(t *testing.T) {
 	cs := newCoordinators(t, etcd, 5)
 	raw := etcd.Client(t)
 	ctx := t.Context()
-	lockPrefix := cs[0].Keys().Lock("fifo")
+	lockPrefix := engines.Of(cs[0]).Keys.Lock("fifo")
 
 	first, err := cs[0].Lock(ctx, "fifo")
 	if err != nil {
@@ -262,7 +263,7 @@ func TestCohortBoundLetsOtherProcessIn(t *testing.T) {
 	b := newCoordinators(t, etcd, 1)[0]
 	raw := etcd.Client(t)
 	ctx := t.Context()
-	lockPrefix := a.Keys().Lock("fair")
+	lockPrefix := engines.Of(a).Keys.Lock("fair")
 
 	held, err := a.Lock(ctx, "fair")
 	if err != nil {
@@ -326,7 +327,7 @@ func TestTryLockAndCancelLeaveNoKey(t *testing.T) {
 	cs := newCoordinators(t, etcd, 2)
 	raw := etcd.Client(t)
 	ctx := t.Context()
-	lockPrefix := cs[0].Keys().Lock("busy")
+	lockPrefix := engines.Of(cs[0]).Keys.Lock("busy")
 
 	held, err := cs[0].Lock(ctx, "busy")
 	if err != nil {
@@ -393,7 +394,7 @@ func TestReentrancyAndStaleUnlock(t *testing.T) {
 	cs := newCoordinators(t, etcd, 2)
 	raw := etcd.Client(t)
 	ctx := t.Context()
-	lockPrefix := cs[0].Keys().Lock("re")
+	lockPrefix := engines.Of(cs[0]).Keys.Lock("re")
 
 	outer, err := cs[0].Lock(ctx, "re")
 	if err != nil {
@@ -493,7 +494,7 @@ func TestLeaseRevokedWhileHolding(t *testing.T) {
 		}
 		other <- l
 	}()
-	waitFor(t, "remote waiter", func() bool { return countKeys(t, raw, cs[0].Keys().Lock("revoke")) == 2 })
+	waitFor(t, "remote waiter", func() bool { return countKeys(t, raw, engines.Of(cs[0]).Keys.Lock("revoke")) == 2 })
 
 	if _, err := raw.Revoke(ctx, held.Lease()); err != nil {
 		t.Fatal(err)
@@ -654,7 +655,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	if !errors.Is(a.Err(), coordinator.ErrClosed) {
 		t.Fatalf("held lock Err = %v, want ErrClosed", a.Err())
 	}
-	if n := countKeys(t, raw, cs[0].Keys().Prefix()+"locks/"); n != 0 {
+	if n := countKeys(t, raw, engines.Of(cs[0]).Keys.Prefix()+"locks/"); n != 0 {
 		t.Fatalf("%d lock keys left after Close", n)
 	}
 	leases, err := raw.Leases(ctx)

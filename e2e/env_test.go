@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
@@ -127,7 +128,7 @@ func routeKeysFor(t testing.TB, n, seg, k int) []string {
 // reverse) is a half-applied allocation and fails t.
 func orderState(t testing.TB, c *coordinator.Coordinator, sku, order string) (o segments.Order, recorded bool) {
 	t.Helper()
-	k := c.Keys()
+	k := engines.Of(c).Keys
 	var resp *clientv3.TxnResponse
 	retry(t, "read order "+order, 20*time.Second, anyErr, func(ctx context.Context) (err error) {
 		resp, err = c.Client().Txn(ctx).Then(clientv3.OpGet(k.OrderID(order)), clientv3.OpGet(k.Order(sku, order))).Commit()

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
@@ -180,7 +181,7 @@ func expiriesInHistory(t testing.TB, c *coordinator.Coordinator, sku string, fro
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	k := c.Keys()
+	k := engines.Of(c).Keys
 	sentinel := k.Prefix() + "e2e-expiry-history-end/" + sku
 	if _, err := c.Client().Put(ctx, sentinel, ""); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -93,7 +94,7 @@ func TestKilledProcess(t *testing.T) {
 	}
 	var held []int
 	for seg := range segs {
-		resp, err := waiter.Client().Get(ctx, waiter.Keys().SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
+		resp, err := waiter.Client().Get(ctx, engines.Of(waiter).Keys.SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func TestKilledProcess(t *testing.T) {
 	}
 	defer wsess.Close()
 	for i, seg := range hold {
-		m := concurrency.NewMutex(wsess, strings.TrimSuffix(waiter.Keys().SegmentLock(sku, seg), "/"))
+		m := concurrency.NewMutex(wsess, strings.TrimSuffix(engines.Of(waiter).Keys.SegmentLock(sku, seg), "/"))
 		waiters.Go(func() {
 			if waitErrs[i] = m.Lock(ctx); waitErrs[i] == nil {
 				acquired[i] = time.Now()
@@ -133,7 +134,7 @@ func TestKilledProcess(t *testing.T) {
 		})
 	}
 	for i, seg := range hold {
-		key := fmt.Sprintf("%s%x", waiter.Keys().SegmentLock(sku, seg), int64(wsess.Lease()))
+		key := fmt.Sprintf("%s%x", engines.Of(waiter).Keys.SegmentLock(sku, seg), int64(wsess.Lease()))
 		waitFor(t, fmt.Sprintf("the waiter queued on segment %d", seg), 30*time.Second, func() bool {
 			if got[i].Load() {
 				return true

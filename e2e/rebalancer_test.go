@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 )
@@ -89,7 +90,7 @@ func runRebalancerFailover(t *testing.T, kill bool) {
 	if kill {
 		faultAt = helper.kill(t)
 	} else {
-		sess, err := firstCoord.Session(ctx)
+		sess, err := engines.Of(firstCoord).Locks.Session(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 )
@@ -60,7 +61,7 @@ func TestRebalancerMetricsFollowLeadership(t *testing.T) {
 	}
 
 	// Lose a's session: its lease revoked in etcd.
-	sess, err := ca.Session(t.Context())
+	sess, err := engines.Of(ca).Locks.Session(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

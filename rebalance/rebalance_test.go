@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
@@ -214,7 +216,7 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 			t.Fatalf("move by %s while r%d led", m.Leader, leader)
 		}
 	}
-	sess, err := cs[leader].Session(ctx)
+	sess, err := engines.Of(cs[leader]).Locks.Session(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +285,7 @@ func pulledFromPool(t *testing.T, c *coordinator.Coordinator, sku string) int64 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	key := c.Keys().Pull(sku)
+	key := engines.Of(c).Keys.Pull(sku)
 	now, err := c.Client().Get(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +317,7 @@ func pulledFromPool(t *testing.T, c *coordinator.Coordinator, sku string) int64 
 // poolTakenByOrders sums what active orders took from the pool.
 func poolTakenByOrders(t *testing.T, c *coordinator.Coordinator, sku string) int64 {
 	t.Helper()
-	resp, err := c.Client().Get(context.Background(), c.Keys().Orders(sku), clientv3WithPrefix()...)
+	resp, err := c.Client().Get(context.Background(), engines.Of(c).Keys.Orders(sku), clientv3WithPrefix()...)
 	if err != nil {
 		t.Fatal(err)
 	}

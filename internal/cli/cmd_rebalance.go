@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -134,7 +135,7 @@ func rebalanceAction(c *ucli.Context) error {
 		return err
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
-		if _, _, err := cn.coord.Meta(ctx, sku); err != nil {
+		if _, _, err := engines.Of(cn.coord).Stock.Meta(ctx, sku); err != nil {
 			return failed(ctx, "rebalance "+sku, err)
 		}
 		r, err := rebalance.New(cn.coord, rebalance.Config{Identity: c.String("identity")})
@@ -166,7 +167,7 @@ func rebalanceAction(c *ucli.Context) error {
 func currentLeader(cn *conn) string {
 	ctx, cancel := context.WithTimeout(context.Background(), cn.g.dialTimeout)
 	defer cancel()
-	resp, err := cn.coord.KV().Get(ctx, cn.coord.Keys().Election()+"/", clientv3.WithFirstCreate()...)
+	resp, err := engines.Of(cn.coord).KV.Get(ctx, engines.Of(cn.coord).Keys.Election()+"/", clientv3.WithFirstCreate()...)
 	if err != nil || len(resp.Kvs) == 0 {
 		return ""
 	}

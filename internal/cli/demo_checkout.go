@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/sale"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -119,7 +120,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (t *demoTally) expire(x coordinator.Expiry) {
+func (t *demoTally) expire(x segments.Expiry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expired++
@@ -142,13 +143,13 @@ func (t *demoTally) limitRefusal() {
 
 // buyerUnits reads every buyer's counter of sku: the units each holds.
 func buyerUnits(ctx context.Context, c *coordinator.Coordinator, sku string) (map[string]int64, error) {
-	resp, err := c.KV().Get(ctx, c.Keys().Users(sku), clientv3.WithPrefix())
+	resp, err := engines.Of(c).KV.Get(ctx, engines.Of(c).Keys.Users(sku), clientv3.WithPrefix())
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]int64{}
 	for _, kv := range resp.Kvs {
-		b, err := c.Keys().ParseUser(sku, string(kv.Key))
+		b, err := engines.Of(c).Keys.ParseUser(sku, string(kv.Key))
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 )
 
 const (
@@ -52,7 +53,7 @@ type saleWatch struct {
 
 func newSaleWatch(coord *coordinator.Coordinator, sku string, loadTimeout time.Duration, errs io.Writer) *saleWatch {
 	return &saleWatch{coord: coord, client: coord.Client(), now: time.Now, loadTimeout: loadTimeout, errs: errs,
-		state: newSaleState(coord.Keys(), sku, time.Now())}
+		state: newSaleState(engines.Of(coord).Keys, sku, time.Now())}
 }
 
 // errWatchEnded ends one watch of run: the caller reloads and watches again.
@@ -90,7 +91,7 @@ func (w *saleWatch) follow(ctx context.Context, p *watchPrinter, note string) er
 	// WithRequireLeader: a member cut off from its cluster ends the watch
 	// instead of leaving it silent, and the reload reaches a member that
 	// has a leader.
-	wch := w.client.Watch(clientv3.WithRequireLeader(wctx), w.coord.Keys().Prefix(), clientv3.WithPrefix(),
+	wch := w.client.Watch(clientv3.WithRequireLeader(wctx), engines.Of(w.coord).Keys.Prefix(), clientv3.WithPrefix(),
 		clientv3.WithRev(w.state.loadRev+1))
 
 	var (

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -84,7 +85,7 @@ func (s *saleState) load(ctx context.Context, c *coordinator.Coordinator) error 
 	// The lock and election keys at the snapshot's revision, so that the
 	// watches that start after it miss nothing.
 	at := clientv3.WithRev(st.Revision)
-	resp, err := c.KV().Txn(ctx).Then(
+	resp, err := engines.Of(c).KV.Txn(ctx).Then(
 		clientv3.OpGet(s.keys.StockLocks(s.sku), clientv3.WithPrefix(), clientv3.WithKeysOnly(), at),
 		clientv3.OpGet(s.electionPrefix(), clientv3.WithPrefix(), at),
 		clientv3.OpGet(s.keys.Reservations(s.sku), clientv3.WithPrefix(), at),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 )
 
 // watchFields are the fields of every status --watch JSON object (note,
@@ -315,7 +316,7 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, err := coord.Session(t.Context())
+	sess, err := engines.Of(coord).Locks.Session(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +337,7 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 	}
 	wait("the release", func(v watchView) bool { return v.Allocated == 0 && v.Orders == 1 })
 
-	if _, err := shared.client.Delete(t.Context(), coord.Keys().Meta("ev")); err != nil {
+	if _, err := shared.client.Delete(t.Context(), engines.Of(coord).Keys.Meta("ev")); err != nil {
 		t.Fatal(err)
 	}
 	select {

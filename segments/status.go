@@ -1,4 +1,4 @@
-package coordinator
+package segments
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/internal/keys"
-	"github.com/stockctl/stockctl/segments"
 )
 
 // SegmentStatus is one segment's stock.
@@ -24,7 +23,7 @@ type SegmentStatus struct {
 // Status is a SKU's stock at one revision.
 type Status struct {
 	SKU  string
-	Meta segments.Meta
+	Meta Meta
 	// Total is all stock ever put in; Pool and Segments is what remains.
 	Total    int64
 	Pool     int64
@@ -42,10 +41,10 @@ type Status struct {
 	Orders   int64
 	Revision int64
 	// Rebalancer is the last pass of the rebalancer, if one ever ran.
-	Rebalancer *segments.RebalancePass
+	Rebalancer *RebalancePass
 }
 
-// Remaining is the stock left in the pool and all segments.
+// Remaining is the stock left in the pool and all
 func (s *Status) Remaining() int64 {
 	r := s.Pool
 	for _, seg := range s.Segments {
@@ -56,21 +55,21 @@ func (s *Status) Remaining() int64 {
 
 // Status reads sku's stock in one transaction, so every figure is from the
 // same revision.
-func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
-	if err := segments.ValidateSKU(sku); err != nil {
+func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
+	if err := ValidateSKU(sku); err != nil {
 		return nil, fmt.Errorf("status %s: %w", sku, err)
 	}
-	resp, err := c.kv.Txn(ctx).Then(
-		clientv3.OpGet(c.keys.Meta(sku)),
-		clientv3.OpGet(c.keys.SKUStock(sku), clientv3.WithPrefix()),
-		clientv3.OpGet(c.keys.Orders(sku), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(c.keys.RebalanceLast()),
-		clientv3.OpGet(c.keys.Reservations(sku), clientv3.WithPrefix()),
+	resp, err := e.kv.Txn(ctx).Then(
+		clientv3.OpGet(e.keys.Meta(sku)),
+		clientv3.OpGet(e.keys.SKUStock(sku), clientv3.WithPrefix()),
+		clientv3.OpGet(e.keys.Orders(sku), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(e.keys.RebalanceLast()),
+		clientv3.OpGet(e.keys.Reservations(sku), clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", sku, err)
 	}
-	meta, info, err := c.decodeMetaResp(sku, resp.Responses[0].GetResponseRange().Kvs)
+	meta, info, err := e.decodeMetaResp(sku, resp.Responses[0].GetResponseRange().Kvs)
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", sku, err)
 	}
@@ -80,7 +79,7 @@ func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
 		st.Segments[i].Index = i
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		k, v, err := c.decodeStockKV(info, kv)
+		k, v, err := e.decodeStockKV(info, kv)
 		if err != nil {
 			return nil, fmt.Errorf("status %s: %w", sku, err)
 		}
@@ -97,14 +96,14 @@ func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
 	st.Allocated = st.Total - st.Remaining()
 	st.Orders = resp.Responses[2].GetResponseRange().Count
 	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
-		pass, err := segments.DecodeRebalancePass(string(kvs[0].Key), kvs[0].Value)
+		pass, err := DecodeRebalancePass(string(kvs[0].Key), kvs[0].Value)
 		if err != nil {
 			return nil, fmt.Errorf("status %s: %w", sku, err)
 		}
 		st.Rebalancer = &pass
 	}
 	for _, kv := range resp.Responses[4].GetResponseRange().Kvs {
-		q, err := segments.DecodeCounter(string(kv.Key), kv.Value)
+		q, err := DecodeCounter(string(kv.Key), kv.Value)
 		if err != nil {
 			return nil, fmt.Errorf("status %s: %w", sku, err)
 		}
@@ -114,16 +113,16 @@ func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
 	return st, nil
 }
 
-func (c *Coordinator) decodeMetaResp(sku string, kvs []*mvccpb.KeyValue) (segments.Meta, *skuInfo, error) {
+func (e *Engine) decodeMetaResp(sku string, kvs []*mvccpb.KeyValue) (Meta, *skuInfo, error) {
 	if len(kvs) == 0 {
-		return segments.Meta{}, nil, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
+		return Meta{}, nil, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
 	}
-	meta, err := segments.DecodeMeta(string(kvs[0].Key), kvs[0].Value)
+	meta, err := DecodeMeta(string(kvs[0].Key), kvs[0].Value)
 	if err != nil {
-		return segments.Meta{}, nil, err
+		return Meta{}, nil, err
 	}
 	if meta.Creating {
-		return segments.Meta{}, nil, fmt.Errorf("%w %q: its creation has not completed", ErrUnknownSKU, sku)
+		return Meta{}, nil, fmt.Errorf("%w %q: its creation has not completed", ErrUnknownSKU, sku)
 	}
 	return meta, &skuInfo{name: sku, segments: meta.Segments}, nil
 }
@@ -166,29 +165,29 @@ type AuditReport struct {
 // quantity) and every index key a live reservation; every buyer's counter
 // must equal the units its active orders counted there hold. A failed audit is reported in the report (OK false), not as an
 // error; errors are for failing to read.
-func (c *Coordinator) Audit(ctx context.Context, sku string) (*AuditReport, error) {
-	return c.AuditAt(ctx, sku, 0)
+func (e *Engine) Audit(ctx context.Context, sku string) (*AuditReport, error) {
+	return e.AuditAt(ctx, sku, 0)
 }
 
 // AuditAt is Audit at a past revision rev (0: the current one). etcd keeps
 // past revisions until they are compacted.
-func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*AuditReport, error) {
-	if err := segments.ValidateSKU(sku); err != nil {
+func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditReport, error) {
+	if err := ValidateSKU(sku); err != nil {
 		return nil, fmt.Errorf("audit %s: %w", sku, err)
 	}
 	at := clientv3.WithRev(rev)
-	resp, err := c.kv.Txn(ctx).Then(
-		clientv3.OpGet(c.keys.Meta(sku), at),
-		clientv3.OpGet(c.keys.SKUStock(sku), clientv3.WithPrefix(), at),
-		clientv3.OpGet(c.keys.Orders(sku), clientv3.WithPrefix(), at),
-		clientv3.OpGet(c.keys.Reservations(sku), clientv3.WithPrefix(), at),
-		clientv3.OpGet(c.keys.Users(sku), clientv3.WithPrefix(), at),
+	resp, err := e.kv.Txn(ctx).Then(
+		clientv3.OpGet(e.keys.Meta(sku), at),
+		clientv3.OpGet(e.keys.SKUStock(sku), clientv3.WithPrefix(), at),
+		clientv3.OpGet(e.keys.Orders(sku), clientv3.WithPrefix(), at),
+		clientv3.OpGet(e.keys.Reservations(sku), clientv3.WithPrefix(), at),
+		clientv3.OpGet(e.keys.Users(sku), clientv3.WithPrefix(), at),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: %w", sku, err)
 	}
 
-	meta, info, err := c.decodeMetaResp(sku, resp.Responses[0].GetResponseRange().Kvs)
+	meta, info, err := e.decodeMetaResp(sku, resp.Responses[0].GetResponseRange().Kvs)
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: %w", sku, err)
 	}
@@ -198,7 +197,7 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 	}
 	index := map[string]int64{} // reservation index key → qty
 	for _, kv := range resp.Responses[3].GetResponseRange().Kvs {
-		q, err := segments.DecodeCounter(string(kv.Key), kv.Value)
+		q, err := DecodeCounter(string(kv.Key), kv.Value)
 		if err != nil {
 			r.Problems = append(r.Problems, err.Error())
 		}
@@ -206,7 +205,7 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 	}
 	held := map[string]int64{} // buyer → units of active counted orders
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		k, v, err := c.decodeStockKV(info, kv)
+		k, v, err := e.decodeStockKV(info, kv)
 		if err != nil {
 			r.Problems = append(r.Problems, err.Error())
 			continue
@@ -219,12 +218,12 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 	}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
 		key := string(kv.Key)
-		o, err := segments.DecodeOrder(key, kv.Value)
+		o, err := DecodeOrder(key, kv.Value)
 		if err != nil {
 			r.Problems = append(r.Problems, err.Error())
 			continue
 		}
-		if id, err := c.keys.ParseOrder(sku, key); err != nil || o.SKU != sku || o.ID != id {
+		if id, err := e.keys.ParseOrder(sku, key); err != nil || o.SKU != sku || o.ID != id {
 			r.Problems = append(r.Problems, fmt.Sprintf("order record at key %q names SKU %q order %q", key, o.SKU, o.ID))
 			continue
 		}
@@ -235,11 +234,11 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 		}
 		r.Orders++
 		switch {
-		case o.State == segments.StateExpired:
+		case o.State == StateExpired:
 			r.ExpiredOrders++
 		case o.Released:
 			r.ReleasedOrders++
-		case o.State == segments.StateReserved:
+		case o.State == StateReserved:
 			r.Allocated += o.Qty
 			r.Reserved += o.Qty
 		default:
@@ -250,7 +249,7 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 			held[o.Buyer] += o.Qty
 		}
 		if o.Reserved() {
-			ik := c.keys.Reservation(sku, o.Deadline.UnixNano(), o.ID)
+			ik := e.keys.Reservation(sku, o.Deadline.UnixNano(), o.ID)
 			if q, ok := index[ik]; !ok || q != o.Qty {
 				r.Problems = append(r.Problems, fmt.Sprintf("live reservation %q has no index key %q with its qty %d", o.ID, ik, o.Qty))
 			}
@@ -262,12 +261,12 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 	}
 	for _, kv := range resp.Responses[4].GetResponseRange().Kvs {
 		key := string(kv.Key)
-		buyer, err := c.keys.ParseUser(sku, key)
+		buyer, err := e.keys.ParseUser(sku, key)
 		if err != nil {
 			r.Problems = append(r.Problems, err.Error())
 			continue
 		}
-		v, err := segments.DecodeCounter(key, kv.Value)
+		v, err := DecodeCounter(key, kv.Value)
 		if err != nil {
 			r.Problems = append(r.Problems, err.Error())
 			continue

@@ -1,8 +1,9 @@
-package coordinator
+package segments
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -11,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/stockctl/stockctl/internal/keys"
+	"github.com/stockctl/stockctl/internal/lock"
 )
 
 // Metrics bounds. The stock gauges are the only metrics whose label values
@@ -32,17 +33,15 @@ const (
 	metricsStockReadTimeout = 2 * time.Second
 )
 
-// metrics is what a coordinator counts for Prometheus (WithMetrics). A nil
-// *metrics counts nothing: every method is a no-op on nil, so the hot path
+// Metrics is what the segment engine counts for Prometheus (the
+// coordinator's WithMetrics). A nil *Metrics counts nothing: every method is a no-op on nil, so the hot path
 // pays one nil check without WithMetrics.
-type metrics struct {
-	c *Coordinator
+type Metrics struct {
+	// Set by NewEngine: the stock gauges read the books at scrape time.
+	status func(ctx context.Context, sku string) (*Status, error)
+	bgCtx  func() context.Context
+	log    *slog.Logger
 
-	lockWait      *prometheus.HistogramVec // lock, outcome
-	handoffs      *prometheus.CounterVec   // lock, via
-	sessions      prometheus.Counter
-	sessionLosses prometheus.Counter
-	lateRenewals  prometheus.Counter
 	allocations   *prometheus.CounterVec // op, outcome, source
 	units         *prometheus.CounterVec // source
 	releases      *prometheus.CounterVec // op, outcome
@@ -63,51 +62,20 @@ type metrics struct {
 	skus  map[string]*atomic.Int64 // SKU → when this process last touched it (unix nanos)
 }
 
-// Label values. Fixed sets, so the metrics' cardinality is fixed too.
+// commitBuckets span one fsynced etcd write on a fast disk to a slow one.
+var commitBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+
+// Move kinds, the kind label of the move metrics.
 const (
-	lockSegment = "segment"
-	lockPool    = "pool"
-	lockNamed   = "named"
-
-	viaLocal = "local"
-	viaEtcd  = "etcd"
-
 	moveRefill = "refill"
 	moveDrain  = "drain"
 	movePull   = "pull"
 )
 
-// lockWaitBuckets span a local handoff (tens of µs) to a wait budget's end
-// (DefaultHomeWait) and beyond.
-var lockWaitBuckets = []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
-
-// commitBuckets span one fsynced etcd write on a fast disk to a slow one.
-var commitBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
-
-func newMetrics(c *Coordinator) *metrics {
-	return &metrics{
-		c: c,
-		lockWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "stockctl_lock_wait_seconds",
-			Help:    "Time a goroutine waited to acquire a lock (lock: segment, pool or named; outcome: acquired, busy, timeout, canceled, lost, error).",
-			Buckets: lockWaitBuckets,
-		}, []string{"lock", "outcome"}),
-		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "stockctl_lock_handoffs_total",
-			Help: "Locks passed to a holder (via=local: from another goroutine of this process, no etcd write; via=etcd: acquired through etcd, from another process or free).",
-		}, []string{"lock", "via"}),
-		sessions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stockctl_sessions_started_total",
-			Help: "etcd sessions (leases) this coordinator started.",
-		}),
-		sessionLosses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stockctl_session_losses_total",
-			Help: "etcd sessions lost while in use: every lock held under one was lost.",
-		}),
-		lateRenewals: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "stockctl_session_late_renewals_total",
-			Help: "Session keepalives answered more than half the TTL after the previous one (a step towards losing the session).",
-		}),
+// NewMetrics makes the segment engine's metrics; pass them in Config and
+// register the Metrics itself (it is a prometheus.Collector).
+func NewMetrics() *Metrics {
+	return &Metrics{
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_allocations_total",
 			Help: "Orders taking stock (op: allocate for Allocate/AllocateFunc, reserve for Reserve) by outcome (served, replayed, insufficient, limit_exceeded, conflict, error) and, when served, by source (segment, pool, gather; none otherwise).",
@@ -158,7 +126,7 @@ func newMetrics(c *Coordinator) *metrics {
 		moveSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "stockctl_stock_move_duration_seconds",
 			Help:    "Time one stock move took, its locks included (kind; outcome: moved, nothing, error).",
-			Buckets: lockWaitBuckets,
+			Buckets: lock.LockWaitBuckets,
 		}, []string{"kind", "outcome"}),
 		stockDesc: prometheus.NewDesc("stockctl_stock_units",
 			"Units left in a place of a SKU this process touched recently (place: pool, or a segment's index), read from etcd at scrape time.",
@@ -169,14 +137,13 @@ func newMetrics(c *Coordinator) *metrics {
 	}
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.lockWait, m.handoffs, m.sessions, m.sessionLosses, m.lateRenewals,
-		m.allocations, m.units, m.releases, m.confirms, m.expiries, m.expiredUnits, m.expiryDelay, m.batchSize, m.commitSeconds, m.moves, m.movedUnits, m.moveSeconds}
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.allocations, m.units, m.releases, m.confirms, m.expiries, m.expiredUnits, m.expiryDelay, m.batchSize, m.commitSeconds, m.moves, m.movedUnits, m.moveSeconds}
 }
 
 // Describe and Collect make the metrics one prometheus.Collector, so that
 // registering (and unregistering at Close) is one call.
-func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range m.collectors() {
 		c.Describe(ch)
 	}
@@ -184,7 +151,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.stockReadErrDesc
 }
 
-func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, c := range m.collectors() {
 		c.Collect(ch)
 	}
@@ -195,14 +162,14 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 // collectStock reads each recently touched SKU's stock (one etcd read per
 // SKU, the same as Status) so the gauges are etcd's truth at scrape time,
 // not this process's possibly stale view of places other processes sell.
-func (m *metrics) collectStock(ch chan<- prometheus.Metric) {
+func (m *Metrics) collectStock(ch chan<- prometheus.Metric) {
 	for _, sku := range m.recentSKUs(time.Now()) {
-		ctx, cancel := context.WithTimeout(m.c.bgCtx, metricsStockReadTimeout)
-		st, err := m.c.Status(ctx, sku)
+		ctx, cancel := context.WithTimeout(m.bgCtx(), metricsStockReadTimeout)
+		st, err := m.status(ctx, sku)
 		cancel()
 		if err != nil {
 			m.stockReadErrors.Add(1)
-			m.c.log.Debug("metrics: stock read failed", "sku", sku, "err", err)
+			m.log.Debug("metrics: stock read failed", "sku", sku, "err", err)
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(m.stockDesc, prometheus.GaugeValue, float64(st.Pool), sku, "pool")
@@ -214,7 +181,7 @@ func (m *metrics) collectStock(ch chan<- prometheus.Metric) {
 
 // touch notes that this process used sku now, for the stock gauges. The
 // common case (a SKU already known) takes a read lock and one atomic store.
-func (m *metrics) touch(sku string) {
+func (m *Metrics) touch(sku string) {
 	if m == nil {
 		return
 	}
@@ -249,7 +216,7 @@ func (m *metrics) touch(sku string) {
 
 // recentSKUs lists the SKUs touched within MetricsSKUIdle, sorted, and
 // forgets the others.
-func (m *metrics) recentSKUs(now time.Time) []string {
+func (m *Metrics) recentSKUs(now time.Time) []string {
 	m.skuMu.Lock()
 	defer m.skuMu.Unlock()
 	var out []string
@@ -264,72 +231,9 @@ func (m *metrics) recentSKUs(now time.Time) []string {
 	return out
 }
 
-// lockKind names the lock behind a queue's key prefix, for the lock label:
-// the prefix with a lease (any, here 1) appended is a waiter key, which
-// keys parses.
-func (c *Coordinator) lockKind(pfx string) string {
-	k, err := c.keys.ParseStockLock(pfx + "1")
-	switch {
-	case err != nil:
-		return lockNamed
-	case k.Kind == keys.KindPool:
-		return lockPool
-	}
-	return lockSegment
-}
-
-func (m *metrics) lockWaited(kind string, d time.Duration, err error) {
-	if m == nil {
-		return
-	}
-	m.lockWait.WithLabelValues(kind, waitOutcome(err)).Observe(d.Seconds())
-}
-
-// waitOutcome classifies a lock wait's end.
-func waitOutcome(err error) string {
-	switch {
-	case err == nil:
-		return "acquired"
-	case errors.Is(err, ErrLocked):
-		return "busy"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, context.Canceled), errors.Is(err, errAborted):
-		return "canceled"
-	case errors.Is(err, ErrSessionLost), errors.Is(err, ErrLockLost):
-		return "lost"
-	}
-	return "error"
-}
-
-func (m *metrics) handoff(kind, via string) {
-	if m == nil {
-		return
-	}
-	m.handoffs.WithLabelValues(kind, via).Inc()
-}
-
-func (m *metrics) sessionStarted() {
-	if m != nil {
-		m.sessions.Inc()
-	}
-}
-
-func (m *metrics) sessionLost() {
-	if m != nil {
-		m.sessionLosses.Inc()
-	}
-}
-
-func (m *metrics) lateRenewal() {
-	if m != nil {
-		m.lateRenewals.Inc()
-	}
-}
-
 // allocated counts one Allocate/AllocateFunc (op "allocate") or Reserve
 // (op "reserve") call's outcome.
-func (m *metrics) allocated(op, sku string, a *Allocation, err error) {
+func (m *Metrics) allocated(op, sku string, a *Allocation, err error) {
 	if m == nil {
 		return
 	}
@@ -360,7 +264,7 @@ func (m *metrics) allocated(op, sku string, a *Allocation, err error) {
 }
 
 // released counts one Release (op "release") or Cancel (op "cancel").
-func (m *metrics) released(op, sku string, r *Released, err error) {
+func (m *Metrics) released(op, sku string, r *Released, err error) {
 	if m == nil {
 		return
 	}
@@ -369,7 +273,7 @@ func (m *metrics) released(op, sku string, r *Released, err error) {
 }
 
 // confirmed counts one Confirm call's outcome.
-func (m *metrics) confirmed(sku string, r *Confirmed, err error) {
+func (m *Metrics) confirmed(sku string, r *Confirmed, err error) {
 	if m == nil {
 		return
 	}
@@ -397,7 +301,7 @@ func returnOutcome(err error, done, again string, repeated bool) string {
 
 // expired counts the reservations an ExpireDue call expired, and each one's
 // delay past its deadline.
-func (m *metrics) expired(sku string, xs []Expiry) {
+func (m *Metrics) expired(sku string, xs []Expiry) {
 	if m == nil || len(xs) == 0 {
 		return
 	}
@@ -410,7 +314,7 @@ func (m *metrics) expired(sku string, xs []Expiry) {
 }
 
 // committed counts one group-commit round trip of n orders.
-func (m *metrics) committed(n int, d time.Duration, outcome string) {
+func (m *Metrics) committed(n int, d time.Duration, outcome string) {
 	if m == nil {
 		return
 	}
@@ -419,7 +323,7 @@ func (m *metrics) committed(n int, d time.Duration, outcome string) {
 }
 
 // moved counts one stock move of kind that moved units (0: nothing to move).
-func (m *metrics) moved(kind, sku string, units int64, d time.Duration, err error) {
+func (m *Metrics) moved(kind, sku string, units int64, d time.Duration, err error) {
 	if m == nil {
 		return
 	}

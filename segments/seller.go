@@ -1,4 +1,4 @@
-package coordinator
+package segments
 
 import (
 	"container/list"
@@ -10,8 +10,9 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/stockctl/stockctl/internal/background"
 	"github.com/stockctl/stockctl/internal/keys"
-	"github.com/stockctl/stockctl/segments"
+	"github.com/stockctl/stockctl/internal/lock"
 )
 
 // Ownership-affine selling. Stock in segments is fungible: an order's route
@@ -45,9 +46,9 @@ type lockKey struct {
 // seller sells one SKU in this process. It lives until the coordinator
 // closes and keeps a reference on every segment's lock queue.
 type seller struct {
-	c   *Coordinator
+	e   *Engine
 	sku *skuInfo
-	qs  []*lockQueue
+	qs  []*lock.Queue
 	sts []*placeState
 
 	growMu sync.Mutex // one growth at a time
@@ -68,50 +69,50 @@ type slotWaiter struct {
 }
 
 // seller returns the SKU's seller, starting it on first use.
-func (c *Coordinator) seller(info *skuInfo) (*seller, error) {
-	c.stock.mu.Lock()
-	s := c.stock.sellers[info.name]
-	c.stock.mu.Unlock()
+func (e *Engine) seller(info *skuInfo) (*seller, error) {
+	e.mu.Lock()
+	s := e.sellers[info.name]
+	e.mu.Unlock()
 	if s != nil {
 		return s, nil
 	}
-	s = &seller{c: c, sku: info, viewed: make(chan struct{}), timers: map[int]*time.Timer{}}
+	s = &seller{e: e, sku: info, viewed: make(chan struct{}), timers: map[int]*time.Timer{}}
 	for i := range info.segments {
-		q, err := c.queue(c.keys.SegmentLock(info.name, i))
+		q, err := e.locks.Queue(e.keys.SegmentLock(info.name, i), lock.KindSegment)
 		if err != nil {
 			for _, q := range s.qs {
-				c.unref(q)
+				e.locks.Unref(q)
 			}
 			return nil, err
 		}
 		s.qs = append(s.qs, q)
-		s.sts = append(s.sts, c.placeState(info.name, segments.Segment(i)))
+		s.sts = append(s.sts, e.placeState(info.name, Segment(i)))
 		s.view = append(s.view, map[string]lockKey{})
 	}
-	c.stock.mu.Lock()
-	if old := c.stock.sellers[info.name]; old != nil {
-		c.stock.mu.Unlock()
+	e.mu.Lock()
+	if old := e.sellers[info.name]; old != nil {
+		e.mu.Unlock()
 		for _, q := range s.qs {
-			c.unref(q)
+			e.locks.Unref(q)
 		}
 		return old, nil
 	}
-	c.stock.sellers[info.name] = s
-	c.stock.mu.Unlock()
+	e.sellers[info.name] = s
+	e.mu.Unlock()
 	for _, q := range s.qs {
-		q.setRetain(s.wakeHead)
+		q.SetRetain(s.wakeHead)
 	}
-	c.goBackground(s.watch)
+	e.bg.Go(s.watch)
 	return s, nil
 }
 
 // watch keeps the view of the SKU's segment lock keys, and acts on it.
 func (s *seller) watch(ctx context.Context) {
-	pfx := s.c.keys.StockLocks(s.sku.name)
+	pfx := s.e.keys.StockLocks(s.sku.name)
 	for ctx.Err() == nil {
-		resp, err := s.c.kv.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := s.e.kv.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
-			if !sleepCtx(ctx, 100*time.Millisecond) {
+			if !background.Sleep(ctx, 100*time.Millisecond) {
 				return
 			}
 			continue
@@ -131,7 +132,7 @@ func (s *seller) watch(ctx context.Context) {
 		}
 		s.react()
 		wctx, cancel := context.WithCancel(ctx)
-		for wr := range s.c.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+		for wr := range s.e.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
 			if wr.Err() != nil || wr.CompactRevision != 0 {
 				break
 			}
@@ -147,7 +148,7 @@ func (s *seller) watch(ctx context.Context) {
 }
 
 func (s *seller) applyLocked(kv *mvccpb.KeyValue, deleted bool) {
-	k, err := s.c.keys.ParseStockLock(string(kv.Key))
+	k, err := s.e.keys.ParseStockLock(string(kv.Key))
 	if err != nil || k.Kind != keys.KindSegment || k.Index >= len(s.view) {
 		return
 	}
@@ -176,7 +177,7 @@ func (s *seller) shareLocked(self int64) (lo, hi int) {
 func (s *seller) heldCount() int {
 	n := 0
 	for _, q := range s.qs {
-		if own, _ := q.tenure(); own != nil {
+		if own, _ := q.Tenure(); own != nil {
 			n++
 		}
 	}
@@ -184,14 +185,7 @@ func (s *seller) heldCount() int {
 }
 
 // self is the lease of this process's session (0 when there is none).
-func (s *seller) self() int64 {
-	s.c.mu.Lock()
-	defer s.c.mu.Unlock()
-	if s.c.sess == nil {
-		return 0
-	}
-	return int64(s.c.sess.Lease())
-}
+func (s *seller) self() int64 { return s.e.locks.Lease() }
 
 // react applies the yield policy to every held segment another process
 // waits for, and wakes the head waiter (a segment may have come free).
@@ -202,15 +196,15 @@ func (s *seller) react() {
 	lo, _ := s.shareLocked(self)
 	type contended struct {
 		i   int
-		own *ownership
+		own *lock.Ownership
 	}
 	var yieldNow, keep []contended
 	for i, q := range s.qs {
-		own, idle := q.tenure()
+		own, idle := q.Tenure()
 		waited := false
 		if own != nil {
 			for key, k := range s.view[i] {
-				if k.rev > own.rev && key != own.key {
+				if k.rev > own.Rev() && key != own.Key() {
 					waited = true
 					break
 				}
@@ -232,16 +226,16 @@ func (s *seller) react() {
 	}
 	for _, k := range keep {
 		q, own, i := s.qs[k.i], k.own, k.i
-		s.timers[i] = time.AfterFunc(s.c.opts.tenureMaxHold, func() {
+		s.timers[i] = time.AfterFunc(s.e.cfg.TenureMaxHold, func() {
 			s.mu.Lock()
 			delete(s.timers, i)
 			s.mu.Unlock()
-			q.yield(own)
+			q.Yield(own)
 		})
 	}
 	s.mu.Unlock()
 	for _, y := range yieldNow {
-		s.qs[y.i].yield(y.own)
+		s.qs[y.i].Yield(y.own)
 	}
 	s.wakeHead()
 }
@@ -261,7 +255,7 @@ func (s *seller) wakeHead() {
 // slot is a held segment's local slot, taken by an order with a step.
 type slot struct {
 	i    int
-	h    *hold
+	h    *lock.Hold
 	part commitPart
 }
 
@@ -279,12 +273,12 @@ func (s *seller) pick(ctx context.Context, qty int64, home int) (*slot, pickStat
 	state := pickDry
 	for _, i := range s.order(home) {
 		q, st := s.qs[i], s.sts[i]
-		own, _ := q.tenure()
+		own, _ := q.Tenure()
 		if own == nil {
 			continue
 		}
 		st.mu.Lock()
-		known := st.token == own.rev && !st.stale
+		known := st.token == own.Rev() && !st.stale
 		enough := known && st.availLocked() >= qty
 		st.mu.Unlock()
 		if known && !enough {
@@ -297,13 +291,13 @@ func (s *seller) pick(ctx context.Context, qty int64, home int) (*slot, pickStat
 		if h == nil {
 			continue
 		}
-		if err := st.ensure(ctx, s.c, h.own); err != nil {
-			_ = h.unlock(s.c.bgCtx)
+		if err := st.ensure(ctx, s.e, h.Own()); err != nil {
+			_ = h.Unlock(s.e.bg.Ctx())
 			return nil, state, err
 		}
-		part, ok := reservePart(q, h.own, st, qty)
+		part, ok := reservePart(q, h.Own(), st, qty)
 		if !ok {
-			_ = h.unlock(s.c.bgCtx)
+			_ = h.Unlock(s.e.bg.Ctx())
 			continue
 		}
 		return &slot{i: i, h: h, part: part}, state, nil
@@ -313,20 +307,20 @@ func (s *seller) pick(ctx context.Context, qty int64, home int) (*slot, pickStat
 
 // takeIdle and acquire take a hold on one of the seller's queues, with the
 // queue reference that the hold's unlock gives back.
-func (s *seller) takeIdle(q *lockQueue) *hold {
-	s.c.ref(q)
-	h := q.takeIdle()
+func (s *seller) takeIdle(q *lock.Queue) *lock.Hold {
+	s.e.locks.Ref(q)
+	h := q.TakeIdle()
 	if h == nil {
-		s.c.unref(q)
+		s.e.locks.Unref(q)
 	}
 	return h
 }
 
-func (s *seller) acquire(ctx context.Context, q *lockQueue, noWait bool) (*hold, error) {
-	s.c.ref(q)
-	h, err := q.acquire(ctx, nil, noWait)
+func (s *seller) acquire(ctx context.Context, q *lock.Queue, noWait bool) (*lock.Hold, error) {
+	s.e.locks.Ref(q)
+	h, err := q.Acquire(ctx, noWait)
 	if err != nil {
-		s.c.unref(q)
+		s.e.locks.Unref(q)
 	}
 	return h, err
 }
@@ -410,21 +404,21 @@ func (s *seller) leave(w *slotWaiter) {
 // runStep runs req's step in sl and commits it: the slot is freed as soon
 // as the step returns, while the commit is still on its way.
 func (s *seller) runStep(ctx context.Context, req *allocReq, sl *slot) placeResult {
-	sctx, unbind := sl.h.bind(ctx)
+	sctx, unbind := sl.h.Bind(ctx)
 	err := req.step(sctx)
 	unbind()
-	if cause := context.Cause(sl.h.ctx); cause != nil {
+	if cause := context.Cause(sl.h.Ctx()); cause != nil {
 		sl.part.cancel()
-		_ = sl.h.unlock(s.c.bgCtx)
+		_ = sl.h.Unlock(s.e.bg.Ctx())
 		return failed(fmt.Errorf("%w during the business step (its result: %v)", cause, err))
 	}
 	if err != nil {
 		sl.part.cancel()
-		_ = sl.h.unlock(s.c.bgCtx)
+		_ = sl.h.Unlock(s.e.bg.Ctx())
 		return failed(fmt.Errorf("business step: %w", err))
 	}
-	cr := s.c.submit(req, []commitPart{sl.part})
-	_ = sl.h.unlock(s.c.bgCtx)
+	cr := s.e.submit(req, []commitPart{sl.part})
+	_ = sl.h.Unlock(s.e.bg.Ctx())
 	return cr.wait(ctx)
 }
 
@@ -435,11 +429,11 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 	for {
 		best, bestAvail := -1, int64(0)
 		for _, i := range s.order(home) {
-			own, _ := s.qs[i].tenure()
+			own, _ := s.qs[i].Tenure()
 			if own == nil {
 				continue
 			}
-			if err := s.sts[i].ensure(ctx, s.c, own); err != nil {
+			if err := s.sts[i].ensure(ctx, s.e, own); err != nil {
 				return failed(err)
 			}
 			st := s.sts[i]
@@ -458,10 +452,10 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 			}
 		}
 		if best >= 0 {
-			own, _ := s.qs[best].tenure()
+			own, _ := s.qs[best].Tenure()
 			if own != nil {
 				if part, ok := reservePart(s.qs[best], own, s.sts[best], req.qty); ok {
-					return s.c.submit(req, []commitPart{part}).wait(ctx)
+					return s.e.submit(req, []commitPart{part}).wait(ctx)
 				}
 			}
 			continue
@@ -509,7 +503,7 @@ func (s *seller) refreshInboxes(ctx context.Context, qty int64) (bool, error) {
 	var idx []int
 	var ops []clientv3.Op
 	for i, q := range s.qs {
-		if own, _ := q.tenure(); own != nil {
+		if own, _ := q.Tenure(); own != nil {
 			idx = append(idx, i)
 			ops = append(ops, clientv3.OpGet(s.sts[i].inKey))
 		}
@@ -517,7 +511,7 @@ func (s *seller) refreshInboxes(ctx context.Context, qty int64) (bool, error) {
 	if len(ops) == 0 {
 		return false, nil
 	}
-	resp, err := s.c.kv.Txn(ctx).Then(ops...).Commit()
+	resp, err := s.e.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return false, fmt.Errorf("read inboxes: %w", err)
 	}
@@ -556,7 +550,7 @@ func (s *seller) grow(ctx context.Context, home int) bool {
 	var free []int
 	owners := map[int64][]int{} // lease → segments it holds
 	for _, i := range s.order(home) {
-		if own, _ := s.qs[i].tenure(); own != nil {
+		if own, _ := s.qs[i].Tenure(); own != nil {
 			continue
 		}
 		if len(s.view[i]) == 0 {
@@ -598,22 +592,22 @@ func (s *seller) grow(ctx context.Context, home int) bool {
 		if err != nil {
 			continue // taken meanwhile
 		}
-		_ = h.unlock(s.c.bgCtx) // kept as an idle tenure
+		_ = h.Unlock(s.e.bg.Ctx()) // kept as an idle tenure
 		return true
 	}
 	if claim >= 0 {
 		q := s.qs[claim]
-		s.c.goBackground(func(bg context.Context) {
+		s.e.bg.Go(func(bg context.Context) {
 			defer func() {
 				s.mu.Lock()
 				s.claiming = false
 				s.mu.Unlock()
 				s.wakeHead()
 			}()
-			cctx, cancel := context.WithTimeout(bg, 4*s.c.opts.tenureMaxHold+s.c.opts.homeWait)
+			cctx, cancel := context.WithTimeout(bg, 4*s.e.cfg.TenureMaxHold+s.e.cfg.ClaimWait)
 			defer cancel()
 			if h, err := s.acquire(cctx, q, false); err == nil {
-				_ = h.unlock(s.c.bgCtx)
+				_ = h.Unlock(s.e.bg.Ctx())
 			}
 		})
 	}
@@ -632,13 +626,13 @@ func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, e
 	defer s.pullMu.Unlock()
 	target := -1
 	for _, i := range s.order(home) {
-		own, _ := s.qs[i].tenure()
+		own, _ := s.qs[i].Tenure()
 		if own == nil {
 			continue
 		}
 		st := s.sts[i]
 		st.mu.Lock()
-		enough := st.token == own.rev && !st.stale && st.availLocked() >= qty
+		enough := st.token == own.Rev() && !st.stale && st.availLocked() >= qty
 		st.mu.Unlock()
 		if enough {
 			return true, nil // another pull (or a refill) got here first
@@ -651,10 +645,10 @@ func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, e
 		return false, nil
 	}
 	note := func(moved map[int]int64) []clientv3.Op {
-		rec := segments.Pull{Segment: target, Qty: moved[target], Lease: fmt.Sprintf("%x", s.self()), At: time.Now().UTC()}
-		return []clientv3.Op{clientv3.OpPut(s.c.keys.Pull(s.sku.name), segments.EncodePull(rec))}
+		rec := Pull{Segment: target, Qty: moved[target], Lease: fmt.Sprintf("%x", s.self()), At: time.Now().UTC()}
+		return []clientv3.Op{clientv3.OpPut(s.e.keys.Pull(s.sku.name), EncodePull(rec))}
 	}
-	moved, _, err := s.c.refill(ctx, s.sku.name, map[int]int64{target: max(qty, s.sku.refillBatch)}, 0, note, nil)
+	moved, _, err := s.e.refill(ctx, s.sku.name, map[int]int64{target: max(qty, s.sku.refillBatch)}, 0, note, nil)
 	if err != nil {
 		return false, err
 	}
@@ -663,24 +657,24 @@ func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, e
 	}
 	// Refill recorded the new inbox in the segment's cache.
 	st, own := s.sts[target], s.qs[target]
-	o, _ := own.tenure()
+	o, _ := own.Tenure()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return o != nil && st.token == o.rev && st.availLocked() >= qty, nil
+	return o != nil && st.token == o.Rev() && st.availLocked() >= qty, nil
 }
 
 // HeldSegments lists the segments of sku whose locks this process holds
 // now (its tenures), in index order; nil if it never sold sku.
-func (c *Coordinator) HeldSegments(sku string) []int {
-	c.stock.mu.Lock()
-	s := c.stock.sellers[sku]
-	c.stock.mu.Unlock()
+func (e *Engine) HeldSegments(sku string) []int {
+	e.mu.Lock()
+	s := e.sellers[sku]
+	e.mu.Unlock()
 	if s == nil {
 		return nil
 	}
 	var out []int
 	for i, q := range s.qs {
-		if own, _ := q.tenure(); own != nil {
+		if own, _ := q.Tenure(); own != nil {
 			out = append(out, i)
 		}
 	}
@@ -705,14 +699,26 @@ func (s *seller) holders() []int64 {
 	return out
 }
 
-// sleepCtx waits d, or less if ctx ends (then it returns false).
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
+// DescribeSeller describes this process's seller of sku: per segment its
+// lock queue and cache, then its waiting orders and view (for tests and
+// debugging).
+func (e *Engine) DescribeSeller(sku string) string {
+	e.mu.Lock()
+	s := e.sellers[sku]
+	e.mu.Unlock()
+	if s == nil {
+		return "no seller"
 	}
+	out := ""
+	for i := range s.qs {
+		st := s.sts[i]
+		st.mu.Lock()
+		out += fmt.Sprintf("\nseg %d: %s | token %d value %d inbox %d/%v reserved %d pending %d stale %v", i,
+			e.locks.Describe(e.keys.SegmentLock(sku, i)), st.token, st.value, st.inbox, st.inKnown, st.reserved, st.pending, st.stale)
+		st.mu.Unlock()
+	}
+	s.mu.Lock()
+	out += fmt.Sprintf("\nwaiters %d claiming %v view %v self %x", s.waiters.Len(), s.claiming, s.view, s.self())
+	s.mu.Unlock()
+	return out
 }

@@ -1,23 +1,21 @@
-package coordinator
+package segments
 
 import (
 	"context"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-
-	"github.com/stockctl/stockctl/segments"
 )
 
 // replay answers a request whose order ID is already claimed (idx is the
 // claim): the first result if the SKU and quantity match, ErrConflict if
 // not.
-func (c *Coordinator) replay(ctx context.Context, req *allocReq, idx *mvccpb.KeyValue) (*Allocation, error) {
+func (e *Engine) replay(ctx context.Context, req *allocReq, idx *mvccpb.KeyValue) (*Allocation, error) {
 	owner := string(idx.Value)
 	if owner != req.sku.name {
 		return nil, fmt.Errorf("%w: order ID %q was already used for SKU %q", ErrConflict, req.order, owner)
 	}
-	o, kv, err := c.readOrder(ctx, owner, req.order)
+	o, kv, err := e.readOrder(ctx, owner, req.order)
 	if err != nil {
 		return nil, err
 	}
@@ -42,21 +40,21 @@ func (c *Coordinator) replay(ctx context.Context, req *allocReq, idx *mvccpb.Key
 }
 
 // readOrder reads and decodes an order record.
-func (c *Coordinator) readOrder(ctx context.Context, sku, order string) (segments.Order, *mvccpb.KeyValue, error) {
-	key := c.keys.Order(sku, order)
-	resp, err := c.kv.Get(ctx, key)
+func (e *Engine) readOrder(ctx context.Context, sku, order string) (Order, *mvccpb.KeyValue, error) {
+	key := e.keys.Order(sku, order)
+	resp, err := e.kv.Get(ctx, key)
 	if err != nil {
-		return segments.Order{}, nil, fmt.Errorf("read order: %w", err)
+		return Order{}, nil, fmt.Errorf("read order: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return segments.Order{}, nil, fmt.Errorf("%w: %q", ErrOrderNotFound, order)
+		return Order{}, nil, fmt.Errorf("%w: %q", ErrOrderNotFound, order)
 	}
-	o, err := segments.DecodeOrder(key, resp.Kvs[0].Value)
+	o, err := DecodeOrder(key, resp.Kvs[0].Value)
 	if err != nil {
-		return segments.Order{}, nil, err
+		return Order{}, nil, err
 	}
 	if o.SKU != sku || o.ID != order {
-		return segments.Order{}, nil, &segments.CorruptError{Key: key, Value: resp.Kvs[0].Value,
+		return Order{}, nil, &CorruptError{Key: key, Value: resp.Kvs[0].Value,
 			Err: fmt.Errorf("record names SKU %q order %q", o.SKU, o.ID)}
 	}
 	return o, resp.Kvs[0], nil

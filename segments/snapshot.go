@@ -1,4 +1,4 @@
-package coordinator
+package segments
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/internal/keys"
-	"github.com/stockctl/stockctl/segments"
 )
 
 // snapshot is every counter of one SKU at one revision.
@@ -29,29 +28,29 @@ func (s *snapshot) total() int64 {
 
 // candidates are the places that alone hold at least qty: the pool first,
 // then the segments after home in ring order, home last.
-func (s *snapshot) candidates(qty int64, home int) []segments.Place {
-	var ps []segments.Place
+func (s *snapshot) candidates(qty int64, home int) []Place {
+	var ps []Place
 	if s.pool >= qty {
-		ps = append(ps, segments.Pool)
+		ps = append(ps, Pool)
 	}
 	n := len(s.segs)
 	for i := 1; i <= n; i++ {
 		if j := (home + i) % n; s.segs[j] >= qty {
-			ps = append(ps, segments.Segment(j))
+			ps = append(ps, Segment(j))
 		}
 	}
 	return ps
 }
 
 // withStock are the places holding anything, in the global lock order.
-func (s *snapshot) withStock() []segments.Place {
-	var ps []segments.Place
+func (s *snapshot) withStock() []Place {
+	var ps []Place
 	if s.pool > 0 {
-		ps = append(ps, segments.Pool)
+		ps = append(ps, Pool)
 	}
 	for i, v := range s.segs {
 		if v > 0 {
-			ps = append(ps, segments.Segment(i))
+			ps = append(ps, Segment(i))
 		}
 	}
 	return ps
@@ -59,18 +58,18 @@ func (s *snapshot) withStock() []segments.Place {
 
 // snapshot reads all of sku's counters, and the claim of order (if order is
 // not empty), in one transaction: one revision.
-func (c *Coordinator) snapshot(ctx context.Context, sku *skuInfo, order string) (*snapshot, error) {
-	ops := []clientv3.Op{clientv3.OpGet(c.keys.SKUStock(sku.name), clientv3.WithPrefix())}
+func (e *Engine) snapshot(ctx context.Context, sku *skuInfo, order string) (*snapshot, error) {
+	ops := []clientv3.Op{clientv3.OpGet(e.keys.SKUStock(sku.name), clientv3.WithPrefix())}
 	if order != "" {
-		ops = append(ops, clientv3.OpGet(c.keys.OrderID(order)))
+		ops = append(ops, clientv3.OpGet(e.keys.OrderID(order)))
 	}
-	resp, err := c.kv.Txn(ctx).Then(ops...).Commit()
+	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("read stock: %w", err)
 	}
 	s := &snapshot{rev: resp.Header.Revision, segs: make([]int64, sku.segments)}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		k, v, err := c.decodeStockKV(sku, kv)
+		k, v, err := e.decodeStockKV(sku, kv)
 		if err != nil {
 			return nil, err
 		}
@@ -91,15 +90,15 @@ func (c *Coordinator) snapshot(ctx context.Context, sku *skuInfo, order string) 
 // decodeStockKV parses a key under SKUStock and its counter value. A key
 // that is not a counter of this SKU, or a segment beyond its count, is
 // reported as corrupt: something other than stockctl wrote there.
-func (c *Coordinator) decodeStockKV(sku *skuInfo, kv *mvccpb.KeyValue) (keys.StockKey, int64, error) {
+func (e *Engine) decodeStockKV(sku *skuInfo, kv *mvccpb.KeyValue) (keys.StockKey, int64, error) {
 	key := string(kv.Key)
-	k, err := c.keys.ParseStock(key)
+	k, err := e.keys.ParseStock(key)
 	if err == nil && k.SKU == sku.name && k.Index < sku.segments {
-		v, err := segments.DecodeCounter(key, kv.Value)
+		v, err := DecodeCounter(key, kv.Value)
 		return k, v, err
 	}
 	if err == nil {
 		err = fmt.Errorf("segment %d of a SKU with %d segments", k.Index, sku.segments)
 	}
-	return k, 0, &segments.CorruptError{Key: key, Value: kv.Value, Err: err}
+	return k, 0, &CorruptError{Key: key, Value: kv.Value, Err: err}
 }

@@ -1,4 +1,4 @@
-package coordinator
+package segments
 
 import (
 	"context"
@@ -8,28 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/stockctl/stockctl/segments"
 )
-
-// Released is the outcome of a release.
-type Released struct {
-	SKU   string
-	Order string
-	Qty   int64
-	Parts []segments.Part
-	// Released is false when the order had already been released: nothing
-	// was returned by this call.
-	Released bool
-	// Revision is the revision of the release (of the earlier one when
-	// Released is false).
-	Revision int64
-	// State is the order's reservation state ("" for a plain allocation);
-	// segments.StateExpired when the units went back by expiry.
-	State segments.OrderState
-	// Buyer is the buyer the order was placed for, if any.
-	Buyer string
-}
 
 // Release returns an order's stock to the places it came from and marks the
 // order released, in one transaction: a segment's units go to its inbox
@@ -47,17 +26,17 @@ type Released struct {
 // (a paid order returned). A reservation that expired is *ExpiredError: its
 // units went back already. Units counted against a buyer's per-user limit
 // are taken off the buyer's counter in the same transaction.
-func (c *Coordinator) Release(ctx context.Context, sku, order string) (out *Released, outErr error) {
-	defer func() { c.metrics.released("release", sku, out, outErr) }()
-	if err := firstErr(segments.ValidateSKU(sku), segments.ValidateOrderID(order)); err != nil {
+func (e *Engine) Release(ctx context.Context, sku, order string) (out *Released, outErr error) {
+	defer func() { e.metrics.released("release", sku, out, outErr) }()
+	if err := firstErr(ValidateSKU(sku), ValidateOrderID(order)); err != nil {
 		return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
 	}
-	info, err := c.sku(ctx, sku)
+	info, err := e.sku(ctx, sku)
 	if err != nil {
 		return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
 	}
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		r, retry, err := c.releaseOnce(ctx, info, order)
+		r, retry, err := e.releaseOnce(ctx, info, order)
 		if err != nil {
 			return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
 		}
@@ -71,8 +50,8 @@ func (c *Coordinator) Release(ctx context.Context, sku, order string) (out *Rele
 	return nil, fmt.Errorf("release %s order %q: %w", sku, order, errContention)
 }
 
-func (c *Coordinator) releaseOnce(ctx context.Context, info *skuInfo, order string) (r *Released, retry bool, err error) {
-	return c.returnOnce(ctx, info, order, retRelease, time.Time{}, nil)
+func (e *Engine) releaseOnce(ctx context.Context, info *skuInfo, order string) (r *Released, retry bool, err error) {
+	return e.returnOnce(ctx, info, order, retRelease, time.Time{}, nil)
 }
 
 // returnKind says why an order's units go back.
@@ -95,8 +74,8 @@ var errNotDue = errors.New("coordinator: not a reservation due for expiry")
 // The same transaction deletes a live reservation's index key and takes
 // the units off the buyer's counter when they were counted there. retry
 // means a compare failed: read again.
-func (c *Coordinator) returnOnce(ctx context.Context, info *skuInfo, order string, kind returnKind, now time.Time, fence []clientv3.Cmp) (r *Released, retry bool, err error) {
-	o, kv, err := c.readOrder(ctx, info.name, order)
+func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, kind returnKind, now time.Time, fence []clientv3.Cmp) (r *Released, retry bool, err error) {
+	o, kv, err := e.readOrder(ctx, info.name, order)
 	if err != nil {
 		return nil, false, err
 	}
@@ -104,7 +83,7 @@ func (c *Coordinator) returnOnce(ctx context.Context, info *skuInfo, order strin
 	expired := &ExpiredError{SKU: o.SKU, Order: o.ID, Deadline: o.Deadline, Revision: kv.ModRevision}
 	switch kind {
 	case retRelease:
-		if o.State == segments.StateExpired {
+		if o.State == StateExpired {
 			return nil, false, expired
 		}
 		if o.Released {
@@ -114,9 +93,9 @@ func (c *Coordinator) returnOnce(ctx context.Context, info *skuInfo, order strin
 		switch {
 		case o.State == "":
 			return nil, false, fmt.Errorf("%w: order %q is a plain allocation, not a reservation (use release)", ErrConflict, order)
-		case o.State == segments.StateConfirmed:
+		case o.State == StateConfirmed:
 			return nil, false, fmt.Errorf("%w: reservation %q was confirmed; a paid order is returned by release", ErrConflict, order)
-		case o.State == segments.StateExpired:
+		case o.State == StateExpired:
 			return nil, false, expired
 		case o.Released:
 			return r, false, nil
@@ -131,27 +110,27 @@ func (c *Coordinator) returnOnce(ctx context.Context, info *skuInfo, order strin
 	var targets []string
 	for _, p := range o.Parts {
 		if p.Place.Index() >= info.segments {
-			return nil, false, &segments.CorruptError{Key: string(kv.Key), Value: kv.Value,
+			return nil, false, &CorruptError{Key: string(kv.Key), Value: kv.Value,
 				Err: fmt.Errorf("part from %v of a SKU with %d segments", p.Place, info.segments)}
 		}
-		key := c.keys.Pool(info.name)
+		key := e.keys.Pool(info.name)
 		if !p.Place.IsPool() {
-			key = c.keys.Inbox(info.name, p.Place.Index())
+			key = e.keys.Inbox(info.name, p.Place.Index())
 		}
 		if _, ok := give[key]; !ok {
 			targets = append(targets, key)
 		}
 		give[key] += p.Qty
 	}
-	poolKey := c.keys.Pool(info.name)
+	poolKey := e.keys.Pool(info.name)
 	var poolCmps []clientv3.Cmp
 	if _, ok := give[poolKey]; ok {
-		hp, err := c.lockPlace(ctx, info.name, segments.Pool, -1, nil)
+		hp, err := e.lockPlace(ctx, info.name, Pool, -1)
 		if err != nil {
 			return nil, false, err
 		}
 		defer hp.unlock()
-		poolCmps = append(poolCmps, hp.h.isOwner())
+		poolCmps = append(poolCmps, hp.h.IsOwner())
 		defer hp.invalidate() // the pool changes under this lock, not through its cache
 	}
 	reads := make([]clientv3.Op, len(targets), len(targets)+1)
@@ -160,10 +139,10 @@ func (c *Coordinator) returnOnce(ctx context.Context, info *skuInfo, order strin
 	}
 	userKey := ""
 	if o.UserCounted {
-		userKey = c.keys.User(info.name, o.Buyer)
+		userKey = e.keys.User(info.name, o.Buyer)
 		reads = append(reads, clientv3.OpGet(userKey))
 	}
-	cur, err := c.kv.Txn(ctx).Then(reads...).Commit()
+	cur, err := e.kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, false, err
 	}
@@ -175,11 +154,11 @@ func (c *Coordinator) returnOnce(ctx context.Context, info *skuInfo, order strin
 		if err != nil {
 			return nil, false, err
 		}
-		if v+give[key] > segments.MaxTotal {
+		if v+give[key] > MaxTotal {
 			return nil, false, fmt.Errorf("%w: returning %d to %s would exceed the maximum", ErrCorrupt, give[key], key)
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
-		ops = append(ops, clientv3.OpPut(key, segments.EncodeCounter(v+give[key])))
+		ops = append(ops, clientv3.OpPut(key, EncodeCounter(v+give[key])))
 	}
 	if userKey != "" {
 		v, mod, err := decodeCounterKV(userKey, cur.Responses[len(targets)].GetResponseRange())
@@ -193,37 +172,37 @@ func (c *Coordinator) returnOnce(ctx context.Context, info *skuInfo, order strin
 		if v == o.Qty {
 			ops = append(ops, clientv3.OpDelete(userKey))
 		} else {
-			ops = append(ops, clientv3.OpPut(userKey, segments.EncodeCounter(v-o.Qty)))
+			ops = append(ops, clientv3.OpPut(userKey, EncodeCounter(v-o.Qty)))
 		}
 	}
-	if o.State == segments.StateReserved {
-		ops = append(ops, clientv3.OpDelete(c.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID)))
+	if o.State == StateReserved {
+		ops = append(ops, clientv3.OpDelete(e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID)))
 	}
 	if kind == retExpire {
-		o.State = segments.StateExpired
+		o.State = StateExpired
 	} else {
 		o.Released = true
 	}
-	ops = append(ops, clientv3.OpPut(orderKey, segments.EncodeOrder(o)))
+	ops = append(ops, clientv3.OpPut(orderKey, EncodeOrder(o)))
 	send := func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return c.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		return e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	}
 	var resp *clientv3.TxnResponse
 	if kind == retExpire {
 		// As a rebalancer's move: never abandoned once sent.
-		resp, err = c.commitMove(ctx, send)
+		resp, err = e.commitMove(ctx, send)
 	} else {
 		resp, err = send(ctx)
 	}
 	if userKey != "" {
-		c.stock.commit.users.forget(userKey) // the committer reads it again
+		e.users.forget(userKey) // the committer reads it again
 	}
 	if err != nil {
 		return nil, false, err
 	}
 	if !resp.Succeeded {
 		if len(fence) > 0 {
-			if err := c.checkFence(ctx, fence); err != nil {
+			if err := e.checkFence(ctx, fence); err != nil {
 				return nil, false, err
 			}
 		}

@@ -1,9 +1,8 @@
-package coordinator
+package segments
 
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -29,27 +28,20 @@ type confirmReq struct {
 	err      error
 }
 
-type confirmer struct {
-	mu      sync.Mutex
-	queue   []*confirmReq
-	running bool
+// answer resolves a confirmation: rev, or 0 when its record changed or the
+// commit failed with err.
+func (r *confirmReq) answer(rev int64, err error) {
+	r.rev, r.err = rev, err
+	close(r.done)
 }
 
 // commitConfirm commits a confirmation through the confirmer. It returns
 // the revision, or 0 when the record changed since it was read (nothing was
 // written), or an error: ctx's end (the confirmation may still land; a
 // retry tells) or etcd's.
-func (c *Coordinator) commitConfirm(ctx context.Context, r *confirmReq) (int64, error) {
+func (e *Engine) commitConfirm(ctx context.Context, r *confirmReq) (int64, error) {
 	r.done = make(chan struct{})
-	cf := &c.stock.confirms
-	cf.mu.Lock()
-	cf.queue = append(cf.queue, r)
-	start := !cf.running
-	cf.running = true
-	cf.mu.Unlock()
-	if start && !c.goBackground(c.confirmLoop) {
-		c.failConfirms(ErrClosed)
-	}
+	e.confirms.Submit(r)
 	select {
 	case <-r.done:
 		return r.rev, r.err
@@ -58,49 +50,15 @@ func (c *Coordinator) commitConfirm(ctx context.Context, r *confirmReq) (int64, 
 	}
 }
 
-func (c *Coordinator) failConfirms(err error) {
-	cf := &c.stock.confirms
-	cf.mu.Lock()
-	q := cf.queue
-	cf.queue, cf.running = nil, false
-	cf.mu.Unlock()
-	for _, r := range q {
-		r.err = err
-		close(r.done)
-	}
-}
-
-func (c *Coordinator) confirmLoop(ctx context.Context) {
-	for {
-		if ctx.Err() != nil {
-			c.failConfirms(ErrClosed)
-			return
-		}
-		batch := c.nextConfirms()
-		if batch == nil {
-			return
-		}
-		c.commitConfirms(ctx, batch)
-	}
-}
-
-// nextConfirms takes the oldest waiting confirmations that fit one
+// selectConfirms takes the oldest waiting confirmations that fit one
 // transaction (two writes, one compare and one read each), never two for
 // one record (etcd refuses a transaction that writes a key twice: the later
-// one waits for the next). nil, and the confirmer idle, when none waits.
-func (c *Coordinator) nextConfirms() []*confirmReq {
-	cf := &c.stock.confirms
-	cf.mu.Lock()
-	defer cf.mu.Unlock()
-	if len(cf.queue) == 0 {
-		cf.running = false
-		return nil
-	}
-	limit := max(1, c.opts.maxTxnOps/2)
+// one waits for the next). It is the confirmer's Select.
+func (e *Engine) selectConfirms(queue []*confirmReq) (batch, rest []*confirmReq) {
+	limit := max(1, e.cfg.MaxTxnOps/2)
 	seen := map[string]bool{}
-	var batch []*confirmReq
-	rest := cf.queue[:0]
-	for _, r := range cf.queue {
+	rest = queue[:0]
+	for _, r := range queue {
 		if len(batch) >= limit || seen[r.key] {
 			rest = append(rest, r)
 			continue
@@ -108,19 +66,13 @@ func (c *Coordinator) nextConfirms() []*confirmReq {
 		seen[r.key] = true
 		batch = append(batch, r)
 	}
-	clear(cf.queue[len(rest):])
-	cf.queue = rest
-	return batch
+	return batch, rest
 }
 
 // commitConfirms commits batch, or answers each confirmation of it.
-func (c *Coordinator) commitConfirms(bg context.Context, batch []*confirmReq) {
-	ctx, cancel := context.WithTimeout(bg, c.opts.commitTimeout)
+func (e *Engine) commitConfirms(bg context.Context, batch []*confirmReq) {
+	ctx, cancel := context.WithTimeout(bg, e.cfg.CommitTimeout)
 	defer cancel()
-	answer := func(r *confirmReq, rev int64, err error) {
-		r.rev, r.err = rev, err
-		close(r.done)
-	}
 	for len(batch) > 0 {
 		cmps := make([]clientv3.Cmp, 0, len(batch))
 		ops := make([]clientv3.Op, 0, 2*len(batch))
@@ -130,16 +82,16 @@ func (c *Coordinator) commitConfirms(bg context.Context, batch []*confirmReq) {
 			ops = append(ops, clientv3.OpPut(r.key, r.value), clientv3.OpDelete(r.indexKey))
 			diag = append(diag, clientv3.OpGet(r.key, clientv3.WithKeysOnly()))
 		}
-		resp, err := c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
+		resp, err := e.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
 		if err != nil {
 			for _, r := range batch {
-				answer(r, 0, err)
+				r.answer(0, err)
 			}
 			return
 		}
 		if resp.Succeeded {
 			for _, r := range batch {
-				answer(r, resp.Header.Revision, nil)
+				r.answer(resp.Header.Revision, nil)
 			}
 			return
 		}
@@ -149,9 +101,9 @@ func (c *Coordinator) commitConfirms(bg context.Context, batch []*confirmReq) {
 			kvs := resp.Responses[i].GetResponseRange().GetKvs()
 			switch {
 			case len(kvs) == 0 || kvs[0].ModRevision != r.modRev:
-				answer(r, 0, nil)
+				r.answer(0, nil)
 			case r.attempts >= maxCommitAttempts:
-				answer(r, 0, errContention)
+				r.answer(0, errContention)
 			default:
 				r.attempts++
 				keep = append(keep, r)

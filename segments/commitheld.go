@@ -1,30 +1,20 @@
-package coordinator
+package segments
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/stockctl/stockctl/segments"
 )
-
-// maxCommitAttempts bounds how often one commit is retried after a compare
-// failed for a reason that calls for re-reading (a deposit into an inbox
-// raced the absorption, a stale cache).
-const maxCommitAttempts = 8
-
-var errContention = errors.New("coordinator: commit kept failing its compares; retry")
 
 // commitHeld serves req from the held places (one for a fallback place,
 // several for a gather): it reserves the quantity over them in order,
 // reading a segment's inbox only when its counter falls short, runs req's
 // step while the places are held, and commits through the committer. The
 // places are unlocked once the commit is answered.
-func (c *Coordinator) commitHeld(ctx context.Context, held []*heldPlace, req *allocReq) placeResult {
+func (e *Engine) commitHeld(ctx context.Context, held []*heldPlace, req *allocReq) placeResult {
 	defer func() {
 		for _, hp := range held {
 			hp.unlock()
@@ -55,7 +45,7 @@ func (c *Coordinator) commitHeld(ctx context.Context, held []*heldPlace, req *al
 		if take <= 0 {
 			continue
 		}
-		part, ok := reservePart(hp.h.q, hp.h.own, hp.st, take)
+		part, ok := reservePart(hp.h.Queue(), hp.h.Own(), hp.st, take)
 		if !ok {
 			continue
 		}
@@ -71,7 +61,7 @@ func (c *Coordinator) commitHeld(ctx context.Context, held []*heldPlace, req *al
 		err := req.step(sctx)
 		cancel()
 		for _, hp := range held {
-			if cause := context.Cause(hp.h.ctx); cause != nil {
+			if cause := context.Cause(hp.h.Ctx()); cause != nil {
 				cancelParts()
 				return failed(fmt.Errorf("%w during the business step (its result: %v)", cause, err))
 			}
@@ -81,7 +71,7 @@ func (c *Coordinator) commitHeld(ctx context.Context, held []*heldPlace, req *al
 			return failed(fmt.Errorf("business step: %w", err))
 		}
 	}
-	return c.submit(req, parts).wait(ctx)
+	return e.submit(req, parts).wait(ctx)
 }
 
 // bindAll returns ctx cancelled when any of the held places' locks is lost.
@@ -89,7 +79,7 @@ func bindAll(ctx context.Context, held []*heldPlace) (context.Context, context.C
 	cancels := make([]context.CancelFunc, 0, len(held))
 	for _, hp := range held {
 		var cancel context.CancelFunc
-		ctx, cancel = hp.h.bind(ctx)
+		ctx, cancel = hp.h.Bind(ctx)
 		cancels = append(cancels, cancel)
 	}
 	return ctx, func() {
@@ -102,7 +92,7 @@ func bindAll(ctx context.Context, held []*heldPlace) (context.Context, context.C
 // stillOwned reads a diagnostic Get of a hold's lock key.
 func stillOwned(r *pb.ResponseOp, hp *heldPlace) bool {
 	kvs := r.GetResponseRange().GetKvs()
-	return len(kvs) > 0 && kvs[0].CreateRevision == hp.h.own.rev
+	return len(kvs) > 0 && kvs[0].CreateRevision == hp.h.Own().Rev()
 }
 
 func result(a *Allocation, err error) placeResult {
@@ -113,8 +103,8 @@ func result(a *Allocation, err error) placeResult {
 }
 
 // orderAbsent is the compare that makes an allocation apply once per order ID.
-func (c *Coordinator) orderAbsent(order string) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(c.keys.OrderID(order)), "=", 0)
+func (e *Engine) orderAbsent(order string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(e.keys.OrderID(order)), "=", 0)
 }
 
 // orderPuts are the writes that record an allocation: the global claim of
@@ -125,26 +115,26 @@ func (c *Coordinator) orderAbsent(order string) clientv3.Cmp {
 // Confirm judge it by their own clocks, so a skew between hosts lengthens
 // or shortens a reservation by that skew, never more. Its index key is put
 // in the same transaction, so every live reservation has one.
-func (c *Coordinator) orderPuts(req *allocReq, parts []segments.Part) []clientv3.Op {
+func (e *Engine) orderPuts(req *allocReq, parts []Part) []clientv3.Op {
 	now := time.Now().UTC()
-	rec := segments.Order{SKU: req.sku.name, ID: req.order, Qty: req.qty, Parts: parts, Created: now,
+	rec := Order{SKU: req.sku.name, ID: req.order, Qty: req.qty, Parts: parts, Created: now,
 		Buyer: req.buyer, UserCounted: req.userKey != ""}
 	ops := []clientv3.Op{
-		clientv3.OpPut(c.keys.OrderID(req.order), req.sku.name),
+		clientv3.OpPut(e.keys.OrderID(req.order), req.sku.name),
 	}
 	if req.ttl > 0 {
 		req.deadline = now.Add(req.ttl)
-		rec.State, rec.Deadline = segments.StateReserved, req.deadline
-		ops = append(ops, clientv3.OpPut(c.keys.Reservation(req.sku.name, req.deadline.UnixNano(), req.order),
-			segments.EncodeCounter(req.qty)))
+		rec.State, rec.Deadline = StateReserved, req.deadline
+		ops = append(ops, clientv3.OpPut(e.keys.Reservation(req.sku.name, req.deadline.UnixNano(), req.order),
+			EncodeCounter(req.qty)))
 	}
-	return append(ops, clientv3.OpPut(c.keys.Order(req.sku.name, req.order), segments.EncodeOrder(rec)))
+	return append(ops, clientv3.OpPut(e.keys.Order(req.sku.name, req.order), EncodeOrder(rec)))
 }
 
-func (c *Coordinator) allocation(req *allocReq, parts []segments.Part, rev int64) *Allocation {
+func (e *Engine) allocation(req *allocReq, parts []Part, rev int64) *Allocation {
 	a := &Allocation{SKU: req.sku.name, Order: req.order, Qty: req.qty, Parts: parts, Revision: rev, Buyer: req.buyer}
 	if req.ttl > 0 {
-		a.State, a.Deadline = segments.StateReserved, req.deadline
+		a.State, a.Deadline = StateReserved, req.deadline
 	}
 	return a
 }

@@ -1,4 +1,4 @@
-package coordinator
+package segments
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/stockctl/stockctl/segments"
 )
 
 // Batched expiry. Expiring reservations one transaction each costs three
@@ -26,22 +24,22 @@ import (
 // dueOrder is a due reservation read for a batched expiry.
 type dueOrder struct {
 	indexKey string
-	o        segments.Order
+	o        Order
 	kv       *mvccpb.KeyValue
 }
 
 // readDue reads the orders of due index keys in transactions of at most
 // maxTxnOps reads, and sorts them: those a batch can expire, and the rest
 // (gone, not live, not due, from the pool) for one at a time.
-func (c *Coordinator) readDue(ctx context.Context, info *skuInfo, todo []due, now time.Time) (batch []dueOrder, single []due, err error) {
+func (e *Engine) readDue(ctx context.Context, info *skuInfo, todo []due, now time.Time) (batch []dueOrder, single []due, err error) {
 	for len(todo) > 0 {
-		chunk := todo[:min(len(todo), c.opts.maxTxnOps)]
+		chunk := todo[:min(len(todo), e.cfg.MaxTxnOps)]
 		todo = todo[len(chunk):]
 		reads := make([]clientv3.Op, len(chunk))
 		for i, d := range chunk {
-			reads[i] = clientv3.OpGet(c.keys.Order(info.name, d.order))
+			reads[i] = clientv3.OpGet(e.keys.Order(info.name, d.order))
 		}
-		resp, err := c.kv.Txn(ctx).Then(reads...).Commit()
+		resp, err := e.kv.Txn(ctx).Then(reads...).Commit()
 		if err != nil {
 			return nil, nil, err
 		}
@@ -51,12 +49,12 @@ func (c *Coordinator) readDue(ctx context.Context, info *skuInfo, todo []due, no
 				single = append(single, d)
 				continue
 			}
-			o, err := segments.DecodeOrder(string(kvs[0].Key), kvs[0].Value)
+			o, err := DecodeOrder(string(kvs[0].Key), kvs[0].Value)
 			if err != nil {
 				return nil, nil, err
 			}
 			ok := o.Reserved() && !now.Before(o.Deadline) && o.SKU == info.name && o.ID == d.order &&
-				c.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID) == d.key
+				e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID) == d.key
 			for _, p := range o.Parts {
 				ok = ok && !p.Place.IsPool() && p.Place.Index() < info.segments
 			}
@@ -72,10 +70,10 @@ func (c *Coordinator) readDue(ctx context.Context, info *skuInfo, todo []due, no
 
 // expireBatch expires batch in chunks that fit one transaction; what a
 // failed chunk holds is returned for one at a time.
-func (c *Coordinator) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrder, fence []clientv3.Cmp) ([]Expiry, []due, error) {
+func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrder, fence []clientv3.Cmp) ([]Expiry, []due, error) {
 	var out []Expiry
 	var left []due
-	limit := c.opts.maxTxnOps
+	limit := e.cfg.MaxTxnOps
 	for len(batch) > 0 {
 		// Greedy: orders in deadline order while the compares, the writes
 		// and the reads of the counters they touch fit.
@@ -87,14 +85,14 @@ func (c *Coordinator) expireBatch(ctx context.Context, info *skuInfo, batch []du
 			dc, do, dr := 1, 2, 0
 			fresh := map[string]bool{}
 			for _, p := range o.Parts {
-				k := c.keys.Inbox(info.name, p.Place.Index())
+				k := e.keys.Inbox(info.name, p.Place.Index())
 				if !seen[k] && !fresh[k] {
 					fresh[k] = true
 					dc, do, dr = dc+1, do+1, dr+1
 				}
 			}
 			if o.UserCounted {
-				if k := c.keys.User(info.name, o.Buyer); !seen[k] && !fresh[k] {
+				if k := e.keys.User(info.name, o.Buyer); !seen[k] && !fresh[k] {
 					fresh[k] = true
 					dc, do, dr = dc+1, do+1, dr+1
 				}
@@ -109,7 +107,7 @@ func (c *Coordinator) expireBatch(ctx context.Context, info *skuInfo, batch []du
 		}
 		chunk := batch[:n]
 		batch = batch[n:]
-		xs, ok, err := c.expireChunk(ctx, info, chunk, fence)
+		xs, ok, err := e.expireChunk(ctx, info, chunk, fence)
 		if err != nil {
 			return out, nil, err
 		}
@@ -125,13 +123,13 @@ func (c *Coordinator) expireBatch(ctx context.Context, info *skuInfo, batch []du
 
 // expireChunk expires chunk in one transaction; ok false means a compare
 // failed (nothing changed) and the fence still holds.
-func (c *Coordinator) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrder, fence []clientv3.Cmp) ([]Expiry, bool, error) {
+func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrder, fence []clientv3.Cmp) ([]Expiry, bool, error) {
 	give := map[string]int64{}
 	take := map[string]int64{}
 	var counters []string // inboxes, then buyers
 	for _, d := range chunk {
 		for _, p := range d.o.Parts {
-			k := c.keys.Inbox(info.name, p.Place.Index())
+			k := e.keys.Inbox(info.name, p.Place.Index())
 			if _, ok := give[k]; !ok {
 				counters = append(counters, k)
 			}
@@ -140,7 +138,7 @@ func (c *Coordinator) expireChunk(ctx context.Context, info *skuInfo, chunk []du
 	}
 	for _, d := range chunk {
 		if d.o.UserCounted {
-			k := c.keys.User(info.name, d.o.Buyer)
+			k := e.keys.User(info.name, d.o.Buyer)
 			if _, ok := take[k]; !ok {
 				counters = append(counters, k)
 			}
@@ -151,7 +149,7 @@ func (c *Coordinator) expireChunk(ctx context.Context, info *skuInfo, chunk []du
 	for i, k := range counters {
 		reads[i] = clientv3.OpGet(k)
 	}
-	cur, err := c.kv.Txn(ctx).Then(reads...).Commit()
+	cur, err := e.kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, false, err
 	}
@@ -169,31 +167,31 @@ func (c *Coordinator) expireChunk(ctx context.Context, info *skuInfo, chunk []du
 		case isUser && v == q:
 			ops = append(ops, clientv3.OpDelete(k))
 		case isUser:
-			ops = append(ops, clientv3.OpPut(k, segments.EncodeCounter(v-q)))
-		case v+give[k] > segments.MaxTotal:
+			ops = append(ops, clientv3.OpPut(k, EncodeCounter(v-q)))
+		case v+give[k] > MaxTotal:
 			return nil, false, fmt.Errorf("%w: returning %d to %s would exceed the maximum", ErrCorrupt, give[k], k)
 		default:
-			ops = append(ops, clientv3.OpPut(k, segments.EncodeCounter(v+give[k])))
+			ops = append(ops, clientv3.OpPut(k, EncodeCounter(v+give[k])))
 		}
 	}
 	for _, d := range chunk {
 		o := d.o
-		o.State = segments.StateExpired
+		o.State = StateExpired
 		key := string(d.kv.Key)
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", d.kv.ModRevision))
-		ops = append(ops, clientv3.OpPut(key, segments.EncodeOrder(o)), clientv3.OpDelete(d.indexKey))
+		ops = append(ops, clientv3.OpPut(key, EncodeOrder(o)), clientv3.OpDelete(d.indexKey))
 	}
-	resp, err := c.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return c.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	resp, err := e.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	})
 	for k := range take {
-		c.stock.commit.users.forget(k)
+		e.users.forget(k)
 	}
 	if err != nil {
 		return nil, false, err
 	}
 	if !resp.Succeeded {
-		if err := c.checkFence(ctx, fence); err != nil {
+		if err := e.checkFence(ctx, fence); err != nil {
 			return nil, false, err
 		}
 		return nil, false, nil

@@ -1,4 +1,4 @@
-package coordinator
+package lock
 
 import (
 	"context"
@@ -37,15 +37,11 @@ import (
 //     issue 19597), and every wait step re-checks that our own key still
 //     exists with the revision we put it at.
 
-// errAborted ends a wait whose caller no longer needs the lock (its request
-// was served by another goroutine).
-var errAborted = errors.New("coordinator: wait aborted")
-
 // lockKey puts this session's key under pfx and waits until it is the
 // oldest. With noWait it returns ErrLocked instead of waiting. On error no
 // key is left behind (or, if etcd cannot be reached, its removal is retried
 // in the background until the session ends).
-func (c *Coordinator) lockKey(ctx context.Context, sess *concurrency.Session, pfx string, noWait bool) (*ownership, error) {
+func (e *Engine) lockKey(ctx context.Context, sess *concurrency.Session, pfx string, noWait bool) (*Ownership, error) {
 	key := pfx + strconv.FormatInt(int64(sess.Lease()), 16)
 	// The put must not be cut short by the caller's ctx (a wait budget
 	// expires all the time under load): a put abandoned in flight may still
@@ -53,37 +49,37 @@ func (c *Coordinator) lockKey(ctx context.Context, sess *concurrency.Session, pf
 	// live, renewed lease that every other process would queue behind
 	// forever. So the put runs on its own bounded ctx, and the caller's ctx
 	// is checked once its outcome is known.
-	pctx, cancelPut := context.WithTimeout(c.bgCtx, c.opts.releaseTimeout)
-	myRev, ownerRev, err := c.putWaiterKey(pctx, sess, pfx, key)
+	pctx, cancelPut := context.WithTimeout(e.bg.Ctx(), e.cfg.ReleaseTimeout)
+	myRev, ownerRev, err := e.putWaiterKey(pctx, sess, pfx, key)
 	cancelPut()
 	if err != nil {
 		return nil, err
 	}
 	if cause := context.Cause(ctx); cause != nil {
-		_ = c.removeKey(c.bgCtx, sess, key, myRev)
+		_ = e.removeKey(e.bg.Ctx(), sess, key, myRev)
 		return nil, cause
 	}
 	if ownerRev != myRev {
 		if noWait {
-			_ = c.removeKey(c.bgCtx, sess, key, myRev)
+			_ = e.removeKey(e.bg.Ctx(), sess, key, myRev)
 			return nil, ErrLocked
 		}
-		if err := c.waitPredecessors(ctx, sess, pfx, key, myRev); err != nil {
-			_ = c.removeKey(c.bgCtx, sess, key, myRev)
+		if err := e.waitPredecessors(ctx, sess, pfx, key, myRev); err != nil {
+			_ = e.removeKey(e.bg.Ctx(), sess, key, myRev)
 			return nil, err
 		}
 	}
 	octx, cancel := context.WithCancelCause(context.Background())
-	return &ownership{sess: sess, key: key, rev: myRev, acquired: time.Now(), ctx: octx, cancel: cancel}, nil
+	return &Ownership{sess: sess, key: key, rev: myRev, acquired: time.Now(), ctx: octx, cancel: cancel}, nil
 }
 
 // putWaiterKey puts key under the session's lease and returns its create
 // revision and the create revision of the oldest key under pfx, in one
 // round trip. A key of ours left over from a failed delete is removed first:
 // reusing it would hand its old fencing token to a new holder.
-func (c *Coordinator) putWaiterKey(ctx context.Context, sess *concurrency.Session, pfx, key string) (myRev, ownerRev int64, err error) {
+func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pfx, key string) (myRev, ownerRev int64, err error) {
 	for attempt := 0; attempt < 3; attempt++ {
-		resp, err := c.kv.Txn(ctx).
+		resp, err := e.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
 				clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
@@ -91,13 +87,13 @@ func (c *Coordinator) putWaiterKey(ctx context.Context, sess *concurrency.Sessio
 			Commit()
 		if err != nil {
 			// The put may or may not have been applied: clean up by reading.
-			c.scrubKey(sess, pfx, key)
+			e.scrubKey(sess, pfx, key)
 			return 0, 0, fmt.Errorf("put lock key %s: %w", key, sessionErr(sess, err))
 		}
 		if !resp.Succeeded {
 			stale := resp.Responses[0].GetResponseRange().Kvs
 			if len(stale) > 0 {
-				if err := c.removeKey(ctx, sess, key, stale[0].CreateRevision); err != nil {
+				if err := e.removeKey(ctx, sess, key, stale[0].CreateRevision); err != nil {
 					return 0, 0, err
 				}
 			}
@@ -110,7 +106,7 @@ func (c *Coordinator) putWaiterKey(ctx context.Context, sess *concurrency.Sessio
 }
 
 // waitPredecessors waits until no key under pfx is older than myRev.
-func (c *Coordinator) waitPredecessors(ctx context.Context, sess *concurrency.Session, pfx, key string, myRev int64) error {
+func (e *Engine) waitPredecessors(ctx context.Context, sess *concurrency.Session, pfx, key string, myRev int64) error {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(sess.Ctx(), func() { cancel(ErrSessionLost) })
@@ -118,7 +114,7 @@ func (c *Coordinator) waitPredecessors(ctx context.Context, sess *concurrency.Se
 
 	predecessor := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))
 	for {
-		resp, err := c.kv.Txn(wctx).
+		resp, err := e.kv.Txn(wctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
 			Then(clientv3.OpGet(pfx, predecessor...)).
 			Commit()
@@ -133,7 +129,7 @@ func (c *Coordinator) waitPredecessors(ctx context.Context, sess *concurrency.Se
 		if len(kvs) == 0 {
 			return nil
 		}
-		if err := c.waitDelete(wctx, string(kvs[0].Key), kvs[0].CreateRevision, resp.Header.Revision); err != nil {
+		if err := e.waitDelete(wctx, string(kvs[0].Key), kvs[0].CreateRevision, resp.Header.Revision); err != nil {
 			return waitErr(wctx, err)
 		}
 	}
@@ -147,11 +143,11 @@ func (c *Coordinator) waitPredecessors(ctx context.Context, sess *concurrency.Se
 // process may delete its key and put a new one of the same name at once (its
 // next turn, queued behind us). That new key is not the one we wait for: a
 // key found under the name counts only if its create revision is createRev.
-func (c *Coordinator) waitDelete(ctx context.Context, key string, createRev, readRev int64) error {
+func (e *Engine) waitDelete(ctx context.Context, key string, createRev, readRev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	created := false
-	for wr := range c.client.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
+	for wr := range e.client.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
 		if wr.CompactRevision != 0 {
 			return nil // the caller re-reads the predecessor
 		}
@@ -163,7 +159,7 @@ func (c *Coordinator) waitDelete(ctx context.Context, key string, createRev, rea
 			if wr.Header.Revision > readRev {
 				// Something was written since the read: the delete may be
 				// among it, before the watch's start.
-				resp, err := c.kv.Get(wctx, key, clientv3.WithKeysOnly())
+				resp, err := e.kv.Get(wctx, key, clientv3.WithKeysOnly())
 				if err != nil {
 					return err
 				}
@@ -221,18 +217,18 @@ func sessionErr(sess *concurrency.Session, err error) error {
 // first attempt. If it fails, the delete is retried in the background until
 // it succeeds or the session ends (which removes the key anyway), and the
 // first error is returned.
-func (c *Coordinator) removeKey(ctx context.Context, sess *concurrency.Session, key string, rev int64) error {
-	return c.removeFailed(sess, key, rev, c.deleteGuarded(ctx, key, rev))
+func (e *Engine) removeKey(ctx context.Context, sess *concurrency.Session, key string, rev int64) error {
+	return e.removeFailed(sess, key, rev, e.deleteGuarded(ctx, key, rev))
 }
 
 // removeFailed handles the outcome err of a first attempt to delete key:
 // after a failure it retries in the background and returns the error.
-func (c *Coordinator) removeFailed(sess *concurrency.Session, key string, rev int64, err error) error {
+func (e *Engine) removeFailed(sess *concurrency.Session, key string, rev int64, err error) error {
 	if err == nil || isDone(sess.Done()) {
 		return nil
 	}
-	c.log.Warn("lock key not deleted; retrying in the background", "key", key, "err", err)
-	c.goBackground(func(ctx context.Context) {
+	e.log.Warn("lock key not deleted; retrying in the background", "key", key, "err", err)
+	e.bg.Go(func(ctx context.Context) {
 		backoff := 100 * time.Millisecond
 		for {
 			select {
@@ -242,7 +238,7 @@ func (c *Coordinator) removeFailed(sess *concurrency.Session, key string, rev in
 			case <-ctx.Done():
 				return
 			}
-			if c.deleteGuarded(ctx, key, rev) == nil {
+			if e.deleteGuarded(ctx, key, rev) == nil {
 				return
 			}
 			backoff = min(2*backoff, 2*time.Second)
@@ -255,23 +251,23 @@ func (c *Coordinator) removeFailed(sess *concurrency.Session, key string, rev in
 // reports whether the key was already gone (its lease expired or was
 // revoked, or it was deleted) before this process noticed: then the hold
 // had been lost, and another process may have held the lock meanwhile.
-func (c *Coordinator) releaseKey(ctx context.Context, sess *concurrency.Session, key string, rev int64) (gone bool, err error) {
-	dctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
-	resp, err := c.kv.Txn(dctx).
+func (e *Engine) releaseKey(ctx context.Context, sess *concurrency.Session, key string, rev int64) (gone bool, err error) {
+	dctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
+	resp, err := e.kv.Txn(dctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).
 		Commit()
 	cancel()
 	if err != nil {
-		return false, c.removeFailed(sess, key, rev, err) // retries in the background
+		return false, e.removeFailed(sess, key, rev, err) // retries in the background
 	}
 	return !resp.Succeeded, nil
 }
 
-func (c *Coordinator) deleteGuarded(ctx context.Context, key string, rev int64) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
+func (e *Engine) deleteGuarded(ctx context.Context, key string, rev int64) error {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
 	defer cancel()
-	_, err := c.kv.Txn(ctx).
+	_, err := e.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).
 		Commit()
@@ -285,8 +281,8 @@ func (c *Coordinator) deleteGuarded(ctx context.Context, key string, rev int64) 
 // within seconds), it looks at the key now and then and deletes it, guarded
 // by its revision, whenever it exists without being this process's current
 // key for the lock.
-func (c *Coordinator) scrubKey(sess *concurrency.Session, pfx, key string) {
-	c.goBackground(func(ctx context.Context) {
+func (e *Engine) scrubKey(sess *concurrency.Session, pfx, key string) {
+	e.bg.Go(func(ctx context.Context) {
 		for delay := 250 * time.Millisecond; delay <= 8*time.Second; delay *= 2 {
 			select {
 			case <-time.After(delay):
@@ -295,14 +291,14 @@ func (c *Coordinator) scrubKey(sess *concurrency.Session, pfx, key string) {
 			case <-ctx.Done():
 				return
 			}
-			rctx, cancel := context.WithTimeout(ctx, c.opts.releaseTimeout)
-			resp, err := c.kv.Get(rctx, key)
+			rctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
+			resp, err := e.kv.Get(rctx, key)
 			cancel()
 			if err != nil || len(resp.Kvs) == 0 {
 				continue
 			}
-			if rev := resp.Kvs[0].CreateRevision; !c.keyInUse(pfx, rev) {
-				_ = c.deleteGuarded(ctx, key, rev)
+			if rev := resp.Kvs[0].CreateRevision; !e.keyInUse(pfx, rev) {
+				_ = e.deleteGuarded(ctx, key, rev)
 			}
 		}
 	})
@@ -311,10 +307,10 @@ func (c *Coordinator) scrubKey(sess *concurrency.Session, pfx, key string) {
 // keyInUse reports whether this process's queue for pfx owns the key with
 // create revision rev, or is between states (acquiring or releasing) and so
 // might: the scrub then waits for its next look.
-func (c *Coordinator) keyInUse(pfx string, rev int64) bool {
-	c.mu.Lock()
-	q := c.queues[pfx]
-	c.mu.Unlock()
+func (e *Engine) keyInUse(pfx string, rev int64) bool {
+	e.mu.Lock()
+	q := e.queues[pfx]
+	e.mu.Unlock()
 	if q == nil {
 		return false
 	}

@@ -1,4 +1,4 @@
-package coordinator
+package segments
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/stockctl/stockctl/segments"
 )
 
 // Per-user limits. On a SKU with a limit, each buyer has a counter key
@@ -79,7 +77,7 @@ func (u *userCache) see(key string, kvs []*mvccpb.KeyValue) error {
 		u.set(key, userCount{})
 		return nil
 	}
-	v, err := segments.DecodeCounter(key, kvs[0].Value)
+	v, err := DecodeCounter(key, kvs[0].Value)
 	if err != nil {
 		u.forget(key)
 		return err
@@ -95,8 +93,8 @@ func (u *userCache) see(key string, kvs []*mvccpb.KeyValue) error {
 // first result when the order ID turns out to be applied already (a retry
 // must learn its outcome, not a refusal). It returns the buyers to write
 // and the requests to commit.
-func (c *Coordinator) planUsers(ctx context.Context, batch []*commitReq) ([]*batchUser, []*commitReq) {
-	cache := &c.stock.commit.users
+func (e *Engine) planUsers(ctx context.Context, batch []*commitReq) ([]*batchUser, []*commitReq) {
+	cache := &e.users
 	var unknown []string
 	seen := map[string]bool{}
 	for _, cr := range batch {
@@ -114,7 +112,7 @@ func (c *Coordinator) planUsers(ctx context.Context, batch []*commitReq) ([]*bat
 	var claims map[string]*mvccpb.KeyValue
 	var freshRev int64
 	if len(unknown) > 0 {
-		if _, _, err := c.readUsers(ctx, unknown, nil); err != nil {
+		if _, _, err := e.readUsers(ctx, unknown, nil); err != nil {
 			// Those orders cannot be judged: answer them, plan the rest.
 			batch = failTouching(batch, unknown, err)
 		}
@@ -163,7 +161,7 @@ func (c *Coordinator) planUsers(ctx context.Context, batch []*commitReq) ([]*bat
 				}
 			}
 			var err error
-			if claims, freshRev, err = c.readUsers(ctx, stale, ids); err != nil {
+			if claims, freshRev, err = e.readUsers(ctx, stale, ids); err != nil {
 				// Answer the orders of the buyers that could not be
 				// read again; the others were within their limits.
 				batch = failTouching(batch, stale, err)
@@ -172,7 +170,7 @@ func (c *Coordinator) planUsers(ctx context.Context, batch []*commitReq) ([]*bat
 		}
 		for _, cr := range over {
 			if idx := claims[cr.req.order]; idx != nil {
-				cr.finish(result(c.replay(ctx, cr.req, idx)))
+				cr.finish(result(e.replay(ctx, cr.req, idx)))
 				continue
 			}
 			bu := byKey[cr.req.userKey]
@@ -214,19 +212,19 @@ func failTouching(batch []*commitReq, keys []string, err error) []*commitReq {
 
 // readUsers reads buyers' counters into the cache and the claims of order
 // IDs, in one transaction, and returns the claims found and its revision.
-func (c *Coordinator) readUsers(ctx context.Context, userKeys, orders []string) (map[string]*mvccpb.KeyValue, int64, error) {
+func (e *Engine) readUsers(ctx context.Context, userKeys, orders []string) (map[string]*mvccpb.KeyValue, int64, error) {
 	ops := make([]clientv3.Op, 0, len(userKeys)+len(orders))
 	for _, k := range userKeys {
 		ops = append(ops, clientv3.OpGet(k))
 	}
 	for _, id := range orders {
-		ops = append(ops, clientv3.OpGet(c.keys.OrderID(id)))
+		ops = append(ops, clientv3.OpGet(e.keys.OrderID(id)))
 	}
-	resp, err := c.kv.Txn(ctx).Then(ops...).Commit()
+	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return nil, 0, err
 	}
-	cache := &c.stock.commit.users
+	cache := &e.users
 	for i, k := range userKeys {
 		if err := cache.see(k, resp.Responses[i].GetResponseRange().GetKvs()); err != nil {
 			return nil, 0, err
@@ -245,7 +243,7 @@ func (c *Coordinator) readUsers(ctx context.Context, userKeys, orders []string) 
 func userCmpsOps(users []*batchUser) (cmps []clientv3.Cmp, ops, diag []clientv3.Op) {
 	for _, bu := range users {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(bu.key), "=", bu.modRev))
-		ops = append(ops, clientv3.OpPut(bu.key, segments.EncodeCounter(bu.value+bu.add)))
+		ops = append(ops, clientv3.OpPut(bu.key, EncodeCounter(bu.value+bu.add)))
 		diag = append(diag, clientv3.OpGet(bu.key))
 	}
 	return cmps, ops, diag
@@ -253,8 +251,8 @@ func userCmpsOps(users []*batchUser) (cmps []clientv3.Cmp, ops, diag []clientv3.
 
 // settleUsers updates the cache after a batch: committed at rev, or (rs
 // set) refreshed from the failed batch's Else reads, or (neither) unknown.
-func (c *Coordinator) settleUsers(users []*batchUser, rev int64, rs []*pb.ResponseOp) {
-	cache := &c.stock.commit.users
+func (e *Engine) settleUsers(users []*batchUser, rev int64, rs []*pb.ResponseOp) {
+	cache := &e.users
 	for i, bu := range users {
 		switch {
 		case rev > 0:

@@ -1,4 +1,4 @@
-package coordinator
+package segments
 
 import (
 	"context"
@@ -7,62 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/stockctl/stockctl/segments"
+	"github.com/stockctl/stockctl/internal/lock"
 )
-
-// Allocation is the outcome of an allocation: how much of a SKU an order
-// took, and from where.
-type Allocation struct {
-	SKU   string
-	Order string
-	Qty   int64
-	// Parts says where the stock came from; the quantities add up to Qty.
-	Parts []segments.Part
-	// Revision is the etcd revision at which the allocation was committed.
-	Revision int64
-	// Replayed is true when the order ID had already been applied before
-	// this call: nothing was deducted now, and the fields describe the first
-	// application.
-	Replayed bool
-	// Released is true when the order has since been released (only
-	// possible on a replay).
-	Released bool
-	// State is "" for a plain allocation; for a reservation (Reserve) it is
-	// segments.StateReserved when made, and on a replay whatever the
-	// reservation has become since (confirmed, expired).
-	State segments.OrderState
-	// Deadline is when a reservation expires unless confirmed (zero for a
-	// plain allocation).
-	Deadline time.Time
-	// Buyer is the buyer the order was placed for (WithBuyer), if any.
-	Buyer string
-}
-
-// OrderOption adds to an order what not every caller needs.
-type OrderOption func(*orderOpts)
-
-type orderOpts struct {
-	buyer string
-}
-
-// WithBuyer names the buyer an order is for. On a SKU with a per-user limit
-// (SKUConfig.PerUserLimit) it is required, and the order is refused with
-// ErrLimitExceeded when the buyer's units (confirmed and live reserved
-// orders) would exceed the limit: the check and the deduction commit in one
-// transaction. Elsewhere it is only recorded on the order. A buyer ID is 1
-// to segments.MaxBuyerLen bytes of printable ASCII other than space and '/'.
-// A retry of the order must name the same buyer. With AllocateFunc the
-// limit is judged at the commit, after the step ran: a refused order's step
-// must be undone like any step whose order failed.
-func WithBuyer(buyer string) OrderOption {
-	return func(o *orderOpts) { o.buyer = buyer }
-}
-
-// Step is a business step run by AllocateFunc while the stock it will take
-// is locked: check the stock, create the order, charge the card... Its ctx
-// is cancelled if a lock is lost meanwhile. Returning an error cancels the
-// allocation: nothing is deducted and AllocateFunc returns the error.
-type Step func(ctx context.Context) error
 
 // allocReq is one Allocate, AllocateFunc or Reserve call.
 type allocReq struct {
@@ -82,7 +28,7 @@ type allocReq struct {
 
 // Allocate takes qty units of sku for an order, and records the order.
 //
-// The request goes to segment segments.Route(routeKey, N), or a random
+// The request goes to segment Route(routeKey, N), or a random
 // segment when routeKey is empty. If that segment cannot serve it (too
 // little stock, or its lock stays busy for the home wait budget), it is
 // served from the pool, then from the other segments in turn, and at last by
@@ -101,8 +47,8 @@ type allocReq struct {
 // committed together in one transaction (group commit). ctx bounds the
 // wait; a request already handed to a group commit when ctx ends may still
 // be committed (retry with the same order ID to learn the outcome).
-func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64, routeKey string, opts ...OrderOption) (*Allocation, error) {
-	return c.allocate(ctx, "allocate", sku, order, qty, routeKey, nil, 0, opts)
+func (e *Engine) Allocate(ctx context.Context, sku, order string, qty int64, routeKey string, opts ...OrderOption) (*Allocation, error) {
+	return e.allocate(ctx, "allocate", sku, order, qty, routeKey, nil, 0, opts)
 }
 
 // AllocateFunc is Allocate with a business step: step runs while the locks
@@ -111,43 +57,43 @@ func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64
 // and the locks are still held. step's ctx is cancelled if a lock is lost.
 //
 // If a lock is lost after step returned nil, AllocateFunc returns an error
-// wrapping ErrLockLost and nothing is deducted: undo the step's effects, or
+// wrapping lock.ErrLost and nothing is deducted: undo the step's effects, or
 // retry with the same order ID (the step then runs again). A retry of an
 // order that was applied returns the first result without running step;
 // duplicates of one order ID sent at the same time may each run step, and
 // exactly one of them deducts (the others return its result as a replay).
-func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step, opts ...OrderOption) (*Allocation, error) {
+func (e *Engine) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step, opts ...OrderOption) (*Allocation, error) {
 	if step == nil {
-		return nil, fmt.Errorf("allocate %s order %q: %w: step is nil", sku, order, ErrInvalidArgument)
+		return nil, fmt.Errorf("allocate %s order %q: %w: step is nil", sku, order, ErrInvalid)
 	}
-	return c.allocate(ctx, "allocate", sku, order, qty, routeKey, step, 0, opts)
+	return e.allocate(ctx, "allocate", sku, order, qty, routeKey, step, 0, opts)
 }
 
-func (c *Coordinator) allocate(ctx context.Context, verb, sku, order string, qty int64, routeKey string, step Step, ttl time.Duration, opts []OrderOption) (out *Allocation, outErr error) {
-	defer func() { c.metrics.allocated(verb, sku, out, outErr) }()
+func (e *Engine) allocate(ctx context.Context, verb, sku, order string, qty int64, routeKey string, step Step, ttl time.Duration, opts []OrderOption) (out *Allocation, outErr error) {
+	defer func() { e.metrics.allocated(verb, sku, out, outErr) }()
 	var o orderOpts
 	for _, opt := range opts {
 		opt(&o)
 	}
-	errs := []error{segments.ValidateSKU(sku), segments.ValidateOrderID(order),
-		segments.ValidateQty(qty), segments.ValidateRouteKey(routeKey)}
+	errs := []error{ValidateSKU(sku), ValidateOrderID(order),
+		ValidateQty(qty), ValidateRouteKey(routeKey)}
 	if o.buyer != "" {
-		errs = append(errs, segments.ValidateBuyer(o.buyer))
+		errs = append(errs, ValidateBuyer(o.buyer))
 	}
 	if verb == "reserve" {
-		errs = append(errs, segments.ValidateTTL(ttl))
+		errs = append(errs, ValidateTTL(ttl))
 	}
 	if err := firstErr(errs...); err != nil {
 		return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, err)
 	}
-	info, err := c.sku(ctx, sku)
+	info, err := e.sku(ctx, sku)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, err)
 	}
 	req := &allocReq{sku: info, order: order, qty: qty, step: step, ttl: ttl, buyer: o.buyer}
 	if info.perUserLimit > 0 {
 		if o.buyer == "" {
-			return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, &segments.InvalidError{Field: "buyer", Value: `""`,
+			return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, &InvalidError{Field: "buyer", Value: `""`,
 				Reason: fmt.Sprintf("is required: the SKU has a per-user limit of %d", info.perUserLimit)})
 		}
 		if qty > info.perUserLimit {
@@ -155,13 +101,13 @@ func (c *Coordinator) allocate(ctx context.Context, verb, sku, order string, qty
 			return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order,
 				&LimitExceededError{SKU: sku, Buyer: o.buyer, Limit: info.perUserLimit, Want: qty})
 		}
-		req.userKey = c.keys.User(sku, o.buyer)
+		req.userKey = e.keys.User(sku, o.buyer)
 	}
 	home := rand.IntN(info.segments)
 	if routeKey != "" {
-		home = segments.Route(routeKey, info.segments)
+		home = Route(routeKey, info.segments)
 	}
-	a, err := c.serve(ctx, req, home)
+	a, err := e.serve(ctx, req, home)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, err)
 	}
@@ -174,21 +120,21 @@ const maxLostRetries = 3
 
 // serve sells req: from the segments this process holds (the seller), and
 // when they cannot serve it, from the whole SKU as read at one revision.
-func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allocation, error) {
+func (e *Engine) serve(ctx context.Context, req *allocReq, home int) (*Allocation, error) {
 	if req.step != nil {
 		// A retry of an applied order must not run the step again: look
 		// before taking any slot. A duplicate racing the first application
 		// may still run the step; the commit's order-ID compare lets only
 		// one deduct.
-		idx, err := c.kv.Get(ctx, c.keys.OrderID(req.order))
+		idx, err := e.kv.Get(ctx, e.keys.OrderID(req.order))
 		if err != nil {
 			return nil, err
 		}
 		if len(idx.Kvs) > 0 {
-			return c.replay(ctx, req, idx.Kvs[0])
+			return e.replay(ctx, req, idx.Kvs[0])
 		}
 	}
-	s, err := c.seller(req.sku)
+	s, err := e.seller(req.sku)
 	if err != nil {
 		return nil, err
 	}
@@ -211,12 +157,12 @@ func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allo
 			return nil, err
 		}
 
-		snap, err := c.snapshot(ctx, req.sku, req.order)
+		snap, err := e.snapshot(ctx, req.sku, req.order)
 		if err != nil {
 			return nil, err
 		}
 		if snap.orderKV != nil {
-			return c.replay(ctx, req, snap.orderKV)
+			return e.replay(ctx, req, snap.orderKV)
 		}
 		if snap.total() < req.qty {
 			return nil, &InsufficientStockError{SKU: req.sku.name, Want: req.qty, Remaining: snap.total(), Revision: snap.rev}
@@ -238,12 +184,12 @@ func (c *Coordinator) serve(ctx context.Context, req *allocReq, home int) (*Allo
 					continue
 				}
 			}
-			if r = c.tryPlace(ctx, req, p, c.opts.fallbackWait); r.kind != resShort && r.kind != resBusy {
+			if r = e.tryPlace(ctx, req, p, e.cfg.FallbackWait); r.kind != resShort && r.kind != resBusy {
 				break
 			}
 		}
 		if r.kind == resShort || r.kind == resBusy {
-			r = c.gather(ctx, req, snap)
+			r = e.gather(ctx, req, snap)
 		}
 	}
 }
@@ -270,24 +216,24 @@ func failed(err error) placeResult     { return placeResult{kind: resFailed, err
 // retryable reports whether the failure deducted nothing and a new attempt
 // (on a new session) may succeed.
 func (r placeResult) retryable() bool {
-	return errors.Is(r.err, ErrLockLost) || errors.Is(r.err, ErrSessionLost)
+	return errors.Is(r.err, lock.ErrLost) || errors.Is(r.err, lock.ErrSessionLost)
 }
 
 // lockFailure turns a failed lock wait into a result.
 func lockFailure(err error) placeResult {
-	if errors.Is(err, ErrLocked) {
+	if errors.Is(err, lock.ErrLocked) {
 		return placeResult{kind: resBusy}
 	}
 	return failed(err)
 }
 
 // tryPlace tries to serve req from one place, waiting up to wait for its lock.
-func (c *Coordinator) tryPlace(ctx context.Context, req *allocReq, p segments.Place, wait time.Duration) placeResult {
-	hp, err := c.lockPlace(ctx, req.sku.name, p, wait, nil)
+func (e *Engine) tryPlace(ctx context.Context, req *allocReq, p Place, wait time.Duration) placeResult {
+	hp, err := e.lockPlace(ctx, req.sku.name, p, wait)
 	if err != nil {
 		return lockFailure(err)
 	}
-	return c.commitHeld(ctx, []*heldPlace{hp}, req)
+	return e.commitHeld(ctx, []*heldPlace{hp}, req)
 }
 
 // gather serves req from several places at once: it locks places that had
@@ -296,7 +242,7 @@ func (c *Coordinator) tryPlace(ctx context.Context, req *allocReq, p segments.Pl
 // places hold qty together, and takes from them in one transaction. A place
 // found empty is released at once: a gatherer only ever waits while holding
 // places that contribute, and only lower ones.
-func (c *Coordinator) gather(ctx context.Context, req *allocReq, snap *snapshot) placeResult {
+func (e *Engine) gather(ctx context.Context, req *allocReq, snap *snapshot) placeResult {
 	var held []*heldPlace
 	defer func() {
 		for _, hp := range held {
@@ -305,7 +251,7 @@ func (c *Coordinator) gather(ctx context.Context, req *allocReq, snap *snapshot)
 	}()
 	var sum int64
 	for _, p := range snap.withStock() {
-		hp, err := c.lockPlace(ctx, req.sku.name, p, -1, nil)
+		hp, err := e.lockPlace(ctx, req.sku.name, p, -1)
 		if err != nil {
 			return lockFailure(err)
 		}
@@ -324,17 +270,8 @@ func (c *Coordinator) gather(ctx context.Context, req *allocReq, snap *snapshot)
 		if sum += hp.available(); sum >= req.qty {
 			hs := held
 			held = nil // commitHeld unlocks them
-			return c.commitHeld(ctx, hs, req)
+			return e.commitHeld(ctx, hs, req)
 		}
 	}
 	return placeResult{kind: resShort}
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -1,21 +1,15 @@
-package coordinator
+package segments
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/stockctl/stockctl/internal/lock"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/stockctl/stockctl/segments"
 )
-
-// ErrFenced is returned by a move whose caller-supplied fence compare
-// failed: for the rebalancer, it lost its leadership. Nothing was moved.
-var ErrFenced = errors.New("coordinator: fence compare failed")
 
 // Refill moves stock from sku's pool into segments: want[i] units into
 // segment i, fewer if the pool holds less (segments served in index order).
@@ -32,8 +26,8 @@ var ErrFenced = errors.New("coordinator: fence compare failed")
 // sent, cancelling ctx does not abandon it: Refill waits for etcd's answer
 // (at most the commit timeout), so an error means nothing moved unless
 // etcd could not be reached at all.
-func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
-	return c.refill(ctx, sku, want, 0, nil, fence)
+func (e *Engine) Refill(ctx context.Context, sku string, want map[int]int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
+	return e.refill(ctx, sku, want, 0, nil, fence)
 }
 
 // RefillBelow is Refill of only those segments of want whose stock (counter
@@ -41,35 +35,35 @@ func (c *Coordinator) Refill(ctx context.Context, sku string, want map[int]int64
 // decision made on an earlier read (the rebalancer's view) can be overtaken
 // by a seller's pull or a release meanwhile; this one cannot: the inbox's
 // revision is compared, and while a segment is held its counter only falls.
-func (c *Coordinator) RefillBelow(ctx context.Context, sku string, want map[int]int64, threshold int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
+func (e *Engine) RefillBelow(ctx context.Context, sku string, want map[int]int64, threshold int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
 	if threshold <= 0 {
-		return nil, 0, fmt.Errorf("refill %s: %w: threshold %d must be positive", sku, ErrInvalidArgument, threshold)
+		return nil, 0, fmt.Errorf("refill %s: %w: threshold %d must be positive", sku, ErrInvalid, threshold)
 	}
-	return c.refill(ctx, sku, want, threshold, nil, fence)
+	return e.refill(ctx, sku, want, threshold, nil, fence)
 }
 
 // refill is Refill; below > 0 skips segments holding at least below; note,
 // if set, returns puts to add to the move's transaction given what it moves
 // (a seller's pull record).
-func (c *Coordinator) refill(ctx context.Context, sku string, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (out map[int]int64, outRev int64, outErr error) {
-	if c.metrics != nil {
+func (e *Engine) refill(ctx context.Context, sku string, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (out map[int]int64, outRev int64, outErr error) {
+	if e.metrics != nil {
 		kind := moveRefill
 		if note != nil {
 			kind = movePull // only a seller's pull notes what it moved
 		}
-		defer func(start time.Time) { c.metrics.moved(kind, sku, sumMoved(out), time.Since(start), outErr) }(time.Now())
+		defer func(start time.Time) { e.metrics.moved(kind, sku, sumMoved(out), time.Since(start), outErr) }(time.Now())
 	}
-	info, err := c.sku(ctx, sku)
+	info, err := e.sku(ctx, sku)
 	if err != nil {
 		return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 	}
 	targets := slices.Sorted(maps.Keys(want))
 	for _, i := range targets {
-		if i < 0 || i >= info.segments || want[i] < 0 || want[i] > segments.MaxTotal {
-			return nil, 0, fmt.Errorf("refill %s: %w: %d units into segment %d of %d", sku, ErrInvalidArgument, want[i], i, info.segments)
+		if i < 0 || i >= info.segments || want[i] < 0 || want[i] > MaxTotal {
+			return nil, 0, fmt.Errorf("refill %s: %w: %d units into segment %d of %d", sku, ErrInvalid, want[i], i, info.segments)
 		}
 	}
-	pool, err := c.lockPlace(ctx, sku, segments.Pool, -1, nil)
+	pool, err := e.lockPlace(ctx, sku, Pool, -1)
 	if err != nil {
 		return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 	}
@@ -78,13 +72,13 @@ func (c *Coordinator) refill(ctx context.Context, sku string, want map[int]int64
 	// Each transaction reads two keys and compares one per segment, on top
 	// of the pool's and the fence's compares: as many segments as fit
 	// --max-txn-ops go together, all under the one pool lock.
-	per := max(1, (c.opts.maxTxnOps-4-len(fence))/2)
+	per := max(1, (e.cfg.MaxTxnOps-4-len(fence))/2)
 	moved := map[int]int64{}
 	var rev int64
 	for len(targets) > 0 {
 		chunk := targets[:min(per, len(targets))]
 		targets = targets[len(chunk):]
-		m, r, err := c.refillChunk(ctx, sku, pool, chunk, want, below, note, fence)
+		m, r, err := e.refillChunk(ctx, sku, pool, chunk, want, below, note, fence)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -95,16 +89,16 @@ func (c *Coordinator) refill(ctx context.Context, sku string, want map[int]int64
 }
 
 // refillChunk is one transaction of refill, for targets.
-func (c *Coordinator) refillChunk(ctx context.Context, sku string, pool *heldPlace, targets []int, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (map[int]int64, int64, error) {
+func (e *Engine) refillChunk(ctx context.Context, sku string, pool *heldPlace, targets []int, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (map[int]int64, int64, error) {
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		if err := pool.load(ctx, false); err != nil {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 		}
 		reads := make([]clientv3.Op, 0, 2*len(targets))
 		for _, i := range targets {
-			reads = append(reads, clientv3.OpGet(c.keys.Inbox(sku, i)), clientv3.OpGet(c.keys.Segment(sku, i)))
+			reads = append(reads, clientv3.OpGet(e.keys.Inbox(sku, i)), clientv3.OpGet(e.keys.Segment(sku, i)))
 		}
-		inboxes, err := c.kv.Txn(ctx).Then(reads...).Commit()
+		inboxes, err := e.kv.Txn(ctx).Then(reads...).Commit()
 		if err != nil {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 		}
@@ -113,12 +107,12 @@ func (c *Coordinator) refillChunk(ctx context.Context, sku string, pool *heldPla
 		var ops []clientv3.Op
 		left := pool.value
 		for j, i := range targets {
-			key := c.keys.Inbox(sku, i)
+			key := e.keys.Inbox(sku, i)
 			in, mod, err := decodeCounterKV(key, inboxes.Responses[2*j].GetResponseRange())
 			if err != nil {
 				return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 			}
-			counter, _, err := decodeCounterKV(c.keys.Segment(sku, i), inboxes.Responses[2*j+1].GetResponseRange())
+			counter, _, err := decodeCounterKV(e.keys.Segment(sku, i), inboxes.Responses[2*j+1].GetResponseRange())
 			if err != nil {
 				return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 			}
@@ -132,7 +126,7 @@ func (c *Coordinator) refillChunk(ctx context.Context, sku string, pool *heldPla
 			left -= q
 			moved[i], newIn[i] = q, in+q
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
-			ops = append(ops, clientv3.OpPut(key, segments.EncodeCounter(in+q)))
+			ops = append(ops, clientv3.OpPut(key, EncodeCounter(in+q)))
 		}
 		if len(ops) == 0 {
 			return moved, 0, nil
@@ -142,8 +136,8 @@ func (c *Coordinator) refillChunk(ctx context.Context, sku string, pool *heldPla
 		if note != nil {
 			ops = append(ops, note(moved)...)
 		}
-		resp, err := c.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-			return c.kv.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(pool.h.own.key)).Commit()
+		resp, err := e.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return e.kv.Txn(ctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(pool.h.Own().Key())).Commit()
 		})
 		if err != nil {
 			pool.invalidate()
@@ -153,7 +147,7 @@ func (c *Coordinator) refillChunk(ctx context.Context, sku string, pool *heldPla
 			pool.committed(resp.Header.Revision)
 			for i, in := range newIn {
 				// A seller of this process sees the stock without a read.
-				st := c.placeState(sku, segments.Segment(i))
+				st := e.placeState(sku, Segment(i))
 				st.mu.Lock()
 				if st.token != 0 {
 					st.seeInboxLocked(in, resp.Header.Revision)
@@ -163,9 +157,9 @@ func (c *Coordinator) refillChunk(ctx context.Context, sku string, pool *heldPla
 			return moved, resp.Header.Revision, nil
 		}
 		if !stillOwned(resp.Responses[0], pool) {
-			return nil, 0, fmt.Errorf("refill %s: %w", sku, ErrLockLost)
+			return nil, 0, fmt.Errorf("refill %s: %w", sku, lock.ErrLost)
 		}
-		if err := c.checkFence(ctx, fence); err != nil {
+		if err := e.checkFence(ctx, fence); err != nil {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 		}
 		pool.invalidate() // an inbox was absorbed meanwhile: read again
@@ -179,30 +173,30 @@ func (c *Coordinator) refillChunk(ctx context.Context, sku string, pool *heldPla
 // the segment's (the global lock order); a segment busy for that long is
 // not idle, and Drain returns ErrLocked without moving anything. As with
 // Refill, a sent transaction is not abandoned when ctx is cancelled.
-func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.Duration, fence ...clientv3.Cmp) (out int64, outRev int64, outErr error) {
-	if c.metrics != nil {
-		defer func(start time.Time) { c.metrics.moved(moveDrain, sku, out, time.Since(start), outErr) }(time.Now())
+func (e *Engine) Drain(ctx context.Context, sku string, seg int, wait time.Duration, fence ...clientv3.Cmp) (out int64, outRev int64, outErr error) {
+	if e.metrics != nil {
+		defer func(start time.Time) { e.metrics.moved(moveDrain, sku, out, time.Since(start), outErr) }(time.Now())
 	}
-	info, err := c.sku(ctx, sku)
+	info, err := e.sku(ctx, sku)
 	if err != nil {
 		return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
 	}
 	if seg < 0 || seg >= info.segments {
-		return 0, 0, fmt.Errorf("drain %s: %w: segment %d of %d", sku, ErrInvalidArgument, seg, info.segments)
+		return 0, 0, fmt.Errorf("drain %s: %w: segment %d of %d", sku, ErrInvalid, seg, info.segments)
 	}
-	pool, err := c.lockPlace(ctx, sku, segments.Pool, -1, nil)
+	pool, err := e.lockPlace(ctx, sku, Pool, -1)
 	if err != nil {
 		return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
 	}
 	defer pool.unlock()
-	sp, err := c.lockPlace(ctx, sku, segments.Segment(seg), wait, nil)
+	sp, err := e.lockPlace(ctx, sku, Segment(seg), wait)
 	if err != nil {
 		return 0, 0, fmt.Errorf("drain %s segment %d: %w", sku, seg, err)
 	}
 	defer sp.unlock()
 	// Orders of this process that ran their step there are still being
 	// committed: let them land before taking everything.
-	if err := sp.st.quiesce(ctx, sp.h.own); err != nil {
+	if err := sp.st.quiesce(ctx, sp.h.Own()); err != nil {
 		return 0, 0, fmt.Errorf("drain %s segment %d: %w", sku, seg, err)
 	}
 	defer sp.st.thaw()
@@ -221,9 +215,9 @@ func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.
 		sp.delta, pool.delta = -moved, moved
 		cmps := append(append(pool.cmps(), sp.cmps()...), fence...)
 		ops := append(pool.ops(), sp.ops()...)
-		resp, err := c.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-			return c.kv.Txn(ctx).If(cmps...).Then(ops...).
-				Else(clientv3.OpGet(pool.h.own.key), clientv3.OpGet(sp.h.own.key)).Commit()
+		resp, err := e.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			return e.kv.Txn(ctx).If(cmps...).Then(ops...).
+				Else(clientv3.OpGet(pool.h.Own().Key()), clientv3.OpGet(sp.h.Own().Key())).Commit()
 		})
 		if err != nil {
 			pool.invalidate()
@@ -236,44 +230,13 @@ func (c *Coordinator) Drain(ctx context.Context, sku string, seg int, wait time.
 			return moved, resp.Header.Revision, nil
 		}
 		if !stillOwned(resp.Responses[0], pool) || !stillOwned(resp.Responses[1], sp) {
-			return 0, 0, fmt.Errorf("drain %s: %w", sku, ErrLockLost)
+			return 0, 0, fmt.Errorf("drain %s: %w", sku, lock.ErrLost)
 		}
-		if err := c.checkFence(ctx, fence); err != nil {
+		if err := e.checkFence(ctx, fence); err != nil {
 			return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
 		}
 		pool.invalidate()
 		sp.invalidate()
 	}
 	return 0, 0, fmt.Errorf("drain %s: %w", sku, errContention)
-}
-
-// commitMove sends a move's transaction the way group commits are sent: on
-// the coordinator's own context (ended only by Close), bounded by the commit
-// timeout, never on the caller's. A move whose Txn was sent and then
-// abandoned might have committed unseen, and its caller (the rebalancer)
-// would neither report it nor know the books changed; waiting for the
-// answer keeps "an error means nothing moved" true except when etcd itself
-// cannot be reached.
-func (c *Coordinator) commitMove(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err // not sent: nothing moved
-	}
-	cctx, cancel := context.WithTimeout(c.bgCtx, c.opts.commitTimeout)
-	defer cancel()
-	return commit(cctx)
-}
-
-// checkFence reports ErrFenced if the fence compares fail now.
-func (c *Coordinator) checkFence(ctx context.Context, fence []clientv3.Cmp) error {
-	if len(fence) == 0 {
-		return nil
-	}
-	resp, err := c.kv.Txn(ctx).If(fence...).Commit()
-	if err != nil {
-		return err
-	}
-	if !resp.Succeeded {
-		return ErrFenced
-	}
-	return nil
 }

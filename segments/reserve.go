@@ -1,4 +1,4 @@
-package coordinator
+package segments
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/stockctl/stockctl/segments"
 )
 
 // Reservations. A flash-sale order takes its stock before it is paid:
@@ -17,7 +15,7 @@ import (
 // reservation with a deadline; Confirm (the payment) makes it final;
 // Cancel, or the deadline passing, gives the units back.
 //
-// Lifecycle of a reservation's record (segments.Order.State):
+// Lifecycle of a reservation's record (Order.State):
 //
 //	reserved ──Confirm──▶ confirmed ──Release──▶ released
 //	   │ ╲
@@ -41,32 +39,15 @@ import (
 // the places they came from, by the elected rebalancer's sweep
 // (rebalance), normally well within a second of the deadline.
 //
-// ttl must be more than 0 and at most segments.MaxReservationTTL. A retry
+// ttl must be more than 0 and at most MaxReservationTTL. A retry
 // with the same order, SKU, qty and buyer returns the first result with
 // Replayed set (and the first deadline: the new ttl is ignored); an order ID
 // already used for a plain allocation, or with another SKU, qty or buyer,
 // is ErrConflict. On a SKU with a per-user limit, WithBuyer is required and
 // the reservation counts against the buyer's limit until it expires or is
 // cancelled.
-func (c *Coordinator) Reserve(ctx context.Context, sku, order string, qty int64, routeKey string, ttl time.Duration, opts ...OrderOption) (*Allocation, error) {
-	return c.allocate(ctx, "reserve", sku, order, qty, routeKey, nil, ttl, opts)
-}
-
-// Confirmed is the outcome of a Confirm.
-type Confirmed struct {
-	SKU   string
-	Order string
-	Qty   int64
-	Parts []segments.Part
-	Buyer string
-	// Deadline is the deadline the reservation had.
-	Deadline time.Time
-	// Revision is the revision of the confirmation (of the first one when
-	// Replayed).
-	Revision int64
-	// Replayed is true when the reservation had been confirmed before this
-	// call: nothing changed now.
-	Replayed bool
+func (e *Engine) Reserve(ctx context.Context, sku, order string, qty int64, routeKey string, ttl time.Duration, opts ...OrderOption) (*Allocation, error) {
+	return e.allocate(ctx, "reserve", sku, order, qty, routeKey, nil, ttl, opts)
 }
 
 // Confirm makes a live reservation a final allocation, in one transaction
@@ -81,17 +62,17 @@ type Confirmed struct {
 // fenced way as the sweep), so that ErrExpired is final and a later Confirm
 // elsewhere cannot succeed; ErrConflict for a plain allocation (nothing to
 // confirm) and for a reservation that was cancelled or released.
-func (c *Coordinator) Confirm(ctx context.Context, sku, order string) (out *Confirmed, outErr error) {
-	defer func() { c.metrics.confirmed(sku, out, outErr) }()
-	if err := firstErr(segments.ValidateSKU(sku), segments.ValidateOrderID(order)); err != nil {
+func (e *Engine) Confirm(ctx context.Context, sku, order string) (out *Confirmed, outErr error) {
+	defer func() { e.metrics.confirmed(sku, out, outErr) }()
+	if err := firstErr(ValidateSKU(sku), ValidateOrderID(order)); err != nil {
 		return nil, fmt.Errorf("confirm %s order %q: %w", sku, order, err)
 	}
-	info, err := c.sku(ctx, sku)
+	info, err := e.sku(ctx, sku)
 	if err != nil {
 		return nil, fmt.Errorf("confirm %s order %q: %w", sku, order, err)
 	}
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		r, retry, err := c.confirmOnce(ctx, info, order)
+		r, retry, err := e.confirmOnce(ctx, info, order)
 		if err != nil {
 			return nil, fmt.Errorf("confirm %s order %q: %w", sku, order, err)
 		}
@@ -102,8 +83,8 @@ func (c *Coordinator) Confirm(ctx context.Context, sku, order string) (out *Conf
 	return nil, fmt.Errorf("confirm %s order %q: %w", sku, order, errContention)
 }
 
-func (c *Coordinator) confirmOnce(ctx context.Context, info *skuInfo, order string) (*Confirmed, bool, error) {
-	o, kv, err := c.readOrder(ctx, info.name, order)
+func (e *Engine) confirmOnce(ctx context.Context, info *skuInfo, order string) (*Confirmed, bool, error) {
+	o, kv, err := e.readOrder(ctx, info.name, order)
 	if err != nil {
 		return nil, false, err
 	}
@@ -111,18 +92,18 @@ func (c *Coordinator) confirmOnce(ctx context.Context, info *skuInfo, order stri
 	switch {
 	case o.State == "":
 		return nil, false, fmt.Errorf("%w: order %q is a plain allocation, not a reservation", ErrConflict, order)
-	case o.State == segments.StateExpired:
+	case o.State == StateExpired:
 		return nil, false, &ExpiredError{SKU: o.SKU, Order: o.ID, Deadline: o.Deadline, Revision: kv.ModRevision}
 	case o.Released:
 		return nil, false, fmt.Errorf("%w: reservation %q was cancelled or released", ErrConflict, order)
-	case o.State == segments.StateConfirmed:
+	case o.State == StateConfirmed:
 		r.Replayed = true
 		return r, false, nil
 	}
 	if now := time.Now(); !now.Before(o.Deadline) {
 		// Past the deadline by this clock: expire it here rather than
 		// refuse and leave it live, so that the refusal is final.
-		x, retry, err := c.returnOnce(ctx, info, order, retExpire, now, nil)
+		x, retry, err := e.returnOnce(ctx, info, order, retExpire, now, nil)
 		switch {
 		case errors.Is(err, errNotDue) || retry:
 			return nil, true, nil // changed meanwhile: read again
@@ -131,11 +112,11 @@ func (c *Coordinator) confirmOnce(ctx context.Context, info *skuInfo, order stri
 		}
 		return nil, false, &ExpiredError{SKU: o.SKU, Order: o.ID, Deadline: o.Deadline, Revision: x.Revision}
 	}
-	o.State = segments.StateConfirmed
+	o.State = StateConfirmed
 	// One transaction comparing the record's revision, committed together
 	// with the other Confirms of this process (confirmer.go).
-	rev, err := c.commitConfirm(ctx, &confirmReq{key: string(kv.Key), modRev: kv.ModRevision,
-		value: segments.EncodeOrder(o), indexKey: c.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID)})
+	rev, err := e.commitConfirm(ctx, &confirmReq{key: string(kv.Key), modRev: kv.ModRevision,
+		value: EncodeOrder(o), indexKey: e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID)})
 	if err != nil {
 		return nil, false, err
 	}
@@ -155,17 +136,17 @@ func (c *Coordinator) confirmOnce(ctx context.Context, info *skuInfo, order stri
 // goes back with Release, which says so explicitly) and for a plain
 // allocation; *ExpiredError (ErrExpired) for a reservation that expired, its
 // units already back.
-func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (out *Released, outErr error) {
-	defer func() { c.metrics.released("cancel", sku, out, outErr) }()
-	if err := firstErr(segments.ValidateSKU(sku), segments.ValidateOrderID(order)); err != nil {
+func (e *Engine) Cancel(ctx context.Context, sku, order string) (out *Released, outErr error) {
+	defer func() { e.metrics.released("cancel", sku, out, outErr) }()
+	if err := firstErr(ValidateSKU(sku), ValidateOrderID(order)); err != nil {
 		return nil, fmt.Errorf("cancel %s order %q: %w", sku, order, err)
 	}
-	info, err := c.sku(ctx, sku)
+	info, err := e.sku(ctx, sku)
 	if err != nil {
 		return nil, fmt.Errorf("cancel %s order %q: %w", sku, order, err)
 	}
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		r, retry, err := c.returnOnce(ctx, info, order, retCancel, time.Time{}, nil)
+		r, retry, err := e.returnOnce(ctx, info, order, retCancel, time.Time{}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("cancel %s order %q: %w", sku, order, err)
 		}
@@ -185,20 +166,6 @@ type due struct {
 	order string
 }
 
-// Expiry is one reservation returned by ExpireDue.
-type Expiry struct {
-	SKU      string
-	Order    string
-	Qty      int64
-	Buyer    string
-	Deadline time.Time
-	// Revision is the revision that expired it.
-	Revision int64
-	// At is when this process saw the expiry committed; At − Deadline is
-	// the sweep's delay (by this process's clock).
-	At time.Time
-}
-
 // DefaultExpiryWorkers is how many reservations ExpireDue returns at once
 // when it expires them one transaction each (those a batch could not take:
 // see expire_batch.go). Each takes three round trips (read the order, read
@@ -215,28 +182,28 @@ const DefaultExpiryWorkers = 8
 // and one at a time when a batch's compares fail.
 // It returns what it expired. An error with fence failing is ErrFenced; the
 // reservations expired before an error are returned with it.
-func (c *Coordinator) ExpireDue(ctx context.Context, sku string, now time.Time, limit int, fence ...clientv3.Cmp) (expired []Expiry, outErr error) {
-	defer func() { c.metrics.expired(sku, expired) }()
-	if err := segments.ValidateSKU(sku); err != nil {
+func (e *Engine) ExpireDue(ctx context.Context, sku string, now time.Time, limit int, fence ...clientv3.Cmp) (expired []Expiry, outErr error) {
+	defer func() { e.metrics.expired(sku, expired) }()
+	if err := ValidateSKU(sku); err != nil {
 		return nil, fmt.Errorf("expire %s: %w", sku, err)
 	}
 	if limit < 1 {
-		return nil, fmt.Errorf("expire %s: %w: limit %d must be positive", sku, ErrInvalidArgument, limit)
+		return nil, fmt.Errorf("expire %s: %w: limit %d must be positive", sku, ErrInvalid, limit)
 	}
-	info, err := c.sku(ctx, sku)
+	info, err := e.sku(ctx, sku)
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", sku, err)
 	}
-	resp, err := c.kv.Get(ctx, c.keys.Reservations(sku),
-		clientv3.WithRange(c.keys.ReservationsDueEnd(sku, now.UnixNano())), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
+	resp, err := e.kv.Get(ctx, e.keys.Reservations(sku),
+		clientv3.WithRange(e.keys.ReservationsDueEnd(sku, now.UnixNano())), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("expire %s: %w", sku, err)
 	}
 	var todo []due
 	for _, kv := range resp.Kvs {
-		_, order, err := c.keys.ParseReservation(sku, string(kv.Key))
+		_, order, err := e.keys.ParseReservation(sku, string(kv.Key))
 		if err != nil {
-			return nil, fmt.Errorf("expire %s: %w", sku, &segments.CorruptError{Key: string(kv.Key), Err: err})
+			return nil, fmt.Errorf("expire %s: %w", sku, &CorruptError{Key: string(kv.Key), Err: err})
 		}
 		todo = append(todo, due{string(kv.Key), order})
 	}
@@ -246,12 +213,12 @@ func (c *Coordinator) ExpireDue(ctx context.Context, sku string, now time.Time, 
 	var out, xs []Expiry
 	var singles []due
 	for pass := 0; pass < 2 && len(todo) > 0; pass++ {
-		batch, single, err := c.readDue(ctx, info, todo, now)
+		batch, single, err := e.readDue(ctx, info, todo, now)
 		if err != nil {
 			return out, fmt.Errorf("expire %s: %w", sku, err)
 		}
 		singles = append(singles, single...)
-		xs, todo, err = c.expireBatch(ctx, info, batch, fence)
+		xs, todo, err = e.expireBatch(ctx, info, batch, fence)
 		out = append(out, xs...)
 		if err != nil {
 			return out, fmt.Errorf("expire %s: %w", sku, err)
@@ -269,7 +236,7 @@ func (c *Coordinator) ExpireDue(ctx context.Context, sku string, now time.Time, 
 		go func() {
 			defer wg.Done()
 			for d := range work {
-				x, err := c.expireOne(ctx, info, d.key, d.order, now, fence)
+				x, err := e.expireOne(ctx, info, d.key, d.order, now, fence)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -300,67 +267,67 @@ func (c *Coordinator) ExpireDue(ctx context.Context, sku string, now time.Time, 
 
 // expireOne expires one due reservation; nil, nil when it was not (any
 // more) a live reservation past its deadline.
-func (c *Coordinator) expireOne(ctx context.Context, info *skuInfo, indexKey, order string, now time.Time, fence []clientv3.Cmp) (*Expiry, error) {
+func (e *Engine) expireOne(ctx context.Context, info *skuInfo, indexKey, order string, now time.Time, fence []clientv3.Cmp) (*Expiry, error) {
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		r, retry, err := c.returnOnce(ctx, info, order, retExpire, now, fence)
+		r, retry, err := e.returnOnce(ctx, info, order, retExpire, now, fence)
 		switch {
 		case errors.Is(err, errNotDue):
 			// Confirmed or cancelled between the index read and the
 			// order's (their transaction deleted the index key), or an
 			// index key its order does not account for: drop the latter,
 			// or the sweep would find it forever.
-			return nil, c.dropStrayIndex(ctx, info, indexKey, order, fence)
+			return nil, e.dropStrayIndex(ctx, info, indexKey, order, fence)
 		case errors.Is(err, ErrOrderNotFound):
-			return nil, c.dropStrayIndex(ctx, info, indexKey, order, fence)
+			return nil, e.dropStrayIndex(ctx, info, indexKey, order, fence)
 		case err != nil:
 			return nil, err
 		case retry:
 			continue
 		}
-		return &Expiry{SKU: r.SKU, Order: r.Order, Qty: r.Qty, Buyer: r.Buyer, Deadline: c.deadlineOf(indexKey, info.name),
+		return &Expiry{SKU: r.SKU, Order: r.Order, Qty: r.Qty, Buyer: r.Buyer, Deadline: e.deadlineOf(indexKey, info.name),
 			Revision: r.Revision, At: time.Now()}, nil
 	}
 	return nil, errContention
 }
 
-func (c *Coordinator) deadlineOf(indexKey, sku string) time.Time {
-	ns, _, _ := c.keys.ParseReservation(sku, indexKey)
+func (e *Engine) deadlineOf(indexKey, sku string) time.Time {
+	ns, _, _ := e.keys.ParseReservation(sku, indexKey)
 	return time.Unix(0, ns).UTC()
 }
 
 // dropStrayIndex deletes a reservation index key whose order is not a live
 // reservation with that deadline, if it still exists.
-func (c *Coordinator) dropStrayIndex(ctx context.Context, info *skuInfo, indexKey, order string, fence []clientv3.Cmp) error {
-	o, _, err := c.readOrder(ctx, info.name, order)
-	if err == nil && o.Reserved() && c.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID) == indexKey {
+func (e *Engine) dropStrayIndex(ctx context.Context, info *skuInfo, indexKey, order string, fence []clientv3.Cmp) error {
+	o, _, err := e.readOrder(ctx, info.name, order)
+	if err == nil && o.Reserved() && e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID) == indexKey {
 		return nil // a live reservation not yet due by our clock: keep it
 	}
 	if err != nil && !errors.Is(err, ErrOrderNotFound) {
 		return err
 	}
-	resp, err := c.kv.Txn(ctx).If(append(fence[:len(fence):len(fence)],
+	resp, err := e.kv.Txn(ctx).If(append(fence[:len(fence):len(fence)],
 		clientv3.Compare(clientv3.CreateRevision(indexKey), ">", 0))...).
 		Then(clientv3.OpDelete(indexKey)).Commit()
 	if err != nil {
 		return err
 	}
 	if !resp.Succeeded {
-		return c.checkFence(ctx, fence)
+		return e.checkFence(ctx, fence)
 	}
 	return nil
 }
 
 // NextDeadline returns the earliest deadline of sku's live reservations,
 // and false when it has none.
-func (c *Coordinator) NextDeadline(ctx context.Context, sku string) (time.Time, bool, error) {
-	resp, err := c.kv.Get(ctx, c.keys.Reservations(sku), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+func (e *Engine) NextDeadline(ctx context.Context, sku string) (time.Time, bool, error) {
+	resp, err := e.kv.Get(ctx, e.keys.Reservations(sku), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next deadline of %s: %w", sku, err)
 	}
 	if len(resp.Kvs) == 0 {
 		return time.Time{}, false, nil
 	}
-	ns, _, err := c.keys.ParseReservation(sku, string(resp.Kvs[0].Key))
+	ns, _, err := e.keys.ParseReservation(sku, string(resp.Kvs[0].Key))
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next deadline of %s: %w", sku, err)
 	}
