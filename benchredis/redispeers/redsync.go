@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/internal/bench"
+	"github.com/stockctl/stockctl/cmd/stockctl/bench"
 	"github.com/stockctl/stockctl/segments"
 )
 

@@ -10,9 +10,9 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/embedetcd"
-	"github.com/stockctl/stockctl/internal/sale"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
 )

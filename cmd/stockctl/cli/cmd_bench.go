@@ -15,7 +15,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/stockctl/stockctl/internal/bench"
+	"github.com/stockctl/stockctl/cmd/stockctl/bench"
 	"github.com/stockctl/stockctl/internal/embedetcd"
 	"github.com/stockctl/stockctl/segments"
 )

@@ -12,9 +12,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/etcdtest"
-	"github.com/stockctl/stockctl/internal/sale"
 	"github.com/stockctl/stockctl/rebalance"
 )
 

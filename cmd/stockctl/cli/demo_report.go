@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/internal/sale"
 	"github.com/stockctl/stockctl/rebalance"
 )
 

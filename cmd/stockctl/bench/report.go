@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stockctl/stockctl/internal/sale"
+	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 )
 
 // Row is one strategy's run at one shape (part of stockctl bench's -o json

@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/stockctl/stockctl/internal/sale"
+	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 )
 
 // progressLine draws the demo's live progress on one line of stderr,

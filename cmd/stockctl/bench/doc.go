@@ -5,7 +5,7 @@
 // the whole stock, a stock concurrency.Mutex per segment, stockctl's
 // segmented coordinator, and, from the benchredis module, redsync and a Redis
 // Lua script). Run sets each strategy up afresh for each shape (a segment
-// count and a buyer count), drives it with internal/sale's closed-loop
+// count and a buyer count), drives it with cmd/stockctl/sale's closed-loop
 // buyers for a bounded time and order count, and then checks its books:
 // what the buyers were served, what the strategy recorded, and what its
 // counters still hold must add up, and nothing may be oversold. stockctl's

@@ -12,7 +12,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
-	"github.com/stockctl/stockctl/internal/bench"
+	"github.com/stockctl/stockctl/cmd/stockctl/bench"
 )
 
 // tinyBench is a bench that finishes in a few seconds: a 1 ms step, 300 ms

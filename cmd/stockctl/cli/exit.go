@@ -8,8 +8,8 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/internal/sale"
 )
 
 // Exit codes of stockctl. They are part of its contract with scripts.
