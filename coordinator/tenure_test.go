@@ -106,7 +106,7 @@ func TestLostLockMidPipeline(t *testing.T) {
 					}
 				})
 			}
-			waitFor(t, "orders in their steps", func() bool { return started.Load() >= int64(50+50*i) })
+			etcdtest.WaitFor(t, "orders in their steps", 20*time.Second, func() bool { return started.Load() >= int64(50+50*i) })
 			sess, err := engines.Of(c).Locks.Session(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -275,15 +275,15 @@ func TestOwnershipMovesUnderLoad(t *testing.T) {
 		}
 	}
 	buy(a, "a", 8)
-	waitFor(t, "A to hold every segment", func() bool { return len(engines.Of(a).Stock.HeldSegments(sku)) == segs })
+	etcdtest.WaitFor(t, "A to hold every segment", 20*time.Second, func() bool { return len(engines.Of(a).Stock.HeldSegments(sku)) == segs })
 	buy(b, "b", 8)
-	waitFor(t, "B to hold its share", func() bool { return len(engines.Of(b).Stock.HeldSegments(sku)) == segs/2 })
-	waitFor(t, "A to hold its share", func() bool { return len(engines.Of(a).Stock.HeldSegments(sku)) == segs/2 })
+	etcdtest.WaitFor(t, "B to hold its share", 20*time.Second, func() bool { return len(engines.Of(b).Stock.HeldSegments(sku)) == segs/2 })
+	etcdtest.WaitFor(t, "A to hold its share", 20*time.Second, func() bool { return len(engines.Of(a).Stock.HeldSegments(sku)) == segs/2 })
 	// Both keep selling from their halves.
 	mu.Lock()
 	before := len(outcomes)
 	mu.Unlock()
-	waitFor(t, "more sales", func() bool { mu.Lock(); defer mu.Unlock(); return len(outcomes) >= before+100 })
+	etcdtest.WaitFor(t, "more sales", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(outcomes) >= before+100 })
 	close(stop)
 	wg.Wait()
 	served := checkOutcomes(t, a, raw, sku, outcomes)
@@ -313,7 +313,7 @@ func TestIdleTenureReleased(t *testing.T) {
 	if n := countKeys(t, raw, engines.Of(c).Keys.StockLocks("idle")); n != 1 {
 		t.Fatalf("%d lock keys after an order, want the one tenure", n)
 	}
-	waitFor(t, "the idle tenure to be released", func() bool { return countKeys(t, raw, engines.Of(c).Keys.StockLocks("idle")) == 0 })
+	etcdtest.WaitFor(t, "the idle tenure to be released", 20*time.Second, func() bool { return countKeys(t, raw, engines.Of(c).Keys.StockLocks("idle")) == 0 })
 	if h := engines.Of(c).Stock.HeldSegments("idle"); len(h) != 0 {
 		t.Fatalf("still holding %v", h)
 	}

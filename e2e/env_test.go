@@ -41,19 +41,6 @@ func newCoord(t testing.TB, endpoints []string, opts ...coordinator.Option) *coo
 	return c
 }
 
-// waitFor polls cond until it holds, failing t after limit. It observes
-// state that other goroutines or processes drive; it never paces a test.
-func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // retry calls op with a fresh per-attempt timeout until it returns nil or
 // an error for which transient is false, bounded by attempts and by limit.
 // It is for calls that must get through after a fault was healed (gRPC

@@ -57,7 +57,7 @@ func TestExpiryFailover(t *testing.T) {
 
 	const first, second = "rebalancer-1", "rebalancer-2"
 	helper := startHelper(t, helperConfig{Mode: "rebalance", Endpoints: etcd.Endpoints(), TTLSec: int(ttl / time.Second), Identity: first})
-	waitFor(t, "the helper's rebalancer to lead", 60*time.Second, func() bool { return helper.count("LEADER true") == 1 })
+	etcdtest.WaitFor(t, "the helper's rebalancer to lead", 60*time.Second, func() bool { return helper.count("LEADER true") == 1 })
 	r2, stop2 := startRebalancer(t, newCoord(t, etcd.Endpoints(), opts...), rebalance.Config{Identity: second, SweepInterval: 200 * time.Millisecond})
 
 	sellers := []*coordinator.Coordinator{newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...)}
@@ -116,18 +116,18 @@ func TestExpiryFailover(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "20 reservations expired by the first rebalancer", 60*time.Second, func() bool {
+	etcdtest.WaitFor(t, "20 reservations expired by the first rebalancer", 60*time.Second, func() bool {
 		r, err := admin.Audit(ctx, sku)
 		return err == nil && r.ExpiredOrders >= 20
 	})
 	faultAt := helper.kill(t)
-	waitFor(t, "the second rebalancer to lead", 30*time.Second, r2.Leader)
+	etcdtest.WaitFor(t, "the second rebalancer to lead", 30*time.Second, r2.Leader)
 	took := time.Since(faultAt)
 	wg.Wait()
 	if t.Failed() {
 		return
 	}
-	waitFor(t, "every live reservation to expire", 30*time.Second, func() bool {
+	etcdtest.WaitFor(t, "every live reservation to expire", 30*time.Second, func() bool {
 		st, err := admin.Status(ctx, sku)
 		return err == nil && st.Reservations == 0
 	})

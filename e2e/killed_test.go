@@ -53,7 +53,7 @@ func TestKilledProcess(t *testing.T) {
 		Hold:  hold,
 		Churn: routeKeysFor(t, segs, 3, 2),
 	})
-	waitFor(t, "the helper to hold its segments and acknowledge allocations", 60*time.Second, func() bool {
+	etcdtest.WaitFor(t, "the helper to hold its segments and acknowledge allocations", 60*time.Second, func() bool {
 		return helper.count("HOLD ") == len(hold) && helper.count("ACK ") >= 20
 	})
 
@@ -82,7 +82,7 @@ func TestKilledProcess(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "buyers served while the helper holds its locks", 30*time.Second, func() bool { return servedN.Load() >= 20 })
+	etcdtest.WaitFor(t, "buyers served while the helper holds its locks", 30*time.Second, func() bool { return servedN.Load() >= 20 })
 
 	// The segments the helper holds: those whose oldest lock key is under
 	// its lease (the three never-ending steps, and what its churn sells from).
@@ -135,7 +135,7 @@ func TestKilledProcess(t *testing.T) {
 	}
 	for i, seg := range hold {
 		key := fmt.Sprintf("%s%x", engines.Of(waiter).Keys.SegmentLock(sku, seg), int64(wsess.Lease()))
-		waitFor(t, fmt.Sprintf("the waiter queued on segment %d", seg), 30*time.Second, func() bool {
+		etcdtest.WaitFor(t, fmt.Sprintf("the waiter queued on segment %d", seg), 30*time.Second, func() bool {
 			if got[i].Load() {
 				return true
 			}

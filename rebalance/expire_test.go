@@ -159,7 +159,7 @@ func TestExpiryUnderLoadWithFailover(t *testing.T) {
 	if !revoked.Load() {
 		t.Fatalf("the leader was never failed over (%d expiries)", len(log.xs))
 	}
-	waitFor(t, "every live reservation to expire", func() bool { return status(t, sellers[0], "flash").Reservations == 0 })
+	etcdtest.WaitFor(t, "every live reservation to expire", 30*time.Second, func() bool { return status(t, sellers[0], "flash").Reservations == 0 })
 
 	// etcd's history: which revisions turned which order expired.
 	hist := expiriesInHistory(t, sellers[0], "flash", start)

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/background"
 	"github.com/stockctl/stockctl/internal/etcdcall"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -168,10 +169,8 @@ func (r *Rebalancer) Run(ctx context.Context) error {
 		if err != nil && !errors.Is(err, coordinator.ErrSessionLost) {
 			r.log.Warn("rebalancer term ended", "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if !background.Sleep(ctx, 100*time.Millisecond) {
 			return nil
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -160,3 +160,9 @@ func (hp *heldPlace) committed(rev int64) {
 
 // invalidate drops the cache after a failed compare or an unknown outcome.
 func (hp *heldPlace) invalidate() { hp.st.invalidate() }
+
+// stillOwned reads a diagnostic Get of a hold's lock key.
+func stillOwned(r *pb.ResponseOp, hp *heldPlace) bool {
+	kvs := r.GetResponseRange().GetKvs()
+	return len(kvs) > 0 && kvs[0].CreateRevision == hp.h.Own().Rev()
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/stockctl/stockctl/internal/background"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -179,12 +180,10 @@ func (e *Engine) waitDelete(ctx context.Context, key string, createRev, readRev 
 	}
 	// The watch channel closed without an error: let the caller re-read,
 	// after a pause so that a failing connection does not spin.
-	select {
-	case <-time.After(50 * time.Millisecond):
-		return nil
-	case <-ctx.Done():
+	if !background.Sleep(ctx, 50*time.Millisecond) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 // waitErr turns an error of a wait under wctx into the error to report:

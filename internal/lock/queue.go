@@ -330,3 +330,12 @@ func (q *Queue) sessionLost(s *concurrency.Session, holdCause, waitCause error) 
 		w.ready <- turn{err: waitCause}
 	}
 }
+
+// NewTestOwnership returns an ownership of key at create revision rev that
+// belongs to no session and no queue, live until end is called: for unit
+// tests of the packages that build on the engine (their caches and commit
+// plans are keyed by ownerships). Its Lease is not to be called.
+func NewTestOwnership(key string, rev int64) (own *Ownership, end func(cause error)) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Ownership{key: key, rev: rev, acquired: time.Now(), ctx: ctx, cancel: cancel}, cancel
+}

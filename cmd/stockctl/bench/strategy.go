@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockctl/stockctl/internal/background"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -211,12 +212,8 @@ func sleepStep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !background.Sleep(ctx, d) {
 		return context.Cause(ctx)
 	}
+	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/background"
 	"github.com/stockctl/stockctl/internal/embedetcd"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
@@ -313,17 +314,10 @@ func demoAction(c *ucli.Context) error {
 // segment's lock through a business step of the given length.
 func demoBuy(cs []*coordinator.Coordinator, sku string, step time.Duration, t *demoTally) sale.Buy {
 	businessStep := func(ctx context.Context) error {
-		if step <= 0 {
-			return nil
-		}
-		timer := time.NewTimer(step)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-			return nil
-		case <-ctx.Done():
+		if step > 0 && !background.Sleep(ctx, step) {
 			return context.Cause(ctx)
 		}
+		return nil
 	}
 	return func(ctx context.Context, buyer int, order string, qty int64, routeKey string) (*coordinator.Allocation, error) {
 		a, err := cs[buyer%len(cs)].AllocateFunc(ctx, sku, order, qty, routeKey, businessStep)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/background"
 	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -43,17 +44,10 @@ func demoCheckoutBuy(cs []*coordinator.Coordinator, d demoConfig, t *demoTally) 
 		a = (100*p + (100-p)/2) / (100 - p)
 	}
 	pay := func(ctx context.Context) error {
-		if d.step <= 0 {
-			return nil
-		}
-		timer := time.NewTimer(d.step)
-		defer timer.Stop()
-		select {
-		case <-timer.C:
-			return nil
-		case <-ctx.Done():
+		if d.step > 0 && !background.Sleep(ctx, d.step) {
 			return context.Cause(ctx)
 		}
+		return nil
 	}
 	return func(ctx context.Context, buyer int, order string, qty int64, routeKey string) (*coordinator.Allocation, error) {
 		c := cs[buyer%len(cs)]
@@ -69,7 +63,7 @@ func demoCheckoutBuy(cs []*coordinator.Coordinator, d demoConfig, t *demoTally) 
 				}
 				if errors.Is(err, coordinator.ErrInsufficientStock) {
 					if live, serr := c.Status(ctx, d.SKU); serr == nil && live.Reservations > 0 {
-						if !sleepCtx(ctx, demoStockWait) {
+						if !background.Sleep(ctx, demoStockWait) {
 							return nil, fmt.Errorf("waiting for live reservations to expire: %w", context.Cause(ctx))
 						}
 						continue
@@ -106,17 +100,6 @@ func demoCheckoutBuy(cs []*coordinator.Coordinator, d demoConfig, t *demoTally) 
 		}
 		t.order(r)
 		return r, nil
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

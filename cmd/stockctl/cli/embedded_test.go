@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockctl/stockctl/internal/embedetcd"
+	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // Without --endpoints, each command runs its own embedded etcd on the data
@@ -81,7 +82,7 @@ func startServe(t *testing.T, identity string, extra ...string) *servedEtcd {
 	t.Cleanup(cancel)
 	args := append([]string{"--data-dir", s.dir, "serve", "--listen", s.addr, "--identity", identity}, extra...)
 	go func() { s.done <- runCtx(ctx, &s.out, &s.errOut, args...) }()
-	waitFor(t, 30*time.Second, "serve to start", func() bool {
+	etcdtest.WaitFor(t, "serve to start", 30*time.Second, func() bool {
 		return strings.Contains(s.out.String(), "export STOCKCTL_ENDPOINTS=http://"+s.addr)
 	})
 	return s
@@ -121,7 +122,7 @@ func TestServe(t *testing.T) {
 		srv.ok(t, "allocate", "tee", "--order", fmt.Sprintf("o%d", i), "--qty", "1", "--route-key", "same")
 	}
 	// The served rebalancer refills the segment that fell below 4.
-	waitFor(t, 20*time.Second, "a refill by the served rebalancer", func() bool {
+	etcdtest.WaitFor(t, "a refill by the served rebalancer", 20*time.Second, func() bool {
 		var st statusView
 		decode(t, srv.ok(t, "-o", "json", "status", "tee"), &st)
 		return st.Rebalancer != nil && st.Rebalancer.Leader == "served" && st.Pool == 70
@@ -157,7 +158,7 @@ func TestRebalanceWatch(t *testing.T) {
 	for i := range 3 {
 		e.ok("allocate", "cap", "--order", fmt.Sprintf("w%d", i), "--qty", "1", "--route-key", "k")
 	}
-	waitFor(t, 20*time.Second, "a move line", func() bool { return strings.Contains(out.String(), "\n") })
+	etcdtest.WaitFor(t, "a move line", 20*time.Second, func() bool { return strings.Contains(out.String(), "\n") })
 	line := strings.SplitN(out.String(), "\n", 2)[0]
 	checkShape(t, "move", line, "sku", "segment", "kind", "qty", "revision", "triggerRevision", "latencyMs", "leader")
 	var m moveView

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/internal/keys"
 )
 
@@ -230,7 +231,7 @@ func (e *env) startLockHolder(name string) func() {
 	go func() {
 		done <- runCtx(ctx, &out, &errOut, e.args("--timeout", "0", "lock", name, "--", "sh", "-c", "touch "+ready+"; sleep 60")...)
 	}()
-	waitFor(e.t, 20*time.Second, "the holder to take lock "+name, func() bool {
+	etcdtest.WaitFor(e.t, "the holder to take lock "+name, 20*time.Second, func() bool {
 		_, err := os.Stat(ready)
 		return err == nil
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockctl/stockctl/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -81,7 +82,7 @@ func (e *env) lockedChild(name string, extra []string, script string) (pid int, 
 		code := runCtx(context.Background(), &out, &errOut, e.args(args...)...)
 		ch <- result{code: code, stdout: out.String(), stderr: errOut.String()}
 	}()
-	waitFor(e.t, 20*time.Second, "the child to start", func() bool {
+	etcdtest.WaitFor(e.t, "the child to start", 20*time.Second, func() bool {
 		b, err := os.ReadFile(pidFile)
 		if err != nil {
 			return false
@@ -138,7 +139,7 @@ func TestLockLostStopsChild(t *testing.T) {
 	dir := t.TempDir()
 	pid, done := e.lockedChild("cron", []string{"--ttl", "2s"}, "sleep 60 & echo $! > "+dir+"/grandchild; wait")
 	var grandchild int
-	waitFor(t, 10*time.Second, "the grandchild", func() bool {
+	etcdtest.WaitFor(t, "the grandchild", 10*time.Second, func() bool {
 		b, _ := os.ReadFile(dir + "/grandchild")
 		grandchild, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return grandchild > 0
@@ -151,7 +152,7 @@ func TestLockLostStopsChild(t *testing.T) {
 	if !strings.Contains(r.stderr, "stopped it with SIGTERM") {
 		t.Fatalf("stderr %q does not say how the child was stopped", r.stderr)
 	}
-	waitFor(t, 5*time.Second, "the child and grandchild to be gone", func() bool { return !alive(pid) && !alive(grandchild) })
+	etcdtest.WaitFor(t, "the child and grandchild to be gone", 5*time.Second, func() bool { return !alive(pid) && !alive(grandchild) })
 }
 
 // A child that ignores SIGTERM gets SIGKILL after --grace.
@@ -165,7 +166,7 @@ func TestLockLostEscalatesToSIGKILL(t *testing.T) {
 	if !strings.Contains(r.stderr, "SIGKILL after --grace 300ms") {
 		t.Fatalf("stderr %q does not say SIGKILL", r.stderr)
 	}
-	waitFor(t, 5*time.Second, "the child to be gone", func() bool { return !alive(pid) })
+	etcdtest.WaitFor(t, "the child to be gone", 5*time.Second, func() bool { return !alive(pid) })
 }
 
 // Invariant: two lock commands never run their children at once: the

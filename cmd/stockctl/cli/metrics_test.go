@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // scrape reads url's metrics and parses them as Prometheus's text format.
@@ -85,7 +86,7 @@ func TestServeMetrics(t *testing.T) {
 		srv.ok(t, "allocate", "gauge", "--order", fmt.Sprintf("g%d", i), "--qty", "1", "--route-key", "same")
 	}
 	var fams map[string]*dto.MetricFamily
-	waitFor(t, 30*time.Second, "a refill counted in the served metrics", func() bool {
+	etcdtest.WaitFor(t, "a refill counted in the served metrics", 30*time.Second, func() bool {
 		fams = scrape(t, url)
 		v, _ := sample(fams, "stockctl_rebalancer_moves_total", map[string]string{"kind": "refill"})
 		return v >= 1

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // (The tests of --log-level live here, next to status --watch's, because
@@ -84,7 +86,7 @@ func TestLogLevelRebalancerLines(t *testing.T) {
 			for i := range 2 {
 				e.ok("allocate", "lv", "--order", fmt.Sprintf("o%d", i), "--qty", "1")
 			}
-			waitFor(t, 30*time.Second, "a refill", func() bool { return strings.Contains(w.out.String(), "refill  lv  pool → seg/0") })
+			etcdtest.WaitFor(t, "a refill", 30*time.Second, func() bool { return strings.Contains(w.out.String(), "refill  lv  pool → seg/0") })
 			if code := w.stop(t); code != ExitOK {
 				t.Fatalf("rebalance --watch exited %d: %s", code, w.errOut.String())
 			}

@@ -70,7 +70,7 @@ func TestStatusWatchReloadsAfterCompaction(t *testing.T) {
 			t.Errorf("run: %v", err)
 		}
 	}()
-	waitFor(t, 30*time.Second, "a frame after the reload", func() bool {
+	etcdtest.WaitFor(t, "a frame after the reload", 30*time.Second, func() bool {
 		v, ok := lastFrame(t, out.String())
 		return ok && strings.Contains(v.Note, "compacted") && v.Allocated == 3
 	})
@@ -88,7 +88,7 @@ func TestStatusWatchReloadsAfterCompaction(t *testing.T) {
 			t.Logf("output:\n%s", out.String())
 		}
 	}()
-	waitFor(t, 30*time.Second, "a frame of the order after the reload", func() bool {
+	etcdtest.WaitFor(t, "a frame of the order after the reload", 30*time.Second, func() bool {
 		v, ok := lastFrame(t, out.String())
 		return ok && v.Allocated == 5 && v.Orders == 4 && v.Note == ""
 	})
@@ -111,19 +111,19 @@ func TestStatusWatchSurvivesEtcdRestart(t *testing.T) {
 	}
 	mustRun("init", "rw", "--total", "10", "--segments", "2")
 	w := startWatch(t, append(ep, "-o", "json", "status", "rw", "--watch")...)
-	waitFor(t, 30*time.Second, "the first frame", func() bool { _, ok := lastFrame(t, w.out.String()); return ok })
+	etcdtest.WaitFor(t, "the first frame", 30*time.Second, func() bool { _, ok := lastFrame(t, w.out.String()); return ok })
 	mustRun("allocate", "rw", "--order", "before", "--qty", "1")
-	waitFor(t, 30*time.Second, "the order before the restart", func() bool {
+	etcdtest.WaitFor(t, "the order before the restart", 30*time.Second, func() bool {
 		v, _ := lastFrame(t, w.out.String())
 		return v.Allocated == 1
 	})
 
 	m.Restart(t)
 	// The client reconnects with backoff: retry until etcd answers again.
-	waitFor(t, 60*time.Second, "an order after the restart", func() bool {
+	etcdtest.WaitFor(t, "an order after the restart", 60*time.Second, func() bool {
 		return run(t, append(ep, "allocate", "rw", "--order", "after", "--qty", "2")...).code == 0
 	})
-	waitFor(t, 60*time.Second, "the order after the restart in a frame", func() bool {
+	etcdtest.WaitFor(t, "the order after the restart in a frame", 60*time.Second, func() bool {
 		v, _ := lastFrame(t, w.out.String())
 		return v.Allocated == 3 && v.Orders == 2
 	})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
+	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // watchFields are the fields of every status --watch JSON object (note,
@@ -106,7 +107,7 @@ func TestStatusWatchJSON(t *testing.T) {
 	e := newEnv(t)
 	e.ok("init", "jw", "--total", "120", "--segments", "4", "--initial-fill", "20", "--low-watermark", "3", "--refill-batch", "6")
 	w := startWatch(t, e.args("-o", "json", "status", "jw", "--watch")...)
-	waitFor(t, 30*time.Second, "the first frame", func() bool { return len(w.frames(t)) > 0 })
+	etcdtest.WaitFor(t, "the first frame", 30*time.Second, func() bool { return len(w.frames(t)) > 0 })
 	reb := startWatch(t, e.args("rebalance", "--watch", "--identity", "jw-rebalancer")...)
 
 	sell(t, e, "jw", 4)
@@ -115,7 +116,7 @@ func TestStatusWatchJSON(t *testing.T) {
 	if st.Pool != 0 || st.Allocated != 120 {
 		t.Fatalf("after the sale: %+v", st)
 	}
-	waitFor(t, 30*time.Second, "a frame showing the sold-out SKU", func() bool {
+	etcdtest.WaitFor(t, "a frame showing the sold-out SKU", 30*time.Second, func() bool {
 		vs := w.frames(t)
 		last := vs[len(vs)-1]
 		return last.Pool == st.Pool && last.Allocated == st.Allocated && last.Orders == st.Orders
@@ -191,7 +192,7 @@ func TestStatusWatchPlain(t *testing.T) {
 	e := newEnv(t)
 	e.ok("init", "pw", "--total", "40", "--segments", "2", "--initial-fill", "10", "--low-watermark", "2", "--refill-batch", "5")
 	w := startWatch(t, e.args("status", "pw", "--watch")...)
-	waitFor(t, 30*time.Second, "the first block", func() bool { return strings.Contains(w.out.String(), "(HOLDER:") })
+	etcdtest.WaitFor(t, "the first block", 30*time.Second, func() bool { return strings.Contains(w.out.String(), "(HOLDER:") })
 	reb := startWatch(t, e.args("rebalance", "--watch", "--identity", "pw-rebalancer")...)
 	sell(t, e, "pw", 2)
 	lastBlock := func() string {
@@ -202,7 +203,7 @@ func TestStatusWatchPlain(t *testing.T) {
 		}
 		return out[i:]
 	}
-	waitFor(t, 30*time.Second, "a block showing the sold-out SKU", func() bool {
+	etcdtest.WaitFor(t, "a block showing the sold-out SKU", 30*time.Second, func() bool {
 		b := lastBlock()
 		return strings.Contains(b, "\nPOOL       0\n") && strings.Contains(b, "\nALLOCATED  40 in ")
 	})
@@ -290,10 +291,10 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 	e := newEnv(t)
 	e.ok("init", "ev", "--total", "20", "--segments", "2", "--initial-fill", "10")
 	w := startWatch(t, e.args("-o", "json", "status", "ev", "--watch")...)
-	waitFor(t, 30*time.Second, "the first frame", func() bool { return len(w.frames(t)) > 0 })
+	etcdtest.WaitFor(t, "the first frame", 30*time.Second, func() bool { return len(w.frames(t)) > 0 })
 	wait := func(what string, cond func(v watchView) bool) {
 		t.Helper()
-		waitFor(t, 30*time.Second, what, func() bool {
+		etcdtest.WaitFor(t, what, 30*time.Second, func() bool {
 			v, ok := lastFrame(t, w.out.String())
 			return ok && cond(v)
 		})
@@ -388,7 +389,7 @@ func TestStatusWatchCoalescesOnATerminal(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	waitFor(t, 30*time.Second, "a frame of the sold-out SKU", func() bool {
+	etcdtest.WaitFor(t, "a frame of the sold-out SKU", 30*time.Second, func() bool {
 		s := out.String()
 		last := strings.LastIndex(s, ansiHome)
 		return last >= 0 && strings.Contains(s[last:], "ALLOCATED  400 in 400 orders")
@@ -414,13 +415,13 @@ func TestStatusWatchReservations(t *testing.T) {
 	e := newEnv(t)
 	e.ok("init", "rw", "--total", "20", "--segments", "2", "--initial-fill", "10")
 	w := startWatch(t, e.args("-o", "json", "status", "rw", "--watch")...)
-	waitFor(t, 30*time.Second, "the first frame", func() bool { return len(w.frames(t)) > 0 })
+	etcdtest.WaitFor(t, "the first frame", 30*time.Second, func() bool { return len(w.frames(t)) > 0 })
 	if v := w.frames(t)[0]; v.Reserved != nil || v.Confirmed != nil {
 		t.Fatalf("a frame of a SKU without reservations has reserved/confirmed: %+v", v)
 	}
 	wait := func(what string, reserved, confirmed int64) {
 		t.Helper()
-		waitFor(t, 30*time.Second, what, func() bool {
+		etcdtest.WaitFor(t, what, 30*time.Second, func() bool {
 			v, ok := lastFrame(t, w.out.String())
 			return ok && v.Reserved != nil && v.Confirmed != nil && *v.Reserved == reserved && *v.Confirmed == confirmed &&
 				v.Allocated == reserved+confirmed
@@ -439,7 +440,7 @@ func TestStatusWatchReservations(t *testing.T) {
 	wait("a third reservation", 4, 3)
 	// A rebalance pass sweeps it once it is due (the pass may run before
 	// the deadline: then it expires nothing, and we try again).
-	waitFor(t, 30*time.Second, "the sweep of the third", func() bool {
+	etcdtest.WaitFor(t, "the sweep of the third", 30*time.Second, func() bool {
 		e.ok("rebalance", "rw")
 		v, ok := lastFrame(t, w.out.String())
 		return ok && v.Reserved != nil && *v.Reserved == 0

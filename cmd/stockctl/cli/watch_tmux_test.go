@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // A person's view of status --watch: the built stockctl, drawn in a real
@@ -266,7 +268,7 @@ func startServeProcess(t *testing.T, bin string, env []string, addr string) {
 			t.Errorf("stockctl serve did not stop on ^C; stderr:\n%s", errOut.String())
 		}
 	})
-	waitFor(t, 60*time.Second, "stockctl serve to start", func() bool {
+	etcdtest.WaitFor(t, "stockctl serve to start", 60*time.Second, func() bool {
 		select {
 		case <-exited:
 			t.Fatalf("stockctl serve exited: %v; stderr:\n%s", waitErr, errOut.String())

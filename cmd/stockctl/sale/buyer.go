@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/background"
 )
 
 // buyerResult is what one buyer saw; buyers keep it to themselves until
@@ -115,7 +116,7 @@ func (r *run) place(ctx context.Context, buyer int, order string, qty int64, rou
 			return unresolved
 		}
 		r.noteError(err)
-		if attempt >= r.cfg.MaxAttempts || !sleep(ctx, retryBackoff<<(attempt-1)) {
+		if attempt >= r.cfg.MaxAttempts || !background.Sleep(ctx, retryBackoff<<(attempt-1)) {
 			r.unresolved.Add(1)
 			return unresolved
 		}
@@ -130,17 +131,5 @@ func (r *run) noteServed() {
 		if now <= last || r.lastServed.CompareAndSwap(last, now) {
 			return
 		}
-	}
-}
-
-// sleep waits d, or less if ctx ends (then it returns false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
