@@ -236,33 +236,3 @@ func (e *Engine) Restock(ctx context.Context, sku string, qty int64) (*Restocked
 	}
 	return nil, fmt.Errorf("restock %s: %w", sku, errContention)
 }
-
-// SetPolicy changes the rebalancer's low watermark and refill batch of sku
-// (refillBatch 0 means the default). Running rebalancers pick it up on
-// their next look at the SKU.
-func (e *Engine) SetPolicy(ctx context.Context, sku string, lowWatermark, refillBatch int64) error {
-	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		meta, rev, err := e.Meta(ctx, sku)
-		if err != nil {
-			return fmt.Errorf("set policy of %s: %w", sku, err)
-		}
-		if refillBatch == 0 {
-			refillBatch = DefaultRefillBatch(meta.Total, meta.Segments)
-		}
-		meta.LowWatermark, meta.RefillBatch = lowWatermark, refillBatch
-		if err := meta.Validate(); err != nil {
-			return fmt.Errorf("set policy of %s: %w", sku, err)
-		}
-		resp, err := e.kv.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(e.keys.Meta(sku)), "=", rev)).
-			Then(clientv3.OpPut(e.keys.Meta(sku), EncodeMeta(meta))).
-			Commit()
-		if err != nil {
-			return fmt.Errorf("set policy of %s: %w", sku, err)
-		}
-		if resp.Succeeded {
-			return nil
-		}
-	}
-	return fmt.Errorf("set policy of %s: %w", sku, errContention)
-}

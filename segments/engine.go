@@ -105,8 +105,8 @@ type skuInfo struct {
 	name     string
 	segments int
 	// refillBatch is what an order that finds no stock in this process's
-	// segments moves from the pool at once (the policy as first read; a
-	// later SetPolicy is seen by the rebalancer, not here).
+
+
 	refillBatch int64
 	// perUserLimit is the SKU's per-user limit (0: none), fixed at creation.
 	perUserLimit int64

@@ -39,8 +39,6 @@ func (e *Engine) lockPlace(ctx context.Context, sku string, p Place, wait time.D
 	return &heldPlace{e: e, st: e.placeState(sku, p), h: h}, nil
 }
 
-func (hp *heldPlace) place() Place { return hp.st.place }
-
 func (hp *heldPlace) unlock() {
 	// Unlock with a fresh context: the caller's may be the reason we stop.
 	_ = hp.h.Unlock(hp.e.bg.Ctx())

@@ -174,18 +174,6 @@ func (e *Engine) HeldSegments(sku string) []int {
 	return out
 }
 
-// holders lists, for tests and status, which lease holds each segment in
-// this seller's view (0: free).
-func (s *seller) holders() []int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]int64, len(s.view))
-	for i, keys := range s.view {
-		out[i] = holderOf(keys)
-	}
-	return out
-}
-
 // DescribeSeller describes this process's seller of sku: per segment its
 // lock queue and cache, then its waiting orders and view (for tests and
 // debugging).
