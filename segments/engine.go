@@ -105,8 +105,7 @@ type skuInfo struct {
 	name     string
 	segments int
 	// refillBatch is what an order that finds no stock in this process's
-
-
+	// segments moves from the pool at once (the policy as first read).
 	refillBatch int64
 	// perUserLimit is the SKU's per-user limit (0: none), fixed at creation.
 	perUserLimit int64
