@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/protobuf/proto"
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
@@ -307,4 +309,31 @@ func parallel(n int, f func(i int)) {
 		wg.Go(func() { f(i) })
 	}
 	wg.Wait()
+}
+
+// waitFor polls cond until it holds, failing t after hangBound.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(hangBound)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s after %v", what, hangBound)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// connReady reports whether the coordinator's etcd connection is up.
+func connReady(e *env) bool {
+	return e.coord.Client().ActiveConnection().GetState() == connectivity.Ready
+}
+
+// healthOf asks the server's grpc.health.v1 about the whole server.
+func healthOf(t *testing.T, e *env) grpchealth.Status {
+	t.Helper()
+	res, err := grpchealth.NewClient(httpClient(t, true, ""), e.url, connect.WithGRPC()).Check(ctx(t), &grpchealth.CheckRequest{})
+	if err != nil {
+		t.Fatalf("health check: %v", err)
+	}
+	return res.Status
 }

@@ -74,6 +74,8 @@ func (s *Server) newMux() http.Handler {
 		connect.WithInterceptors(interceptor{}),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		connect.WithRecover(s.recovered),
+		connect.WithCodec(jsonCodec{name: "json"}),
+		connect.WithCodec(jsonCodec{name: "json; charset=utf-8"}),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(stockctlv1connect.NewStockServiceHandler(stockService{s}, opts...))
