@@ -192,8 +192,12 @@ func (e *env) token() string {
 }
 
 // grpcStock and grpcLocks are the gRPC clients most tests use.
-func (e *env) grpcStock(t *testing.T) stockctlv1connect.StockServiceClient { return e.stock(t, protocols[0]) }
-func (e *env) grpcLocks(t *testing.T) stockctlv1connect.LockServiceClient  { return e.locks(t, protocols[0]) }
+func (e *env) grpcStock(t *testing.T) stockctlv1connect.StockServiceClient {
+	return e.stock(t, protocols[0])
+}
+func (e *env) grpcLocks(t *testing.T) stockctlv1connect.LockServiceClient {
+	return e.locks(t, protocols[0])
+}
 
 // ctx is a test's context, bounded by hangBound.
 func ctx(t *testing.T) context.Context {

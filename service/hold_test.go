@@ -256,4 +256,3 @@ func (d *connDropper) drop() {
 		_ = c.Close()
 	}
 }
-
