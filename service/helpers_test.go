@@ -341,3 +341,29 @@ func healthOf(t *testing.T, e *env) grpchealth.Status {
 	}
 	return res.Status
 }
+
+// counter is the value of the series of a counter family with one label
+// set to value (0 if there is none).
+func counter(t *testing.T, e *env, family, label, value string) float64 {
+	t.Helper()
+	fams, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != family {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					if m.Counter != nil {
+						return m.GetCounter().GetValue()
+					}
+					return float64(m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	return 0
+}
