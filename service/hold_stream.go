@@ -55,32 +55,29 @@ func (h lockService) Hold(ctx context.Context, stream *connect.BidiStream[stockc
 	go readHold(stream, msgs, done)
 
 	l, leave, pending, err := s.acquireForStream(ctx, spec, msgs)
-	if pending != nil {
-		// The caller released, closed its side or broke the stream while
-		// waiting (or just as the lock came): give up, quietly.
-		if l != nil {
-			_ = s.unlock(l, leave)
+	if l == nil {
+		if pending != nil {
+			// The caller withdrew (release, the end of its side, a broken
+			// stream) before the lock came: nothing was held.
+			switch {
+			case pending.err != nil && !errors.Is(pending.err, io.EOF):
+				return pending.err
+			case pending.req.GetAcquire() != nil:
+				return s.fail(ctx, opLock, method, badField("acquire", "a Hold stream acquires once, in its first message"))
+			}
+			return nil
 		}
-		switch {
-		case pending.err != nil && !errors.Is(pending.err, io.EOF):
-			return pending.err
-		case pending.req.GetAcquire() != nil:
-			return s.fail(ctx, opLock, method, badField("acquire", "a Hold stream acquires once, in its first message"))
-		}
-		return nil
-	}
-	if err != nil {
 		return lockBusy(apiError(ctx, opLock, err), spec)
 	}
 	s.metrics.holds.WithLabelValues(shapeStream).Inc()
 	defer s.metrics.holds.WithLabelValues(shapeStream).Dec()
-	return s.holdStream(ctx, stream, spec, l, leave, msgs)
+	return s.holdStream(ctx, stream, spec, l, leave, msgs, pending)
 }
 
 // acquireForStream acquires spec's lock while watching the caller's
 // messages: keep_alive is fine, anything else (release, the end of the
 // caller's side, a broken stream, a second acquire) gives up the wait and
-// is returned as pending.
+// is returned as pending, with the lock if it came all the same.
 func (s *Server) acquireForStream(ctx context.Context, spec lockSpec, msgs <-chan holdMsg) (*coordinator.Lock, func(), *holdMsg, error) {
 	wctx, cancelWait := context.WithCancelCause(ctx)
 	defer cancelWait(nil)
@@ -111,7 +108,7 @@ func (s *Server) acquireForStream(ctx context.Context, spec lockSpec, msgs <-cha
 
 // holdStream keeps a stream's lock until one of the ends in Hold's doc.
 func (s *Server) holdStream(ctx context.Context, stream *connect.BidiStream[stockctlv1.HoldRequest, stockctlv1.HoldResponse],
-	spec lockSpec, l *coordinator.Lock, leave func(), msgs <-chan holdMsg) error {
+	spec lockSpec, l *coordinator.Lock, leave func(), msgs <-chan holdMsg, pending *holdMsg) error {
 	token := l.Token()
 	if err := stream.Send(&stockctlv1.HoldResponse{Event: &stockctlv1.HoldResponse_Acquired{Acquired: &stockctlv1.HoldAcquired{
 		Name: spec.name, Kind: spec.kind, Token: token, Key: l.Key(), Ttl: durationpb.New(spec.ttl),
@@ -129,9 +126,18 @@ func (s *Server) holdStream(ctx context.Context, stream *connect.BidiStream[stoc
 		s.log.Info("api: lock hold ended", "lock", spec.name, "token", token, "reason", reason.String())
 		return ce
 	}
+	// A message that came while waiting, just as the lock was acquired, is
+	// handled first: the caller sees acquired, then its answer.
+	next := msgs
+	if pending != nil {
+		ready := make(chan holdMsg, 1)
+		ready <- *pending
+		next = ready
+	}
 	for {
 		select {
-		case m := <-msgs:
+		case m := <-next:
+			next = msgs
 			switch {
 			case m.err != nil && !errors.Is(m.err, io.EOF):
 				_ = s.unlock(l, leave) // the stream broke: nobody to tell

@@ -2,8 +2,11 @@ package service_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -255,4 +258,42 @@ func (d *connDropper) drop() {
 	for _, c := range d.conns {
 		_ = c.Close()
 	}
+}
+
+// A caller that sends acquire and release at once, without waiting for
+// acquired, gets either acquired then released, or (withdrawn before the
+// lock came) nothing; either way the stream ends OK and the lock is free.
+func TestHoldStreamPipelinedRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.grpcLocks(t)
+	for range 5 {
+		s := openHold(t, c, ctx(t), "pipelined", nil, nil)
+		if err := s.Send(&stockctlv1.HoldRequest{Action: &stockctlv1.HoldRequest_Release{Release: &stockctlv1.HoldRelease{}}}); err != nil {
+			t.Fatal(err)
+		}
+		var events []string
+		for {
+			res, err := s.Receive()
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Fatalf("stream ended with %v after %v", err, events)
+				}
+				break
+			}
+			switch {
+			case res.GetAcquired() != nil:
+				events = append(events, "acquired")
+			case res.GetReleased() != nil:
+				events = append(events, "released")
+			default:
+				events = append(events, res.String())
+			}
+		}
+		if got := strings.Join(events, ","); got != "" && got != "acquired,released" {
+			t.Fatalf("events %q, want none or acquired,released", got)
+		}
+	}
+	free := openHold(t, c, ctx(t), "pipelined", nil, durationpb.New(0))
+	acquired(t, free)
 }
