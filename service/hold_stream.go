@@ -16,7 +16,7 @@ import (
 )
 
 // Hold lends a lock for the life of a bidirectional stream; see the proto
-// for the protocol. The hold ends, in this order of precedence:
+// for the protocol. The hold ends in one of these ways:
 //
 //   - the caller sends release or closes its side: unlock, `released`, OK;
 //   - the stream breaks (the caller's process died, its connection
@@ -67,7 +67,7 @@ func (h lockService) Hold(ctx context.Context, stream *connect.BidiStream[stockc
 			}
 			return nil
 		}
-		return lockBusy(apiError(ctx, opLock, err), spec)
+		return lockBusy(s.fail(ctx, opLock, method, err), spec)
 	}
 	s.metrics.holds.WithLabelValues(shapeStream).Inc()
 	defer s.metrics.holds.WithLabelValues(shapeStream).Dec()

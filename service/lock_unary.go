@@ -31,7 +31,7 @@ func (h lockService) Acquire(ctx context.Context, req *connect.Request[stockctlv
 	l, leave, err := s.acquire(ctx, spec)
 	if err != nil {
 		s.holds.unreserve()
-		return nil, lockBusy(apiError(ctx, opLock, err), spec)
+		return nil, lockBusy(s.fail(ctx, opLock, method, err), spec)
 	}
 	if ctx.Err() != nil {
 		// The caller is gone and will never learn the hold's ID.

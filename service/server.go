@@ -213,7 +213,7 @@ func (s *Server) Close() error {
 
 // fail maps err to the client's error and logs those that are the
 // server's business.
-func (s *Server) fail(ctx context.Context, o op, method string, err error) error {
+func (s *Server) fail(ctx context.Context, o op, method string, err error) *connect.Error {
 	ce := apiError(ctx, o, err)
 	switch ce.Code() {
 	case connect.CodeInternal, connect.CodeDataLoss, connect.CodeUnavailable, connect.CodeUnknown:
