@@ -18,6 +18,7 @@ import (
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 )
 
 type holdStream = *connect.BidiStreamForClient[stockctlv1.HoldRequest, stockctlv1.HoldResponse]
@@ -176,7 +177,7 @@ func TestHoldStreamSessionLost(t *testing.T) {
 	c := e.grpcLocks(t)
 	s := openHold(t, c, ctx(t), "fragile", nil, nil)
 	t1 := acquired(t, s)
-	sess, err := e.coord.Session(ctx(t))
+	sess, err := engines.Of(e.coord).Locks.Session(ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}

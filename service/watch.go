@@ -9,6 +9,7 @@ import (
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+	"github.com/stockctl/stockctl/internal/engines"
 )
 
 // WatchStatus sends a SKU's status, then a new one after every change.
@@ -98,7 +99,7 @@ func (h stockService) WatchStatus(ctx context.Context, req *connect.Request[stoc
 // ends.
 func (s *Server) watchSKU(ctx context.Context, sku string, rev int64) <-chan error {
 	out := make(chan error, 1)
-	ks := s.c.Keys()
+	ks := engines.Of(s.c).Keys
 	client := s.c.Client()
 	watches := []clientv3.WatchChan{
 		client.Watch(ctx, ks.Meta(sku), clientv3.WithRev(rev)),
