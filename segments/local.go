@@ -56,7 +56,10 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 			}
 			continue
 		}
-		if r, again := dry.climb(ctx, s, req.qty, home); !again {
+		s.climbing.Add(1)
+		r, again := dry.climb(ctx, s, req, home)
+		s.climbing.Add(-1)
+		if !again {
 			return r
 		}
 	}
