@@ -28,6 +28,9 @@ type Config struct {
 	// TenureMaxHold bounds how long a process keeps a segment another
 	// process waits for.
 	TenureMaxHold time.Duration
+	// SellerIdle: a SKU's seller unused this long, holding no segment, is
+	// evicted with its caches (0: never).
+	SellerIdle time.Duration
 	// MaxTxnOps is etcd's --max-txn-ops.
 	MaxTxnOps int
 	// CommitTimeout bounds one group commit's round trips.
@@ -59,6 +62,9 @@ type Engine struct {
 	skus    map[string]*skuInfo
 	places  map[placeID]*placeState
 	sellers map[string]*seller
+	reaping bool // the reaper of idle sellers runs
+
+	lockWatch *lockWatch
 
 	commits  batch.Batcher[*commitReq]
 	users    userCache // buyers' counters (per-user limits), as the committer knows them
@@ -86,6 +92,7 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		places:  make(map[placeID]*placeState),
 		sellers: make(map[string]*seller),
 	}
+	e.lockWatch = newLockWatch(e)
 	e.commits = batch.Batcher[*commitReq]{Go: bg.Go, Select: e.selectOrders, Commit: e.commitOrders,
 		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
 	e.confirms = batch.Batcher[*confirmReq]{Go: bg.Go, Select: e.selectConfirms, Commit: e.commitConfirms,
