@@ -71,6 +71,7 @@ type Engine struct {
 	lockWatch *lockWatch
 
 	commits  batch.Batcher[*commitReq]
+	inflight inflight  // what the group commits in flight hold
 	users    userCache // buyers' counters (per-user limits), as the committer knows them
 	confirms batch.Batcher[*confirmReq]
 	looks    batch.Batcher[*lookReq]
@@ -97,7 +98,7 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		sellers: make(map[string]*seller),
 	}
 	e.lockWatch = newLockWatch(e)
-	e.commits = batch.Batcher[*commitReq]{Go: bg.Go, Select: e.selectOrders, Commit: e.commitOrders,
+	e.commits = batch.Batcher[*commitReq]{Parallel: commitParallel, Go: bg.Go, Select: e.selectOrders, Commit: e.commitOrders,
 		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
 	e.confirms = batch.Batcher[*confirmReq]{Go: bg.Go, Select: e.selectConfirms, Commit: e.commitConfirms,
 		Fail: func(r *confirmReq) { r.answer(0, lock.ErrClosed) }}
