@@ -46,6 +46,8 @@ func benchCommand() *ucli.Command {
 			"  stockctl         stockctl's coordinators (AllocateFunc), rebalancer and pool\n" +
 			"  stockctl-nostep  stockctl's Allocate with no business step (pure allocation, group commit)\n" +
 			"  stockctl-reserve stockctl's Reserve then Confirm, no business step (the checkout flow: two commits)\n" +
+			"  stockctl-api     stockctl-nostep through the network API: --processes `stockctl serve` OS processes on the\n" +
+			"                   bench's etcd, the buyers gRPC clients (only when named in --strategies)\n" +
 			"and with --redis HOST:PORT (a binary built from the benchredis module):\n" +
 			"  redsync          a redsync lock per segment with the same business step\n" +
 			"  redis-lua        a Lua \"decrement if enough\" on one key (the common seckill way)\n" +
@@ -70,7 +72,8 @@ func benchCommand() *ucli.Command {
 			&ucli.Int64Flag{Name: "orders", Value: bench.DefaultOrders, EnvVars: []string{"STOCKCTL_BENCH_ORDERS"},
 				Usage: "most orders of each run"},
 			&ucli.StringFlag{Name: "strategies", EnvVars: []string{"STOCKCTL_BENCH_STRATEGIES"},
-				Usage: "strategies to run, comma-separated (default: all available)"},
+				Usage: "strategies to run, comma-separated (default: all available but stockctl-api)"},
+			benchServeBinFlag(),
 			&ucli.IntFlag{Name: "processes", Value: bench.DefaultProcesses, EnvVars: []string{"STOCKCTL_BENCH_PROCESSES"},
 				Usage: "etcd clients (coordinators, Redis clients) the buyers are spread over, as separate processes would be"},
 			&ucli.StringFlag{Name: "affinity", Value: string(bench.Spread), EnvVars: []string{"STOCKCTL_BENCH_AFFINITY"},
@@ -109,6 +112,7 @@ type benchConfig struct {
 	names                          []string
 	noFsync                        bool
 	plot, progress                 string
+	serve                          bench.Serve // stockctl-api's processes
 }
 
 func readBenchConfig(c *ucli.Context, g *globals) (benchConfig, error) {
@@ -121,6 +125,9 @@ func readBenchConfig(c *ucli.Context, g *globals) (benchConfig, error) {
 	}
 	runs, err := benchRuns(c)
 	if err != nil {
+		return b, err
+	}
+	if b.serve, err = benchServe(c); err != nil {
 		return b, err
 	}
 	b.Runs = runs
@@ -247,7 +254,7 @@ func checkLoopback(addr string) error {
 // benchSpecs are the strategies to run: this module's, the Redis peers'
 // with --redis, filtered by --strategies.
 func benchSpecs(b benchConfig) ([]bench.Spec, error) {
-	specs := []bench.Spec{bench.OneLock(), bench.EtcdMutex(), bench.Stockctl(), bench.StockctlNoStep(), bench.StockctlReserve()}
+	specs := []bench.Spec{bench.OneLock(), bench.EtcdMutex(), bench.Stockctl(), bench.StockctlNoStep(), bench.StockctlReserve(), bench.StockctlAPI(b.serve)}
 	if b.Redis != "" {
 		more, err := bench.RedisSpecs(b.Redis)
 		if errors.Is(err, bench.ErrNoRedis) {
@@ -262,6 +269,9 @@ func benchSpecs(b benchConfig) ([]bench.Spec, error) {
 	specs, err := bench.Select(specs, b.names)
 	if err != nil {
 		return nil, usageError("invalid --strategies: %v", err)
+	}
+	if len(b.names) == 0 {
+		specs = withoutOptIn(specs)
 	}
 	return specs, nil
 }
