@@ -113,15 +113,15 @@ func serveAction(c *ucli.Context) error {
 			return err
 		}
 	} else {
-		srv, err := startEmbedded(sctx, embedetcd.Config{Dir: g.dataDir, ClientAddr: listen})
+		embedded, err := startEmbedded(sctx, embedetcd.Config{Dir: g.dataDir, ClientAddr: listen})
 		if err != nil {
 			return err
 		}
-		defer srv.Close() // after cn.Close
-		view.Endpoints, view.DataDir = srv.Endpoints(), g.dataDir
+		defer embedded.Close() // after cn.Close
+		view.Endpoints, view.DataDir = embedded.Endpoints(), g.dataDir
 		// The coordinator connects like any other client would.
 		sg := *g
-		sg.endpoints = srv.Endpoints()
+		sg.endpoints = embedded.Endpoints()
 		if cn, err = connect(sctx, c, &sg, opts...); err != nil {
 			return err
 		}
@@ -131,13 +131,13 @@ func serveAction(c *ucli.Context) error {
 
 	api.cfg.Registerer = metrics.registerer()
 	api.cfg.Logger = g.logger(c.App.ErrWriter)
-	srv, err := service.New(cn.coord, api.cfg)
+	apiSrv, err := service.New(cn.coord, api.cfg)
 	if err != nil {
 		return failed(ctx, "set up the API", err)
 	}
 	// Deferred after cn.Close, so it runs first: the locks held for
 	// remote callers are released while the coordinator is still there.
-	defer srv.Close()
+	defer apiSrv.Close()
 	ln, err := net.Listen("tcp", api.addr)
 	if err != nil {
 		return ucli.Exit(fmt.Errorf("failed to listen for the API on %s: %w (another stockctl serve? give --api-addr another port; 127.0.0.1:0 picks a free one)",
@@ -150,5 +150,5 @@ func serveAction(c *ucli.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "api on %s (gRPC, gRPC-Web, Connect and JSON over HTTP; %s)\n", view.API, api.describe())
-	return runService(ctx, c, cn, srv, ln, newMovePrinter(c.App.Writer, g.output), metrics.registerer())
+	return runService(ctx, c, cn, apiSrv, ln, newMovePrinter(c.App.Writer, g.output), metrics.registerer())
 }
