@@ -189,9 +189,23 @@ func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released
 }
 
 // Restock adds a new delivery of qty units to sku's pool and total (a
-// returned order is Release, not Restock). It holds the pool's lock.
-func (c *Coordinator) Restock(ctx context.Context, sku string, qty int64) (*Restocked, error) {
-	return c.stock.Restock(ctx, sku, qty)
+// returned order is Release, not Restock). It holds the pool's lock, and
+// claims the delivery ID in the transaction that adds the units.
+//
+// The delivery ID is required (1 to segments.MaxDeliveryIDLen bytes of
+// printable ASCII other than space and '/'), and makes Restock idempotent
+// as an order ID makes Allocate: calling it again with the same delivery,
+// SKU and qty returns the first result with Replayed set and adds nothing;
+// the same delivery ID with another SKU or qty is ErrConflict. Delivery IDs
+// are unique across SKUs. Use the supplier's delivery note, a purchase
+// order line: an ID that names the delivery, not the attempt.
+//
+// ctx bounds the wait for the pool's lock and the commit. After a timeout
+// or a lost reply the restock may still land: retry with the same delivery
+// ID to learn the outcome; it never adds the delivery twice. Audit counts
+// the deliveries of a SKU.
+func (c *Coordinator) Restock(ctx context.Context, sku, delivery string, qty int64) (*Restocked, error) {
+	return c.stock.Restock(ctx, sku, delivery, qty)
 }
 
 // Status reads sku's stock in one transaction, so every figure is from the
@@ -206,9 +220,10 @@ func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
 // Every value is decoded strictly, and every order's parts must name places
 // of the SKU. Every live reservation must have its index key (with its
 // quantity) and every index key a live reservation; every buyer's counter
-// must equal the units its active orders counted there hold. A failed audit
-// is reported in the report (OK false), not as an error; errors are for
-// failing to read.
+// must equal the units its active orders counted there hold. Every delivery
+// record (Restock) must decode and name the SKU, and the deliveries
+// together cannot exceed the total. A failed audit is reported in the
+// report (OK false), not as an error; errors are for failing to read.
 func (c *Coordinator) Audit(ctx context.Context, sku string) (*AuditReport, error) {
 	return c.stock.AuditAt(ctx, sku, 0)
 }

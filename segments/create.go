@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stockctl/stockctl/internal/lock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -184,55 +183,4 @@ func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, me
 			}
 		}
 	}
-}
-
-// Restock adds a new delivery of qty units to sku's pool and total (a
-// returned order is Release, not Restock). It holds the pool's lock.
-func (e *Engine) Restock(ctx context.Context, sku string, qty int64) (*Restocked, error) {
-	if err := firstErr(ValidateSKU(sku), ValidateQty(qty)); err != nil {
-		return nil, fmt.Errorf("restock %s: %w", sku, err)
-	}
-	info, err := e.sku(ctx, sku)
-	if err != nil {
-		return nil, fmt.Errorf("restock %s: %w", sku, err)
-	}
-	hp, err := e.lockPlace(ctx, info.name, Pool, -1)
-	if err != nil {
-		return nil, fmt.Errorf("restock %s: %w", sku, err)
-	}
-	defer hp.unlock()
-	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		meta, metaRev, err := e.Meta(ctx, sku)
-		if err != nil {
-			return nil, fmt.Errorf("restock %s: %w", sku, err)
-		}
-		if meta.Total+qty > MaxTotal {
-			return nil, fmt.Errorf("restock %s: %w", sku, &InvalidError{Field: "qty", Value: fmt.Sprint(qty),
-				Reason: fmt.Sprintf("would take the total %d past the maximum %d", meta.Total, MaxTotal)})
-		}
-		if err := hp.load(ctx, false); err != nil {
-			return nil, fmt.Errorf("restock %s: %w", sku, err)
-		}
-		hp.delta = qty
-		meta.Total += qty
-		resp, err := e.kv.Txn(ctx).
-			If(append(hp.cmps(), clientv3.Compare(clientv3.ModRevision(e.keys.Meta(sku)), "=", metaRev))...).
-			Then(append(hp.ops(), clientv3.OpPut(e.keys.Meta(sku), EncodeMeta(meta)))...).
-			Else(clientv3.OpGet(hp.h.Own().Key())).
-			Commit()
-		if err != nil {
-			hp.invalidate()
-			return nil, fmt.Errorf("restock %s: %w", sku, err)
-		}
-		if resp.Succeeded {
-			pool := hp.newValue()
-			hp.committed(resp.Header.Revision)
-			return &Restocked{SKU: sku, Total: meta.Total, Pool: pool, Revision: resp.Header.Revision}, nil
-		}
-		if !stillOwned(resp.Responses[0], hp) {
-			return nil, fmt.Errorf("restock %s: %w", sku, lock.ErrLost)
-		}
-		hp.invalidate()
-	}
-	return nil, fmt.Errorf("restock %s: %w", sku, errContention)
 }
