@@ -22,7 +22,8 @@ type OrderOption = segments.OrderOption
 // Step is a business step run by AllocateFunc while the stock it will take
 // is locked: check the stock, create the order, charge the card... Its ctx
 // is cancelled if a lock is lost meanwhile. Returning an error cancels the
-// allocation: nothing is deducted and AllocateFunc returns the error.
+// allocation: nothing is deducted and AllocateFunc returns the error. A
+// panic cancels it too, and reaches AllocateFunc's caller.
 type Step = segments.Step
 
 // Released is the outcome of Release and Cancel.
@@ -118,6 +119,13 @@ func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64
 // order that was applied returns the first result without running step;
 // duplicates of one order ID sent at the same time may each run step, and
 // exactly one of them deducts (the others return its result as a replay).
+//
+// If step panics, the panic goes on to AllocateFunc's caller unchanged,
+// after the order has been cleaned up as if step had returned an error:
+// nothing is deducted or recorded, the units reserved for it are given back
+// and the locks and the place in the process's queue it held are released,
+// so a service that recovers from the panic keeps selling the SKU. Undo
+// what step did before it panicked, as for any failed step.
 func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step, opts ...OrderOption) (*Allocation, error) {
 	return c.stock.AllocateFunc(ctx, sku, order, qty, routeKey, step, opts...)
 }
