@@ -71,7 +71,9 @@ func DefaultRefillBatch(total int64, segs int) int64 { return segments.DefaultRe
 // the segments in batches, so that total = pool + segments holds at every
 // revision. Until the last step the SKU serves no requests (ErrUnknownSKU).
 // If creation is interrupted, calling CreateSKU again with the same config
-// completes it.
+// completes it; another config, another InitialFill included, is
+// ErrConflict naming the config of the creation in progress (nothing
+// changes). The result's InitialFill is the fill the segments were given.
 func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (segments.Meta, error) {
 	return c.stock.CreateSKU(ctx, sku, cfg)
 }

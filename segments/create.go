@@ -68,7 +68,9 @@ func (cfg SKUConfig) validate() error {
 // the segments in batches, so that total = pool + segments holds at every
 // revision. Until the last step the SKU serves no requests (ErrUnknownSKU).
 // If creation is interrupted, calling CreateSKU again with the same config
-// completes it.
+// completes it; with another config (the initial fill included) it is
+// ErrConflict, naming the config of the creation in progress, and changes
+// nothing. The result is the SKU as created, with its InitialFill.
 func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
@@ -80,8 +82,8 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta
 		cfg.RefillBatch = DefaultRefillBatch(cfg.Total, cfg.Segments)
 	}
 	meta := Meta{
-		Total: cfg.Total, Segments: cfg.Segments, LowWatermark: cfg.LowWatermark,
-		RefillBatch: cfg.RefillBatch, PerUserLimit: cfg.PerUserLimit, Creating: true, Created: time.Now().UTC().Truncate(time.Second),
+		Total: cfg.Total, Segments: cfg.Segments, LowWatermark: cfg.LowWatermark, RefillBatch: cfg.RefillBatch,
+		PerUserLimit: cfg.PerUserLimit, InitialFill: cfg.InitialFill, Creating: true, Created: time.Now().UTC().Truncate(time.Second),
 	}
 	metaKey := e.keys.Meta(sku)
 	resp, err := e.kv.Txn(ctx).
@@ -100,9 +102,16 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta
 		if err != nil {
 			return Meta{}, fmt.Errorf("create %s: %w", sku, err)
 		}
-		if !old.Creating || old.Total != meta.Total || old.Segments != meta.Segments ||
-			old.LowWatermark != meta.LowWatermark || old.RefillBatch != meta.RefillBatch || old.PerUserLimit != meta.PerUserLimit {
+		if !old.Creating {
 			return Meta{}, fmt.Errorf("create %s: %w: the SKU already exists", sku, ErrConflict)
+		}
+		if old.Total != meta.Total || old.Segments != meta.Segments || old.InitialFill != meta.InitialFill ||
+			old.LowWatermark != meta.LowWatermark || old.RefillBatch != meta.RefillBatch || old.PerUserLimit != meta.PerUserLimit {
+			// Resuming it with this config would report values etcd does
+			// not hold (the segments may already hold the other fill).
+			return Meta{}, fmt.Errorf("create %s: %w: an interrupted creation is in progress with total %d, %d segments, "+
+				"initial fill %d, low watermark %d, refill batch %d, per-user limit %d: create it again with those values to complete it",
+				sku, ErrConflict, old.Total, old.Segments, old.InitialFill, old.LowWatermark, old.RefillBatch, old.PerUserLimit)
 		}
 		meta, metaRev = old, kv.ModRevision // resume an interrupted creation
 	}
@@ -110,9 +119,11 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta
 		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
 	}
 	meta.Creating = false
+	final := meta
+	final.InitialFill = 0 // only a creation in progress needs it
 	done, err := e.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(metaKey), "=", metaRev)).
-		Then(clientv3.OpPut(metaKey, EncodeMeta(meta))).
+		Then(clientv3.OpPut(metaKey, EncodeMeta(final))).
 		Commit()
 	if err != nil {
 		return Meta{}, fmt.Errorf("create %s: %w", sku, err)

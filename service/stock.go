@@ -49,8 +49,8 @@ func (h stockService) CreateSKU(ctx context.Context, req *connect.Request[stockc
 			return nil, err
 		}
 		return &stockctlv1.CreateSKUResponse{
-			Sku: m.Sku, Total: meta.Total, Segments: int32(meta.Segments), InitialFill: m.InitialFill,
-			Pool: meta.Total - m.InitialFill, LowWatermark: meta.LowWatermark, RefillBatch: meta.RefillBatch,
+			Sku: m.Sku, Total: meta.Total, Segments: int32(meta.Segments), InitialFill: meta.InitialFill,
+			Pool: meta.Total - meta.InitialFill, LowWatermark: meta.LowWatermark, RefillBatch: meta.RefillBatch,
 			PerUserLimit: meta.PerUserLimit, CreateTime: timestamp(meta.Created),
 		}, nil
 	})
