@@ -54,7 +54,7 @@ func globalFlags() []ucli.Flag {
 			Usage: "etcd endpoints, comma-separated host:port, http://host:port or https://host:port (host:port is https with --cacert/--cert/--key); " +
 				"none: an embedded etcd in --data-dir for the command's duration"},
 		&ucli.StringFlag{Name: "prefix", Value: coordinator.DefaultPrefix, EnvVars: []string{"STOCKCTL_PREFIX"},
-			Usage: "etcd key prefix stockctl keeps everything under"},
+			Usage: "etcd key prefix stockctl keeps everything under (a trailing / is added when missing)"},
 		&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: outputTable, EnvVars: []string{"STOCKCTL_OUTPUT"},
 			Usage: "output format: table or json"},
 		&ucli.DurationFlag{Name: "dial-timeout", Value: DefaultDialTimeout, EnvVars: []string{"STOCKCTL_DIAL_TIMEOUT"},
@@ -108,9 +108,13 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 		}
 		g.endpoints = append(g.endpoints, norm)
 	}
-	if _, err := keys.New(g.prefix); err != nil {
+	ks, err := keys.New(g.prefix)
+	if err != nil {
 		return nil, usageError("invalid --prefix %q: %v", g.prefix, err)
 	}
+	// "/shop" means "/shop/": every key goes there, and the connection
+	// check must read there too, where a role limited to the prefix may.
+	g.prefix = ks.Prefix()
 	if g.output != outputTable && g.output != outputJSON {
 		return nil, usageError("invalid --output %q: want table or json", g.output)
 	}
