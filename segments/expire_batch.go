@@ -18,8 +18,8 @@ import (
 // counter it adds to or takes from), one commit for all. If any compare
 // fails (a Confirm won a race, a seller absorbed an inbox meanwhile), the
 // chunk falls back to one transaction per reservation, which sorts out who
-// won. Reservations that took from the pool always go one at a time: the
-// pool's counter is written only under the pool's lock.
+// won. Units that came from the pool go back to a segment's inbox
+// (returnSegment), as with one at a time.
 
 // dueOrder is a due reservation read for a batched expiry.
 type dueOrder struct {
@@ -30,7 +30,7 @@ type dueOrder struct {
 
 // readDue reads the orders of due index keys in transactions of at most
 // maxTxnOps reads, and sorts them: those a batch can expire, and the rest
-// (gone, not live, not due, from the pool) for one at a time.
+// (gone, not live, not due) for one at a time.
 func (e *Engine) readDue(ctx context.Context, info *skuInfo, todo []due, now time.Time) (batch []dueOrder, single []due, err error) {
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), e.cfg.MaxTxnOps)]
@@ -56,7 +56,7 @@ func (e *Engine) readDue(ctx context.Context, info *skuInfo, todo []due, now tim
 			ok := o.Reserved() && !now.Before(o.Deadline) && o.SKU == info.name && o.ID == d.order &&
 				e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID) == d.key
 			for _, p := range o.Parts {
-				ok = ok && !p.Place.IsPool() && p.Place.Index() < info.segments
+				ok = ok && p.Place.Index() < info.segments
 			}
 			if ok {
 				batch = append(batch, dueOrder{indexKey: d.key, o: o, kv: kvs[0]})
@@ -85,7 +85,7 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 			dc, do, dr := 1, 2, 1 // its record: compared, written, read again
 			fresh := map[string]bool{}
 			for _, p := range o.Parts {
-				k := e.keys.Inbox(info.name, p.Place.Index())
+				k := e.keys.Inbox(info.name, returnSegment(p.Place, o.ID, info.segments))
 				if !seen[k] && !fresh[k] {
 					fresh[k] = true
 					dc, do, dr = dc+1, do+1, dr+1
@@ -130,7 +130,7 @@ func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrde
 	var counters []string // inboxes, then buyers
 	for _, d := range chunk {
 		for _, p := range d.o.Parts {
-			k := e.keys.Inbox(info.name, p.Place.Index())
+			k := e.keys.Inbox(info.name, returnSegment(p.Place, d.o.ID, info.segments))
 			if _, ok := give[k]; !ok {
 				counters = append(counters, k)
 			}

@@ -92,16 +92,6 @@ func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, ki
 	if err != nil {
 		return nil, false, err
 	}
-	var poolCmps []clientv3.Cmp
-	if targets.has(e.keys.Pool(info.name)) {
-		hp, err := e.lockPlace(ctx, info.name, Pool, -1)
-		if err != nil {
-			return nil, false, err
-		}
-		defer hp.unlock()
-		poolCmps = append(poolCmps, hp.h.IsOwner())
-		defer hp.invalidate() // the pool changes under this lock, not through its cache
-	}
 	cmps, ops, userKey, err := e.returnOps(ctx, info, o, kv, targets)
 	if errors.Is(err, errOrderChanged) {
 		return nil, true, nil // returned, confirmed or expired meanwhile: read again
@@ -109,7 +99,7 @@ func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, ki
 	if err != nil {
 		return nil, false, err
 	}
-	cmps = append(append(poolCmps, fence...), cmps...)
+	cmps = append(fence[:len(fence):len(fence)], cmps...)
 	if kind == retExpire {
 		o.State = StateExpired
 	} else {
@@ -188,7 +178,20 @@ type returnTo struct {
 
 func (t returnTo) has(key string) bool { _, ok := t.give[key]; return ok }
 
-// returnTargets works out where o's parts go back to.
+// returnSegment is the segment whose inbox a returned part goes to: the one
+// it came from; a part that came from the pool goes to a segment picked by
+// the order's ID. Stock is fungible, and an inbox takes a deposit without
+// a lock, so that returns never wait for (nor make a storm of orders wait
+// for) the pool's lock; the rebalancer drains what a segment does not
+// sell.
+func returnSegment(p Place, order string, segments int) int {
+	if p.IsPool() {
+		return Route(order, segments)
+	}
+	return p.Index()
+}
+
+// returnTargets works out where o's parts go back to (returnSegment).
 func (e *Engine) returnTargets(info *skuInfo, o Order, kv *mvccpb.KeyValue) (returnTo, error) {
 	t := returnTo{give: map[string]int64{}}
 	for _, p := range o.Parts {
@@ -196,10 +199,7 @@ func (e *Engine) returnTargets(info *skuInfo, o Order, kv *mvccpb.KeyValue) (ret
 			return t, &CorruptError{Key: string(kv.Key), Value: kv.Value,
 				Err: fmt.Errorf("part from %v of a SKU with %d segments", p.Place, info.segments)}
 		}
-		key := e.keys.Pool(info.name)
-		if !p.Place.IsPool() {
-			key = e.keys.Inbox(info.name, p.Place.Index())
-		}
+		key := e.keys.Inbox(info.name, returnSegment(p.Place, o.ID, info.segments))
 		if !t.has(key) {
 			t.keys = append(t.keys, key)
 		}
