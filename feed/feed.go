@@ -17,13 +17,14 @@ import (
 
 // Batch is the events of one or more whole revisions, in feed order.
 type Batch struct {
-	// Events holds at least one event (from Next; a Snapshot of a scope
-	// without orders holds none).
+	// Events may be empty: the cursor moved past revisions with nothing
+	// to deliver (deleted records, or etcd's periodic report that nothing
+	// in scope changed up to a revision). Store the Cursor all the same: it
+	// keeps a quiet feed's cursor from falling behind etcd's compaction.
 	Events []Event
 	// Cursor is the revision to store once the batch is applied: every
 	// event with a revision up to Cursor has been delivered, in this batch
-	// or before. It is the last event's revision, or later when revisions
-	// with nothing to deliver (a deleted record) came after it.
+	// or before.
 	Cursor int64
 }
 
@@ -130,8 +131,8 @@ const (
 // sent everything up to that end, while no event comes.
 const progressEvery = 200 * time.Millisecond
 
-// Next waits for the next batch of events: every event of one or more
-// whole revisions after Cursor, never part of a revision. ctx bounds the
+// Next waits for the next batch: every event of one or more whole
+// revisions after Cursor, never part of a revision. ctx bounds the
 // wait only: when it ends Next returns its cause, has delivered nothing,
 // and the feed stays usable. A watch that breaks (a member restarts, the
 // leader changes, the connection drops) is opened again right after
@@ -159,12 +160,13 @@ func (f *Feed) Next(ctx context.Context) (Batch, error) {
 		if f.watch == nil {
 			f.watch = f.startWatch()
 		}
+		before := f.cursor
 		b, err := f.watch.next(ctx, f)
 		switch {
-		case err == nil && len(b.Events) > 0:
+		case err == nil && f.cursor > before:
 			return b, nil
 		case err == nil:
-			backoff = restartMin // progress: nothing to deliver yet
+			backoff = restartMin // the watch works; nothing to deliver yet
 			continue
 		case ctx.Err() != nil:
 			return Batch{}, context.Cause(ctx)

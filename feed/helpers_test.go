@@ -90,7 +90,7 @@ func drain(t testing.TB, f *feed.Feed) []feed.Event {
 func checkBatch(t testing.TB, b feed.Batch, before []feed.Event) {
 	t.Helper()
 	if len(b.Events) == 0 {
-		t.Fatalf("empty batch (cursor %d)", b.Cursor)
+		return // the cursor moved past revisions with nothing to deliver
 	}
 	if last := b.Events[len(b.Events)-1].Revision; b.Cursor < last {
 		t.Fatalf("batch cursor %d before its last event's revision %d", b.Cursor, last)

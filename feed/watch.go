@@ -32,11 +32,15 @@ type watch struct {
 func (f *Feed) startWatch() *watch {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(f.ctx))
 	w := &watch{ctx: ctx, cancel: cancel}
-	w.ch = f.w.Watch(ctx, f.scope.start, clientv3.WithRange(f.scope.end), clientv3.WithRev(f.cursor+1),
-		clientv3.WithCreatedNotify())
+	opts := []clientv3.OpOption{clientv3.WithRange(f.scope.end), clientv3.WithRev(f.cursor + 1), clientv3.WithCreatedNotify()}
 	if f.until > 0 {
 		w.tick = time.NewTicker(progressEvery)
+	} else {
+		// etcd's periodic progress reports (every 10 minutes by default,
+		// --watch-progress-notify-interval) move a quiet feed's cursor.
+		opts = append(opts, clientv3.WithProgressNotify())
 	}
+	w.ch = f.w.Watch(ctx, f.scope.start, opts...)
 	return w
 }
 
@@ -89,11 +93,21 @@ func (w *watch) next(ctx context.Context, f *Feed) (Batch, error) {
 				f.askProgress(w)
 			}
 			return Batch{}, nil
-		case resp.IsProgressNotify():
-			// Every event up to this revision has been sent, and was
-			// received before this report (etcd sends it in band).
-			if f.until > 0 && resp.Header.Revision >= f.until {
+		case resp.IsProgressNotify() && f.until > 0:
+			// The answer to askProgress: every event up to this revision
+			// has been sent (on a current etcd; see askProgress).
+			if resp.Header.Revision >= f.until {
 				f.progressed = true
+			}
+			return Batch{}, nil
+		case resp.IsProgressNotify():
+			// A periodic report. etcd sends it in band, only to a watch
+			// that has been sent every event up to its revision (every
+			// etcd version), so the cursor can move there. A feed with an
+			// end asks for reports instead, and does not trust them so far.
+			if rev := resp.Header.Revision; rev > f.cursor {
+				f.cursor = rev
+				return Batch{Cursor: rev}, nil
 			}
 			return Batch{}, nil
 		}
