@@ -50,20 +50,7 @@ func follow(ctx context.Context, t *testing.T, client *clientv3.Client, cfg feed
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &follower{batches: make(chan feed.Batch, 1<<14), done: make(chan error, 1)}
-	go func() {
-		defer f.Close()
-		for {
-			b, err := f.Next(ctx)
-			if err != nil {
-				fl.done <- err
-				close(fl.batches)
-				return
-			}
-			fl.batches <- b
-		}
-	}()
-	return fl
+	return followFeed(ctx, f)
 }
 
 // until reads the follower's batches until one reaches rev.
