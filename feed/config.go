@@ -79,12 +79,12 @@ func ordersRoot(space keys.Space) string {
 	return strings.TrimSuffix(space.Orders(probe), probe+"/")
 }
 
-// String names the scope in errors: "orders of iphone", "orders of every SKU".
+// String names the scope in errors: "iphone", "every SKU".
 func (s scope) String() string {
 	if s.sku == "" {
-		return "orders of every SKU"
+		return "every SKU"
 	}
-	return "orders of " + s.sku
+	return s.sku
 }
 
 // check reads, in one linearizable request, whether the scope's SKU exists
