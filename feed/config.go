@@ -34,8 +34,8 @@ type Config struct {
 	// everything so far, then io.EOF (a catch-up, as a nightly job wants).
 	// Not together with Until.
 	UntilOpen bool
-	// Logger receives the feed's watch restarts (debug) and the reasons
-	// for them (warn when etcd refused the watch). Default: discarded.
+	// Logger receives a debug record for each watch the feed opens again
+	// after one broke, with the reason. Default: discarded.
 	Logger *slog.Logger
 }
 
