@@ -28,8 +28,9 @@ func ordersCommand() *ucli.Command {
 		Description: "One line per event: allocated, reserved, confirmed, cancelled, released or expired, with the\n" +
 			"revision that made it. Without --follow, prints the events up to the revision etcd is at when it\n" +
 			"starts, and says on stderr which --since resumes after them. --snapshot prints every order in its\n" +
-			"current state first (when --since is older than etcd's compaction: exit 8). With -o json, one JSON\n" +
-			"object per line, whose cursor is the --since to resume from after it. See docs/feed.md.",
+			"current state first: the way to start again when --since is older than etcd's compaction (exit 8).\n" +
+			"With -o json, one JSON object per line, whose cursor is the --since to resume from after it.\n" +
+			"See docs/feed.md.",
 		ArgsUsage: "SKU|--all [--since REV | --snapshot] [--follow]",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "since", Value: "0", Usage: "print the events after this revision (0: from the start of etcd's history)"},
