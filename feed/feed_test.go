@@ -71,15 +71,29 @@ func script(t *testing.T, c *coordinator.Coordinator) []string {
 			return r.Revision, nil
 		}}
 	}
-	expire := func(sku, order string) step {
-		return step{sku, order, feed.Expired, func(ctx context.Context, c *coordinator.Coordinator) (int64, error) {
-			// The deadline is an hour away: judge it from two hours on,
-			// rather than wait.
-			xs, err := c.ExpireDue(ctx, sku, time.Now().Add(2*time.Hour), 10)
-			if err != nil || len(xs) != 1 || xs[0].Order != order {
-				return 0, fmt.Errorf("expired %v, %v; want %s", xs, err, order)
+	// A reservation of 1 ms, then a Confirm once its deadline has passed:
+	// the late Confirm expires it itself (no rebalancer runs here) and says
+	// at which revision.
+	var deadline time.Time
+	reserveShort := func(sku, order string) step {
+		return step{sku, order, feed.Reserved, func(ctx context.Context, c *coordinator.Coordinator) (int64, error) {
+			a, err := c.Reserve(ctx, sku, order, 1, order, time.Millisecond, coordinator.WithBuyer("amy"))
+			if err != nil {
+				return 0, err
 			}
-			return xs[0].Revision, nil
+			deadline = a.Deadline
+			return a.Revision, nil
+		}}
+	}
+	confirmLate := func(sku, order string) step {
+		return step{sku, order, feed.Expired, func(ctx context.Context, c *coordinator.Coordinator) (int64, error) {
+			time.Sleep(time.Until(deadline) + time.Millisecond)
+			_, err := c.Confirm(ctx, sku, order)
+			var x *coordinator.ExpiredError
+			if !errors.As(err, &x) {
+				return 0, fmt.Errorf("confirm after the deadline: %v, want an *ExpiredError", err)
+			}
+			return x.Revision, nil
 		}}
 	}
 	steps := []step{
@@ -92,8 +106,8 @@ func script(t *testing.T, c *coordinator.Coordinator) []string {
 		back(feed.Cancelled, "tee", "r-2", true),
 		reserve("tee", "r-3"),
 		back(feed.Cancelled, "tee", "r-3", false), // Release of a live reservation is a cancel
-		reserve("mug", "r-4"),
-		expire("mug", "r-4"),
+		reserveShort("mug", "r-4"),
+		confirmLate("mug", "r-4"),
 		back(feed.Released, "tee", "a-1", false),
 		alloc("tee", "a-2", 3),
 	}
