@@ -100,9 +100,9 @@ func TestOrdersCommand(t *testing.T) {
 	}
 
 	w := startWatch(t, e.args("-o", "json", "orders", "tee", "--follow")...)
-	waitFor(t, 30*time.Second, "the history", func() bool { return strings.Count(w.out.String(), "\n") == len(vs) })
+	eventually(t, "the history", func() bool { return strings.Count(w.out.String(), "\n") == len(vs) })
 	e.ok("allocate", "tee", "--order", "o-live", "--qty", "1")
-	waitFor(t, 30*time.Second, "the live order", func() bool { return strings.Contains(w.out.String(), `"o-live"`) })
+	eventually(t, "the live order", func() bool { return strings.Contains(w.out.String(), `"o-live"`) })
 	if code := w.stop(t); code != ExitOK {
 		t.Fatalf("orders --follow exited %d when interrupted: %s", code, w.errOut.String())
 	}
@@ -173,5 +173,18 @@ func TestOrdersCompacted(t *testing.T) {
 	r = run(t, args("-o", "json", "orders", "tee", "--snapshot")...)
 	if got := eventsOf(orderLines(t, r.stdout)); r.code != 0 || strings.Join(got, ",") != "allocated o-1,allocated o-2" {
 		t.Fatalf("--snapshot after the compaction: exit %d, %v, stderr %q", r.code, got, r.stderr)
+	}
+}
+
+// eventually waits, within a bound generous enough to only catch hangs,
+// for cond to hold.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
