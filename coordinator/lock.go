@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/stockctl/stockctl/internal/etcdcall"
+	"github.com/stockctl/stockctl/internal/lock"
 )
 
 // MaxLockNameLen is the longest lock name, in bytes.
@@ -24,7 +24,7 @@ const MaxLockNameLen = 256
 // that includes IsOwner (see Txn): etcd then applies it only while the lock
 // is really held.
 type Lock struct {
-	h        *hold
+	h        *lock.Hold
 	name     string
 	unlocked atomic.Bool
 }
@@ -61,61 +61,11 @@ func (c *Coordinator) lockNamed(ctx context.Context, name string, wait time.Dura
 	if err := ValidateLockName(name); err != nil {
 		return nil, fmt.Errorf("lock: %w", err)
 	}
-	h, err := c.lockPrefix(ctx, c.keys.Lock(name), wait, nil)
+	h, err := c.locks.Acquire(ctx, c.keys.Lock(name), lock.KindNamed, wait)
 	if err != nil {
 		return nil, fmt.Errorf("lock %q: %w", name, err)
 	}
 	return &Lock{h: h, name: name}, nil
-}
-
-// lockPrefix acquires the lock whose keys live under pfx. wait < 0 waits as
-// long as ctx allows; wait >= 0 is a TryLock budget. abort (may be nil) ends
-// the wait with errAborted.
-func (c *Coordinator) lockPrefix(ctx context.Context, pfx string, wait time.Duration, abort <-chan struct{}) (*hold, error) {
-	q, err := c.queue(pfx)
-	if err != nil {
-		return nil, err
-	}
-	if h, ok := ctx.Value(holderKey{c, pfx}).(*hold); ok {
-		if h.q != q {
-			c.unref(q)
-			return nil, ErrLockLost
-		}
-		if err := q.reenter(h); err != nil {
-			c.unref(q)
-			return nil, err
-		}
-		return h, nil
-	}
-	if err := context.Cause(ctx); err != nil {
-		c.unref(q)
-		return nil, err
-	}
-	if abort != nil && isDone(abort) {
-		c.unref(q)
-		return nil, errAborted
-	}
-	actx := ctx
-	if wait > 0 {
-		// A budget, not a deadline: etcd must never answer for it (see
-		// etcdcall), and its end must read as ErrLocked.
-		var cancel context.CancelFunc
-		actx, cancel = etcdcall.Budget(ctx, wait, ErrLocked)
-		defer cancel()
-	}
-	h, err := q.acquire(actx, abort, wait == 0)
-	if err != nil {
-		c.unref(q)
-		return nil, err
-	}
-	return h, nil
-}
-
-// unlock undoes one acquisition of h and drops its queue reference.
-func (h *hold) unlock(ctx context.Context) error {
-	err := h.q.release(ctx, h)
-	h.q.c.unref(h.q)
-	return err
 }
 
 // Unlock releases this handle's hold on the lock; the lock itself is
@@ -132,7 +82,7 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	if !l.unlocked.CompareAndSwap(false, true) {
 		return fmt.Errorf("unlock %q: %w", l.name, ErrNotHeld)
 	}
-	if err := l.h.unlock(ctx); err != nil {
+	if err := l.h.Unlock(ctx); err != nil {
 		return fmt.Errorf("unlock %q: %w", l.name, err)
 	}
 	return nil
@@ -143,60 +93,46 @@ func (l *Lock) Name() string { return l.name }
 
 // Done is closed when the hold ends: when it is released, or lost because
 // the session ended.
-func (l *Lock) Done() <-chan struct{} { return l.h.ctx.Done() }
+func (l *Lock) Done() <-chan struct{} { return l.h.Ctx().Done() }
 
 // Err is nil while the lock is held, ErrLockLost (or ErrClosed) once it was
 // lost, and ErrNotHeld once it was released.
-func (l *Lock) Err() error { return context.Cause(l.h.ctx) }
+func (l *Lock) Err() error { return context.Cause(l.h.Ctx()) }
 
 // Context returns a context that is cancelled when the hold ends (its cause
 // is Err) and that identifies the holder: Lock called with it, or with a
 // context derived from it, re-enters this hold.
-func (l *Lock) Context() context.Context { return l.h.ctx }
+func (l *Lock) Context() context.Context { return l.h.Ctx() }
 
 // Bind returns a copy of parent that is also cancelled when the hold ends
 // (with Err as its cause) and that identifies the holder like Context. Use
 // it to run work that must stop when the lock is lost while keeping parent's
 // deadline and values.
 func (l *Lock) Bind(parent context.Context) (context.Context, context.CancelFunc) {
-	return l.h.bind(parent)
-}
-
-func (h *hold) bind(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(parent)
-	stop := context.AfterFunc(h.ctx, func() { cancel(context.Cause(h.ctx)) })
-	ctx = context.WithValue(ctx, holderKey{h.q.c, h.q.pfx}, h)
-	return ctx, func() {
-		stop()
-		cancel(context.Canceled)
-	}
+	return l.h.Bind(parent)
 }
 
 // Token is the fencing token: the create revision of the lock's etcd key.
 // Every holder of a lock gets a larger token than the one before, so a store
 // outside etcd can reject writes carrying a token lower than the highest it
 // has seen.
-func (l *Lock) Token() int64 { return l.h.own.rev }
+func (l *Lock) Token() int64 { return l.h.Own().Rev() }
 
 // Key is the lock's etcd key.
-func (l *Lock) Key() string { return l.h.own.key }
+func (l *Lock) Key() string { return l.h.Own().Key() }
 
 // Lease is the ID of the lease the lock's key is bound to.
-func (l *Lock) Lease() clientv3.LeaseID { return l.h.own.sess.Lease() }
+func (l *Lock) Lease() clientv3.LeaseID { return clientv3.LeaseID(l.h.Own().Lease()) }
 
 // IsOwner is the etcd comparison that holds exactly while this lock is held.
 // Put it in the If of every transaction the lock protects.
-func (l *Lock) IsOwner() clientv3.Cmp { return l.h.isOwner() }
-
-func (h *hold) isOwner() clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(h.own.key), "=", h.own.rev)
-}
+func (l *Lock) IsOwner() clientv3.Cmp { return l.h.IsOwner() }
 
 // Txn starts a transaction fenced by the lock: its If is IsOwner plus cmps,
 // so the Then branch commits only while the lock is held. A response with
 // Succeeded false and no failing cmp of the caller's means the lock was lost.
 func (l *Lock) Txn(ctx context.Context, cmps ...clientv3.Cmp) clientv3.Txn {
-	return l.h.q.c.kv.Txn(ctx).If(append([]clientv3.Cmp{l.IsOwner()}, cmps...)...)
+	return l.h.Txn(ctx, cmps...)
 }
 
 // ValidateLockName checks a lock name: 1 to MaxLockNameLen bytes of

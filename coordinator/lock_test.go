@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -56,19 +57,6 @@ func countKeys(t *testing.T, cli *clientv3.Client, prefix string) int64 {
 		t.Fatal(err)
 	}
 	return resp.Count
-}
-
-// waitFor polls cond until it holds or the (generous) deadline passes. It is
-// for observing state another goroutine is driving, never for pacing.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // Invariant: with 4 coordinators × 32 goroutines contending for one lock,
@@ -167,7 +155,7 @@ func TestFIFOAcrossCoordinators(t *testing.T) {
 	cs := newCoordinators(t, etcd, 5)
 	raw := etcd.Client(t)
 	ctx := t.Context()
-	lockPrefix := cs[0].Keys().Lock("fifo")
+	lockPrefix := engines.Of(cs[0]).Keys.Lock("fifo")
 
 	first, err := cs[0].Lock(ctx, "fifo")
 	if err != nil {
@@ -193,7 +181,7 @@ func TestFIFOAcrossCoordinators(t *testing.T) {
 			}
 		}()
 		// Let waiter i queue in etcd before waiter i+1 starts.
-		waitFor(t, fmt.Sprintf("waiter %d to queue", i), func() bool { return countKeys(t, raw, lockPrefix) == int64(i+1) })
+		etcdtest.WaitFor(t, fmt.Sprintf("waiter %d to queue", i), 20*time.Second, func() bool { return countKeys(t, raw, lockPrefix) == int64(i+1) })
 	}
 	if err := first.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -237,7 +225,7 @@ func TestLocalFIFOAndCohortHandoff(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		waitFor(t, "goroutine to queue", func() bool { return c.LocalWaiters("local") == i+1 })
+		etcdtest.WaitFor(t, "goroutine to queue", 20*time.Second, func() bool { return c.LocalWaiters("local") == i+1 })
 	}
 	if err := first.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -262,7 +250,7 @@ func TestCohortBoundLetsOtherProcessIn(t *testing.T) {
 	b := newCoordinators(t, etcd, 1)[0]
 	raw := etcd.Client(t)
 	ctx := t.Context()
-	lockPrefix := a.Keys().Lock("fair")
+	lockPrefix := engines.Of(a).Keys.Lock("fair")
 
 	held, err := a.Lock(ctx, "fair")
 	if err != nil {
@@ -281,7 +269,7 @@ func TestCohortBoundLetsOtherProcessIn(t *testing.T) {
 		bGot.Store(aHolds.Load())
 		_ = l.Unlock(ctx)
 	}()
-	waitFor(t, "B to queue in etcd", func() bool { return countKeys(t, raw, lockPrefix) == 2 })
+	etcdtest.WaitFor(t, "B to queue in etcd", 20*time.Second, func() bool { return countKeys(t, raw, lockPrefix) == 2 })
 
 	// A's goroutines keep the local queue non-empty.
 	stop := make(chan struct{})
@@ -306,7 +294,7 @@ func TestCohortBoundLetsOtherProcessIn(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "A's goroutines to queue", func() bool { return a.LocalWaiters("fair") >= 2 })
+	etcdtest.WaitFor(t, "A's goroutines to queue", 20*time.Second, func() bool { return a.LocalWaiters("fair") >= 2 })
 	aHolds.Add(1)
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -326,7 +314,7 @@ func TestTryLockAndCancelLeaveNoKey(t *testing.T) {
 	cs := newCoordinators(t, etcd, 2)
 	raw := etcd.Client(t)
 	ctx := t.Context()
-	lockPrefix := cs[0].Keys().Lock("busy")
+	lockPrefix := engines.Of(cs[0]).Keys.Lock("busy")
 
 	held, err := cs[0].Lock(ctx, "busy")
 	if err != nil {
@@ -393,7 +381,7 @@ func TestReentrancyAndStaleUnlock(t *testing.T) {
 	cs := newCoordinators(t, etcd, 2)
 	raw := etcd.Client(t)
 	ctx := t.Context()
-	lockPrefix := cs[0].Keys().Lock("re")
+	lockPrefix := engines.Of(cs[0]).Keys.Lock("re")
 
 	outer, err := cs[0].Lock(ctx, "re")
 	if err != nil {
@@ -484,7 +472,7 @@ func TestLeaseRevokedWhileHolding(t *testing.T) {
 		}
 		localErr <- err
 	}()
-	waitFor(t, "local waiter", func() bool { return cs[0].LocalWaiters("revoke") == 1 })
+	etcdtest.WaitFor(t, "local waiter", 20*time.Second, func() bool { return cs[0].LocalWaiters("revoke") == 1 })
 	other := make(chan *coordinator.Lock, 1)
 	go func() {
 		l, err := cs[1].Lock(ctx, "revoke")
@@ -493,7 +481,7 @@ func TestLeaseRevokedWhileHolding(t *testing.T) {
 		}
 		other <- l
 	}()
-	waitFor(t, "remote waiter", func() bool { return countKeys(t, raw, cs[0].Keys().Lock("revoke")) == 2 })
+	etcdtest.WaitFor(t, "remote waiter", 20*time.Second, func() bool { return countKeys(t, raw, engines.Of(cs[0]).Keys.Lock("revoke")) == 2 })
 
 	if _, err := raw.Revoke(ctx, held.Lease()); err != nil {
 		t.Fatal(err)
@@ -643,7 +631,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	}
 	waiterErr := make(chan error, 1)
 	go func() { _, err := cs[0].Lock(ctx, "x"); waiterErr <- err }()
-	waitFor(t, "waiter", func() bool { return cs[0].LocalWaiters("x") == 1 })
+	etcdtest.WaitFor(t, "waiter", 20*time.Second, func() bool { return cs[0].LocalWaiters("x") == 1 })
 
 	if err := cs[0].Close(); err != nil {
 		t.Fatal(err)
@@ -654,7 +642,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	if !errors.Is(a.Err(), coordinator.ErrClosed) {
 		t.Fatalf("held lock Err = %v, want ErrClosed", a.Err())
 	}
-	if n := countKeys(t, raw, cs[0].Keys().Prefix()+"locks/"); n != 0 {
+	if n := countKeys(t, raw, engines.Of(cs[0]).Keys.Prefix()+"locks/"); n != 0 {
 		t.Fatalf("%d lock keys left after Close", n)
 	}
 	leases, err := raw.Leases(ctx)

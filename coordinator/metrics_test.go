@@ -13,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -124,15 +125,15 @@ func TestMetricsCountWhatHappened(t *testing.T) {
 		{"expire", func() error {
 			// Past its deadline by a margin, by this clock: ExpireDue takes
 			// the time to judge by.
-			xs, err := c.ExpireDue(ctx, sku, time.Now().Add(time.Minute), 10)
+			xs, err := engines.Of(c).Stock.ExpireDue(ctx, sku, time.Now().Add(time.Minute), 10)
 			if err == nil && len(xs) != 1 {
 				err = fmt.Errorf("expired %d reservations, want 1", len(xs))
 			}
 			return err
 		}, nil},
 		{"confirm an expired one", func() error { _, err := c.Confirm(ctx, sku, "r-3"); return err }, coordinator.ErrExpired},
-		{"refill", func() error { _, _, err := c.Refill(ctx, sku, map[int]int64{0: 5}); return err }, nil},
-		{"drain", func() (err error) { drained, _, err = c.Drain(ctx, sku, 3, time.Second); return err }, nil},
+		{"refill", func() error { _, _, err := engines.Of(c).Stock.Refill(ctx, sku, map[int]int64{0: 5}); return err }, nil},
+		{"drain", func() (err error) { drained, _, err = engines.Of(c).Stock.Drain(ctx, sku, 3, time.Second); return err }, nil},
 		// Last: on its way to the refusal, an order larger than a segment
 		// may pull the pool into one (a move of kind pull).
 		{"insufficient", func() error { _, err := c.Allocate(ctx, sku, "m-2", 1000, "bob"); return err }, errInsufficient},
@@ -243,7 +244,7 @@ func TestMetricsCountSessionLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	sess, err := c.Session(t.Context())
+	sess, err := engines.Of(c).Locks.Session(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +267,7 @@ func TestMetricsCountSessionLoss(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if _, err := c.Session(t.Context()); err != nil {
+	if _, err := engines.Of(c).Locks.Session(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := gather(t, reg).value("stockctl_sessions_started_total", nil); v != 2 {

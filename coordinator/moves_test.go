@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -91,12 +92,12 @@ func TestMoveOutcomeSurvivesCancel(t *testing.T) {
 		move     func(ctx context.Context) (int64, int64, error)
 		poolGain int64
 	}{
-		{"refill", c.Keys().Inbox("m", 0), func(ctx context.Context) (int64, int64, error) {
-			moved, rev, err := c.Refill(ctx, "m", map[int]int64{0: 7})
+		{"refill", engines.Of(c).Keys.Inbox("m", 0), func(ctx context.Context) (int64, int64, error) {
+			moved, rev, err := engines.Of(c).Stock.Refill(ctx, "m", map[int]int64{0: 7})
 			return moved[0], rev, err
 		}, -7},
-		{"drain", c.Keys().Pool("m"), func(ctx context.Context) (int64, int64, error) {
-			return c.Drain(ctx, "m", 1, time.Second)
+		{"drain", engines.Of(c).Keys.Pool("m"), func(ctx context.Context) (int64, int64, error) {
+			return engines.Of(c).Stock.Drain(ctx, "m", 1, time.Second)
 		}, 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,7 +123,7 @@ func TestMoveOutcomeSurvivesCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	before := auditOK(t, c)
-	if _, _, err := c.Refill(ctx, "m", map[int]int64{0: 1}); !errors.Is(err, context.Canceled) {
+	if _, _, err := engines.Of(c).Stock.Refill(ctx, "m", map[int]int64{0: 1}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("refill on a cancelled ctx: %v", err)
 	}
 	if after := auditOK(t, c); after.Pool != before.Pool {
@@ -162,7 +163,7 @@ func TestRefillManySegments(t *testing.T) {
 	for i := range segs {
 		want[i] = 2
 	}
-	moved, _, err := c.Refill(ctx, "many", want)
+	moved, _, err := engines.Of(c).Stock.Refill(ctx, "many", want)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,10 +171,10 @@ func TestRefillManySegments(t *testing.T) {
 		t.Fatalf("refilled %d of %d segments", len(moved), segs)
 	}
 	// Every segment now holds 3; below 3 none needs a refill, below 4 all.
-	if moved, _, err := c.RefillBelow(ctx, "many", want, 3); err != nil || len(moved) != 0 {
+	if moved, _, err := engines.Of(c).Stock.RefillBelow(ctx, "many", want, 3); err != nil || len(moved) != 0 {
 		t.Fatalf("RefillBelow(3): %v %v, want nothing moved", moved, err)
 	}
-	if moved, _, err := c.RefillBelow(ctx, "many", want, 4); err != nil || len(moved) != segs {
+	if moved, _, err := engines.Of(c).Stock.RefillBelow(ctx, "many", want, 4); err != nil || len(moved) != segs {
 		t.Fatalf("RefillBelow(4): %d moved, %v; want all %d", len(moved), err, segs)
 	}
 	st := mustStatus(t, c, "many")

@@ -35,14 +35,18 @@ const (
 	// the extra wait a process's waiter can see beyond strict FIFO.
 	DefaultCohortMaxHold = 100 * time.Millisecond
 
-	// DefaultHomeWait is how long an allocation waits for its home
-	// segment's lock before trying the pool and the other segments. It is
-	// what a segment held by a paused or dead process costs a request.
+	// DefaultHomeWait bounds, with 4 × DefaultTenureMaxHold, how long a
+	// process holding fewer than ⌊N/M⌋ of a SKU's N segments (M processes
+	// selling it), with none free, queues in the background for a segment of
+	// a process over its share. Orders do not wait for it: they go on down
+	// the fallback ladder meanwhile.
 	DefaultHomeWait = time.Second
 
-	// DefaultFallbackWait is how long an allocation waits for each other
-	// place's lock while falling back, before moving on (and, last, waiting
-	// for the locks of several places in turn to gather the quantity).
+	// DefaultFallbackWait is how long an order that this process's segments
+	// cannot serve waits for the lock of each other place that holds its
+	// quantity (another process's segment, or the pool for an order without
+	// a business step) before trying the next, and last gathering from
+	// several places.
 	DefaultFallbackWait = 50 * time.Millisecond
 
 	// DefaultMaxTxnOps is etcd's default --max-txn-ops. A group commit puts
@@ -173,8 +177,10 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithWaitBudgets sets how long an allocation waits for its home segment's
-// lock and for each fallback place's lock (defaults DefaultHomeWait and
+// WithWaitBudgets sets how long a process below its fair share queues in
+// the background for another process's segment (home, with 4 × the tenure's
+// max hold; default DefaultHomeWait) and how long a falling-back order
+// waits for each other place's lock (fallback, default
 // DefaultFallbackWait).
 func WithWaitBudgets(home, fallback time.Duration) Option {
 	return func(o *options) error {

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -247,11 +248,11 @@ func TestConfirmRacesExpiry(t *testing.T) {
 			}
 		}
 		confirmErr := make([]error, per)
-		var expired []coordinator.Expiry
+		var expired []segments.Expiry
 		var sweepErr error
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			expired, sweepErr = cs[1].ExpireDue(ctx, "race", time.Now().Add(2*time.Hour), 100)
+			expired, sweepErr = engines.Of(cs[1]).Stock.ExpireDue(ctx, "race", time.Now().Add(2*time.Hour), 100)
 		})
 		for i := range ids {
 			// Spread the confirms over the sweep's reads and commits, so
@@ -297,7 +298,7 @@ func TestConfirmRacesExpiry(t *testing.T) {
 
 func readOrder(t *testing.T, c *coordinator.Coordinator, sku, id string) segments.Order {
 	t.Helper()
-	key := c.Keys().Order(sku, id)
+	key := engines.Of(c).Keys.Order(sku, id)
 	resp, err := c.Client().Get(t.Context(), key)
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatalf("read order %s: %v (%d keys)", id, err, len(resp.Kvs))
@@ -402,7 +403,7 @@ func TestPerUserLimitConcurrent(t *testing.T) {
 			t.Fatal(err)
 		}
 		buyAgain("cancel")
-		xs, err := cs[3].ExpireDue(ctx, "lim", time.Now().Add(2*time.Hour), 100)
+		xs, err := engines.Of(cs[3]).Stock.ExpireDue(ctx, "lim", time.Now().Add(2*time.Hour), 100)
 		if err != nil || len(xs) != len(reserved)-1 {
 			t.Fatalf("expire: %d expired, %v; want %d", len(xs), err, len(reserved)-1)
 		}

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -159,7 +160,7 @@ func TestSaleSellsExactlyTheTotal(t *testing.T) {
 				checked++
 			}
 			// One claim per order ID.
-			ids, err := raw.Get(t.Context(), cs[0].Keys().Prefix()+"orderid/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			ids, err := raw.Get(t.Context(), engines.Of(cs[0]).Keys.Prefix()+"orderid/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -489,7 +490,7 @@ func TestCorruptValueStopsWrites(t *testing.T) {
 	raw := etcd.Client(t)
 	ctx := t.Context()
 	mustCreate(t, c, "cor", coordinator.SKUConfig{Total: 4, Segments: 2, InitialFill: 4})
-	segKey := c.Keys().Segment("cor", 0)
+	segKey := engines.Of(c).Keys.Segment("cor", 0)
 	if _, err := raw.Put(ctx, segKey, "lots"); err != nil {
 		t.Fatal(err)
 	}
@@ -573,7 +574,7 @@ func TestAllocateFunc(t *testing.T) {
 	if st := mustStatus(t, cs[0], "fn"); st.Allocated != 20 {
 		t.Fatalf("allocated %d after a lost lock, want 20", st.Allocated)
 	}
-	if _, err := raw.Get(ctx, cs[0].Keys().OrderID("lost")); err != nil {
+	if _, err := raw.Get(ctx, engines.Of(cs[0]).Keys.OrderID("lost")); err != nil {
 		t.Fatal(err)
 	}
 	// The coordinator recovers on a new session.
@@ -585,9 +586,9 @@ func TestAllocateFunc(t *testing.T) {
 
 // leaseOfSegmentLock returns the lease of the current holder of a segment lock.
 func leaseOfSegmentLock(t *testing.T, raw *clientv3.Client, c *coordinator.Coordinator, sku string, seg int) clientv3.LeaseID {
-	resp, err := raw.Get(context.Background(), c.Keys().SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
+	resp, err := raw.Get(context.Background(), engines.Of(c).Keys.SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
 	if err != nil || len(resp.Kvs) == 0 {
-		all, _ := raw.Get(context.Background(), c.Keys().Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		all, _ := raw.Get(context.Background(), engines.Of(c).Keys.Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		for _, kv := range all.Kvs {
 			t.Logf("key %s create %d mod %d lease %x", kv.Key, kv.CreateRevision, kv.ModRevision, kv.Lease)
 		}
@@ -653,7 +654,7 @@ func stateDigest(t *testing.T, raw *clientv3.Client, c *coordinator.Coordinator)
 	t.Helper()
 	var b strings.Builder
 	for _, sub := range []string{"meta/", "stock/", "orders/", "orderid/", "rebalance/last"} {
-		resp, err := raw.Get(context.Background(), c.Keys().Prefix()+sub, clientv3.WithPrefix())
+		resp, err := raw.Get(context.Background(), engines.Of(c).Keys.Prefix()+sub, clientv3.WithPrefix())
 		if err != nil {
 			t.Fatal(err)
 		}

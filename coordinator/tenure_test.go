@@ -18,6 +18,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -35,7 +36,7 @@ type orderOutcome struct {
 func checkOutcomes(t *testing.T, c *coordinator.Coordinator, raw *clientv3.Client, sku string, outcomes map[string]orderOutcome) (served int64) {
 	t.Helper()
 	for order, o := range outcomes {
-		resp, err := raw.Get(context.Background(), c.Keys().Order(sku, order))
+		resp, err := raw.Get(context.Background(), engines.Of(c).Keys.Order(sku, order))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,8 +106,8 @@ func TestLostLockMidPipeline(t *testing.T) {
 					}
 				})
 			}
-			waitFor(t, "orders in their steps", func() bool { return started.Load() >= int64(50+50*i) })
-			sess, err := c.Session(ctx)
+			etcdtest.WaitFor(t, "orders in their steps", 20*time.Second, func() bool { return started.Load() >= int64(50+50*i) })
+			sess, err := engines.Of(c).Locks.Session(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -274,15 +275,15 @@ func TestOwnershipMovesUnderLoad(t *testing.T) {
 		}
 	}
 	buy(a, "a", 8)
-	waitFor(t, "A to hold every segment", func() bool { return len(a.HeldSegments(sku)) == segs })
+	etcdtest.WaitFor(t, "A to hold every segment", 20*time.Second, func() bool { return len(engines.Of(a).Stock.HeldSegments(sku)) == segs })
 	buy(b, "b", 8)
-	waitFor(t, "B to hold its share", func() bool { return len(b.HeldSegments(sku)) == segs/2 })
-	waitFor(t, "A to hold its share", func() bool { return len(a.HeldSegments(sku)) == segs/2 })
+	etcdtest.WaitFor(t, "B to hold its share", 20*time.Second, func() bool { return len(engines.Of(b).Stock.HeldSegments(sku)) == segs/2 })
+	etcdtest.WaitFor(t, "A to hold its share", 20*time.Second, func() bool { return len(engines.Of(a).Stock.HeldSegments(sku)) == segs/2 })
 	// Both keep selling from their halves.
 	mu.Lock()
 	before := len(outcomes)
 	mu.Unlock()
-	waitFor(t, "more sales", func() bool { mu.Lock(); defer mu.Unlock(); return len(outcomes) >= before+100 })
+	etcdtest.WaitFor(t, "more sales", 20*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(outcomes) >= before+100 })
 	close(stop)
 	wg.Wait()
 	served := checkOutcomes(t, a, raw, sku, outcomes)
@@ -295,7 +296,7 @@ func TestOwnershipMovesUnderLoad(t *testing.T) {
 	if bServed == 0 {
 		t.Fatal("B was never served")
 	}
-	t.Logf("%d orders served (%d by B); A holds %v, B holds %v", served, bServed, a.HeldSegments(sku), b.HeldSegments(sku))
+	t.Logf("%d orders served (%d by B); A holds %v, B holds %v", served, bServed, engines.Of(a).Stock.HeldSegments(sku), engines.Of(b).Stock.HeldSegments(sku))
 }
 
 // Invariant: a process gives back the lock of a segment it stopped selling
@@ -309,11 +310,11 @@ func TestIdleTenureReleased(t *testing.T) {
 	if _, err := c.Allocate(ctx, "idle", "o1", 1, ""); err != nil {
 		t.Fatal(err)
 	}
-	if n := countKeys(t, raw, c.Keys().StockLocks("idle")); n != 1 {
+	if n := countKeys(t, raw, engines.Of(c).Keys.StockLocks("idle")); n != 1 {
 		t.Fatalf("%d lock keys after an order, want the one tenure", n)
 	}
-	waitFor(t, "the idle tenure to be released", func() bool { return countKeys(t, raw, c.Keys().StockLocks("idle")) == 0 })
-	if h := c.HeldSegments("idle"); len(h) != 0 {
+	etcdtest.WaitFor(t, "the idle tenure to be released", 20*time.Second, func() bool { return countKeys(t, raw, engines.Of(c).Keys.StockLocks("idle")) == 0 })
+	if h := engines.Of(c).Stock.HeldSegments("idle"); len(h) != 0 {
 		t.Fatalf("still holding %v", h)
 	}
 	// And sells again from a new tenure.
@@ -346,7 +347,7 @@ func TestDrainWaitsForPipelinedCommits(t *testing.T) {
 	<-inStep
 	drained := make(chan int64, 1)
 	wg.Go(func() {
-		moved, _, err := c.Drain(ctx, "dq", 0, 30*time.Second)
+		moved, _, err := engines.Of(c).Stock.Drain(ctx, "dq", 0, 30*time.Second)
 		if err != nil {
 			t.Errorf("drain: %v", err)
 		}

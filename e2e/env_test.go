@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
@@ -38,19 +39,6 @@ func newCoord(t testing.TB, endpoints []string, opts ...coordinator.Option) *coo
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// waitFor polls cond until it holds, failing t after limit. It observes
-// state that other goroutines or processes drive; it never paces a test.
-func waitFor(t testing.TB, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // retry calls op with a fresh per-attempt timeout until it returns nil or
@@ -127,7 +115,7 @@ func routeKeysFor(t testing.TB, n, seg, k int) []string {
 // reverse) is a half-applied allocation and fails t.
 func orderState(t testing.TB, c *coordinator.Coordinator, sku, order string) (o segments.Order, recorded bool) {
 	t.Helper()
-	k := c.Keys()
+	k := engines.Of(c).Keys
 	var resp *clientv3.TxnResponse
 	retry(t, "read order "+order, 20*time.Second, anyErr, func(ctx context.Context) (err error) {
 		resp, err = c.Client().Txn(ctx).Then(clientv3.OpGet(k.OrderID(order)), clientv3.OpGet(k.Order(sku, order))).Commit()

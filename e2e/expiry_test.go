@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
@@ -56,7 +57,7 @@ func TestExpiryFailover(t *testing.T) {
 
 	const first, second = "rebalancer-1", "rebalancer-2"
 	helper := startHelper(t, helperConfig{Mode: "rebalance", Endpoints: etcd.Endpoints(), TTLSec: int(ttl / time.Second), Identity: first})
-	waitFor(t, "the helper's rebalancer to lead", 60*time.Second, func() bool { return helper.count("LEADER true") == 1 })
+	etcdtest.WaitFor(t, "the helper's rebalancer to lead", 60*time.Second, func() bool { return helper.count("LEADER true") == 1 })
 	r2, stop2 := startRebalancer(t, newCoord(t, etcd.Endpoints(), opts...), rebalance.Config{Identity: second, SweepInterval: 200 * time.Millisecond})
 
 	sellers := []*coordinator.Coordinator{newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...)}
@@ -115,18 +116,18 @@ func TestExpiryFailover(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "20 reservations expired by the first rebalancer", 60*time.Second, func() bool {
+	etcdtest.WaitFor(t, "20 reservations expired by the first rebalancer", 60*time.Second, func() bool {
 		r, err := admin.Audit(ctx, sku)
 		return err == nil && r.ExpiredOrders >= 20
 	})
 	faultAt := helper.kill(t)
-	waitFor(t, "the second rebalancer to lead", 30*time.Second, r2.Leader)
+	etcdtest.WaitFor(t, "the second rebalancer to lead", 30*time.Second, r2.Leader)
 	took := time.Since(faultAt)
 	wg.Wait()
 	if t.Failed() {
 		return
 	}
-	waitFor(t, "every live reservation to expire", 30*time.Second, func() bool {
+	etcdtest.WaitFor(t, "every live reservation to expire", 30*time.Second, func() bool {
 		st, err := admin.Status(ctx, sku)
 		return err == nil && st.Reservations == 0
 	})
@@ -180,7 +181,7 @@ func expiriesInHistory(t testing.TB, c *coordinator.Coordinator, sku string, fro
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	k := c.Keys()
+	k := engines.Of(c).Keys
 	sentinel := k.Prefix() + "e2e-expiry-history-end/" + sku
 	if _, err := c.Client().Put(ctx, sentinel, ""); err != nil {
 		t.Fatal(err)

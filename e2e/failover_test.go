@@ -55,7 +55,7 @@ func TestLeaderFailover(t *testing.T) {
 	gate := newFaultGate(total, 0.2, 0.45, 0.7)
 	wait := startSale(t, saleConfig(100, gatedBuy(gate, sku, cs)))
 	for i := range 3 {
-		waitFor(t, fmt.Sprintf("threshold %d of the sale", i), 60*time.Second, func() bool { return gate.reached(i) })
+		etcdtest.WaitFor(t, fmt.Sprintf("threshold %d of the sale", i), 60*time.Second, func() bool { return gate.reached(i) })
 		old := cl.Leader(t)
 		gate.open(i)
 		start := time.Now()

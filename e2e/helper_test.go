@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -94,12 +95,12 @@ func (w *lineWriter) printf(format string, args ...any) {
 }
 
 func helperAlloc(ctx context.Context, c *coordinator.Coordinator, cfg helperConfig, out *lineWriter) {
-	meta, _, err := c.Meta(ctx, cfg.SKU)
+	meta, _, err := engines.Of(c).Stock.Meta(ctx, cfg.SKU)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: meta:", err)
 		return
 	}
-	sess, err := c.Session(ctx)
+	sess, err := engines.Of(c).Locks.Session(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: session:", err)
 		return

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
@@ -36,7 +37,7 @@ func skuHistory(t testing.TB, c *coordinator.Coordinator, sku string, from int64
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	k := c.Keys()
+	k := engines.Of(c).Keys
 	sentinel := k.Prefix() + "e2e-history-end/" + sku
 	resp, err := c.Client().Put(ctx, sentinel, "")
 	if err != nil {
@@ -182,7 +183,7 @@ func leaderAt(t testing.TB, c *coordinator.Coordinator, rev int64) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := c.Client().Get(ctx, c.Keys().Election(), append(clientv3.WithFirstCreate(), clientv3.WithRev(rev))...)
+	resp, err := c.Client().Get(ctx, engines.Of(c).Keys.Election(), append(clientv3.WithFirstCreate(), clientv3.WithRev(rev))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +208,7 @@ func stockAt(t testing.TB, c *coordinator.Coordinator, sku string, rev int64) st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	k := c.Keys()
+	k := engines.Of(c).Keys
 	resp, err := c.Client().Get(ctx, k.SKUStock(sku), clientv3.WithPrefix(), clientv3.WithRev(rev))
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -52,7 +53,7 @@ func TestKilledProcess(t *testing.T) {
 		Hold:  hold,
 		Churn: routeKeysFor(t, segs, 3, 2),
 	})
-	waitFor(t, "the helper to hold its segments and acknowledge allocations", 60*time.Second, func() bool {
+	etcdtest.WaitFor(t, "the helper to hold its segments and acknowledge allocations", 60*time.Second, func() bool {
 		return helper.count("HOLD ") == len(hold) && helper.count("ACK ") >= 20
 	})
 
@@ -81,7 +82,7 @@ func TestKilledProcess(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "buyers served while the helper holds its locks", 30*time.Second, func() bool { return servedN.Load() >= 20 })
+	etcdtest.WaitFor(t, "buyers served while the helper holds its locks", 30*time.Second, func() bool { return servedN.Load() >= 20 })
 
 	// The segments the helper holds: those whose oldest lock key is under
 	// its lease (the three never-ending steps, and what its churn sells from).
@@ -93,7 +94,7 @@ func TestKilledProcess(t *testing.T) {
 	}
 	var held []int
 	for seg := range segs {
-		resp, err := waiter.Client().Get(ctx, waiter.Keys().SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
+		resp, err := waiter.Client().Get(ctx, engines.Of(waiter).Keys.SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func TestKilledProcess(t *testing.T) {
 	}
 	defer wsess.Close()
 	for i, seg := range hold {
-		m := concurrency.NewMutex(wsess, strings.TrimSuffix(waiter.Keys().SegmentLock(sku, seg), "/"))
+		m := concurrency.NewMutex(wsess, strings.TrimSuffix(engines.Of(waiter).Keys.SegmentLock(sku, seg), "/"))
 		waiters.Go(func() {
 			if waitErrs[i] = m.Lock(ctx); waitErrs[i] == nil {
 				acquired[i] = time.Now()
@@ -133,8 +134,8 @@ func TestKilledProcess(t *testing.T) {
 		})
 	}
 	for i, seg := range hold {
-		key := fmt.Sprintf("%s%x", waiter.Keys().SegmentLock(sku, seg), int64(wsess.Lease()))
-		waitFor(t, fmt.Sprintf("the waiter queued on segment %d", seg), 30*time.Second, func() bool {
+		key := fmt.Sprintf("%s%x", engines.Of(waiter).Keys.SegmentLock(sku, seg), int64(wsess.Lease()))
+		etcdtest.WaitFor(t, fmt.Sprintf("the waiter queued on segment %d", seg), 30*time.Second, func() bool {
 			if got[i].Load() {
 				return true
 			}

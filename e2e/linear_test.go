@@ -17,6 +17,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 )
 
 // The sequential specification of one SKU's stock, for porcupine.
@@ -264,7 +265,7 @@ func readFinal(t testing.TB, c *coordinator.Coordinator, sku string, orders []st
 		}
 	}
 	retry(t, "read meta", 20*time.Second, anyErr, func(ctx context.Context) error {
-		m, _, err := c.Meta(ctx, sku)
+		m, _, err := engines.Of(c).Stock.Meta(ctx, sku)
 		f.total = m.Total
 		return err
 	})

@@ -170,7 +170,7 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 		before := acked.Load()
 		proxy.Blackhole() // the pause: no keepalive, no write
 		pauses.Add(1)     // the workers' budget for it
-		waitFor(t, fmt.Sprintf("round %d: %d increments by others while the holder is frozen", rd, incrementsDuringPause),
+		etcdtest.WaitFor(t, fmt.Sprintf("round %d: %d increments by others while the holder is frozen", rd, incrementsDuringPause),
 			30*time.Second, func() bool { return acked.Load()-before >= incrementsDuringPause })
 		proxy.Unblackhole() // it wakes and writes what it computed
 		var ok bool

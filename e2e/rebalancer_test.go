@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 )
@@ -68,11 +69,11 @@ func runRebalancerFailover(t *testing.T, kill bool) {
 	var firstCoord *coordinator.Coordinator
 	if kill {
 		helper = startHelper(t, helperConfig{Mode: "rebalance", Endpoints: etcd.Endpoints(), TTLSec: int(ttl / time.Second), Identity: first})
-		waitFor(t, "the helper's rebalancer to lead", 60*time.Second, func() bool { return helper.count("LEADER true") == 1 })
+		etcdtest.WaitFor(t, "the helper's rebalancer to lead", 60*time.Second, func() bool { return helper.count("LEADER true") == 1 })
 	} else {
 		firstCoord = newCoord(t, etcd.Endpoints(), opts...)
 		r1, _ := startRebalancer(t, firstCoord, cfg(first))
-		waitFor(t, "the first rebalancer to lead", 30*time.Second, r1.Leader)
+		etcdtest.WaitFor(t, "the first rebalancer to lead", 30*time.Second, r1.Leader)
 	}
 	r2, stop2 := startRebalancer(t, newCoord(t, etcd.Endpoints(), opts...), cfg(second))
 
@@ -81,7 +82,7 @@ func runRebalancerFailover(t *testing.T, kill bool) {
 	// so that it finds the pool still stocked and has work to do.
 	gate := newFaultGate(total, 0.3, 0.5)
 	wait := startSale(t, saleConfig(40, gatedBuy(gate, sku, buyers)))
-	waitFor(t, "30% of the stock sold", 60*time.Second, func() bool { return gate.reached(0) })
+	etcdtest.WaitFor(t, "30% of the stock sold", 60*time.Second, func() bool { return gate.reached(0) })
 	if r2.Leader() {
 		t.Fatal("the second rebalancer leads before the fault")
 	}
@@ -89,7 +90,7 @@ func runRebalancerFailover(t *testing.T, kill bool) {
 	if kill {
 		faultAt = helper.kill(t)
 	} else {
-		sess, err := firstCoord.Session(ctx)
+		sess, err := engines.Of(firstCoord).Locks.Session(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,9 +100,9 @@ func runRebalancerFailover(t *testing.T, kill bool) {
 		}
 	}
 	gate.open(0)
-	waitFor(t, "the second rebalancer to lead", 30*time.Second, r2.Leader)
+	etcdtest.WaitFor(t, "the second rebalancer to lead", 30*time.Second, r2.Leader)
 	took := time.Since(faultAt)
-	waitFor(t, "50% of the stock sold", 60*time.Second, func() bool { return gate.reached(1) })
+	etcdtest.WaitFor(t, "50% of the stock sold", 60*time.Second, func() bool { return gate.reached(1) })
 	gate.open(1)
 	res, err := wait()
 	if err != nil {

@@ -172,7 +172,7 @@ func settle(t testing.TB, c *coordinator.Coordinator) {
 		return r
 	}
 	last := rev()
-	waitFor(t, "etcd's revision to settle", 30*time.Second, func() bool {
+	etcdtest.WaitFor(t, "etcd's revision to settle", 30*time.Second, func() bool {
 		time.Sleep(300 * time.Millisecond)
 		r := rev()
 		defer func() { last = r }()

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/internal/sale"
 )
 
 // faultGate holds buyers at given fractions of a sale's stock until the

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/segments"
 )
 
 // DefaultExpiryPoll is how often the leader looks for reservations that
@@ -34,7 +35,7 @@ func (r *Rebalancer) sweepExpired(ctx context.Context, l *leadership) error {
 		case <-timer.C:
 		}
 		next := time.Now().Add(r.cfg.ExpiryPoll)
-		skus, err := r.c.SKUs(ctx)
+		skus, err := r.c.stock.SKUs(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -49,7 +50,7 @@ func (r *Rebalancer) sweepExpired(ctx context.Context, l *leadership) error {
 				r.log.Warn("expiry sweep failed", "sku", sku, "err", err)
 				continue
 			}
-			if d, ok, err := r.c.NextDeadline(ctx, sku); err == nil && ok && d.Before(next) {
+			if d, ok, err := r.c.stock.NextDeadline(ctx, sku); err == nil && ok && d.Before(next) {
 				next = d
 			}
 		}
@@ -58,10 +59,10 @@ func (r *Rebalancer) sweepExpired(ctx context.Context, l *leadership) error {
 }
 
 // expireSKU expires sku's due reservations, batch after batch.
-func (r *Rebalancer) expireSKU(ctx context.Context, l *leadership, sku string) ([]coordinator.Expiry, error) {
-	var all []coordinator.Expiry
+func (r *Rebalancer) expireSKU(ctx context.Context, l *leadership, sku string) ([]segments.Expiry, error) {
+	var all []segments.Expiry
 	for {
-		xs, err := r.c.ExpireDue(ctx, sku, time.Now(), expiryBatch, l.fence)
+		xs, err := r.c.stock.ExpireDue(ctx, sku, time.Now(), expiryBatch, l.fence)
 		for _, x := range xs {
 			if r.cfg.OnExpire != nil {
 				r.cfg.OnExpire(x)

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
@@ -22,11 +23,11 @@ import (
 // expiryLog records expiries by rebalancer identity.
 type expiryLog struct {
 	mu sync.Mutex
-	xs []coordinator.Expiry
+	xs []segments.Expiry
 	by []string
 }
 
-func (l *expiryLog) add(who string, x coordinator.Expiry) int {
+func (l *expiryLog) add(who string, x segments.Expiry) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.xs = append(l.xs, x)
@@ -34,7 +35,7 @@ func (l *expiryLog) add(who string, x coordinator.Expiry) int {
 	return len(l.xs)
 }
 
-func (l *expiryLog) snapshot() ([]coordinator.Expiry, []string) {
+func (l *expiryLog) snapshot() ([]segments.Expiry, []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.xs), slices.Clone(l.by)
@@ -81,7 +82,7 @@ func TestExpiryUnderLoadWithFailover(t *testing.T) {
 	for i := range rc {
 		who := fmt.Sprintf("r%d", i)
 		rs[i], _ = startRebalancer(t, rc[i], rebalance.Config{Identity: who, SweepInterval: 200 * time.Millisecond,
-			OnExpire: func(x coordinator.Expiry) {
+			OnExpire: func(x segments.Expiry) {
 				// Fail the leader over from inside its sweep.
 				if log.add(who, x) >= 20 && revoked.CompareAndSwap(false, true) {
 					revokedCh <- i
@@ -91,7 +92,7 @@ func TestExpiryUnderLoadWithFailover(t *testing.T) {
 	go func() {
 		select {
 		case i := <-revokedCh:
-			sess, err := rc[i].Session(ctx)
+			sess, err := engines.Of(rc[i]).Locks.Session(ctx)
 			if err == nil {
 				_, err = etcd.Client(t).Revoke(ctx, sess.Lease())
 			}
@@ -158,7 +159,7 @@ func TestExpiryUnderLoadWithFailover(t *testing.T) {
 	if !revoked.Load() {
 		t.Fatalf("the leader was never failed over (%d expiries)", len(log.xs))
 	}
-	waitFor(t, "every live reservation to expire", func() bool { return status(t, sellers[0], "flash").Reservations == 0 })
+	etcdtest.WaitFor(t, "every live reservation to expire", 30*time.Second, func() bool { return status(t, sellers[0], "flash").Reservations == 0 })
 
 	// etcd's history: which revisions turned which order expired.
 	hist := expiriesInHistory(t, sellers[0], "flash", start)
@@ -219,7 +220,7 @@ func expiriesInHistory(t *testing.T, c *coordinator.Coordinator, sku string, sta
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	k := c.Keys()
+	k := engines.Of(c).Keys
 	sentinel := k.Prefix() + "test-history-end/" + sku
 	if _, err := c.Client().Put(ctx, sentinel, ""); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/segments"
 )
 
 var errUnknownSKU = coordinator.ErrUnknownSKU
@@ -44,7 +45,7 @@ func (r *Rebalancer) lead(ctx context.Context, l *leadership) error {
 
 // isFatal reports errors that end the term: leadership or the session is gone.
 func isFatal(err error) bool {
-	return errors.Is(err, coordinator.ErrFenced) || errors.Is(err, coordinator.ErrSessionLost) ||
+	return errors.Is(err, segments.ErrFenced) || errors.Is(err, coordinator.ErrSessionLost) ||
 		errors.Is(err, coordinator.ErrLockLost) || errors.Is(err, coordinator.ErrClosed)
 }
 
@@ -55,9 +56,9 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	k := l.c.Keys()
-	stock := newWatchQueue(wctx, l.c.Client().Watch(wctx, k.StockPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)))
-	metas := l.c.Client().Watch(wctx, k.MetaPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	k := l.c.keys
+	stock := newWatchQueue(wctx, l.c.client.Watch(wctx, k.StockPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1)))
+	metas := l.c.client.Watch(wctx, k.MetaPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	sweep := time.NewTicker(r.cfg.SweepInterval)
 	defer sweep.Stop()
 
@@ -129,7 +130,7 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 // applyMeta handles a change of a SKU's meta record: a new SKU, a restock,
 // a new policy, or a deletion.
 func (r *Rebalancer) applyMeta(ctx context.Context, l *leadership, views map[string]*view, ev *clientv3.Event) *view {
-	sku, err := l.c.Keys().ParseMeta(string(ev.Kv.Key))
+	sku, err := l.c.keys.ParseMeta(string(ev.Kv.Key))
 	if err != nil {
 		return nil
 	}

@@ -2,10 +2,12 @@ package rebalance_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 )
@@ -46,7 +48,7 @@ func TestRebalancerMetricsFollowLeadership(t *testing.T) {
 	etcd := etcdtest.NewSingle(t)
 	ca, cb := newCoordinator(t, etcd), newCoordinator(t, etcd)
 	ra, _ := startRebalancer(t, ca, rebalance.Config{Identity: "a"})
-	waitFor(t, "a to lead", ra.Leader)
+	etcdtest.WaitFor(t, "a to lead", 30*time.Second, ra.Leader)
 	rb, _ := startRebalancer(t, cb, rebalance.Config{Identity: "b"})
 	regA, regB := prometheus.NewRegistry(), prometheus.NewRegistry()
 	regA.MustRegister(ra.Collector())
@@ -60,15 +62,15 @@ func TestRebalancerMetricsFollowLeadership(t *testing.T) {
 	}
 
 	// Lose a's session: its lease revoked in etcd.
-	sess, err := ca.Session(t.Context())
+	sess, err := engines.Of(ca).Locks.Session(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := etcd.Client(t).Revoke(t.Context(), sess.Lease()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b to lead", rb.Leader)
-	waitFor(t, "a's lost term to be counted", func() bool {
+	etcdtest.WaitFor(t, "b to lead", 30*time.Second, rb.Leader)
+	etcdtest.WaitFor(t, "a's lost term to be counted", 30*time.Second, func() bool {
 		return metricOf(t, regA, "stockctl_rebalancer_terms_ended_total", "how", "lost") == 1
 	})
 	if g := metricOf(t, regB, "stockctl_rebalancer_leader", "identity", "b"); g != 1 {

@@ -37,7 +37,7 @@ func (r *Rebalancer) refill(ctx context.Context, l *leadership, v *view, pass *P
 	}
 	// Below the threshold as read in the move itself: sellers pull from
 	// the pool and releases add to inboxes behind this view's back.
-	moved, rev, err := l.c.RefillBelow(ctx, v.sku, want, v.threshold(), l.fence)
+	moved, rev, err := l.c.stock.RefillBelow(ctx, v.sku, want, v.threshold(), l.fence)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (r *Rebalancer) consolidate(ctx context.Context, l *leadership, v *view, pa
 		if v.avail(i) == 0 || (!v.forceIdle && now.Sub(v.changed[i]) < r.cfg.IdleAfter) {
 			continue
 		}
-		moved, rev, err := l.c.Drain(ctx, v.sku, i, r.cfg.DrainWait, l.fence)
+		moved, rev, err := l.c.stock.Drain(ctx, v.sku, i, r.cfg.DrainWait, l.fence)
 		if errors.Is(err, coordinator.ErrLocked) {
 			continue // busy: not idle after all
 		}

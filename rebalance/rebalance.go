@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/background"
 	"github.com/stockctl/stockctl/internal/etcdcall"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -76,7 +77,7 @@ type Pass struct {
 	Revision int64
 	// Expired are the reservations the pass expired (RunOnce; Run reports
 	// them through Config.OnExpire).
-	Expired []coordinator.Expiry
+	Expired []segments.Expiry
 }
 
 // Config configures a Rebalancer. The zero value uses the defaults.
@@ -100,12 +101,12 @@ type Config struct {
 	// OnExpire, if set, is called after each reservation the leader
 	// expired, from the sweeping goroutines: keep it quick, and safe for
 	// concurrent use.
-	OnExpire func(coordinator.Expiry)
+	OnExpire func(segments.Expiry)
 }
 
 // Rebalancer runs the policy while elected.
 type Rebalancer struct {
-	c       *coordinator.Coordinator
+	c       deps
 	cfg     Config
 	log     *slog.Logger
 	leader  atomic.Bool
@@ -146,7 +147,7 @@ func New(c *coordinator.Coordinator, cfg Config) (*Rebalancer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Rebalancer{c: c, cfg: cfg, log: log, metrics: newRebalancerMetrics(cfg.Identity)}, nil
+	return &Rebalancer{c: newDeps(c), cfg: cfg, log: log, metrics: newRebalancerMetrics(cfg.Identity)}, nil
 }
 
 // Identity is the name this rebalancer campaigns with.
@@ -168,10 +169,8 @@ func (r *Rebalancer) Run(ctx context.Context) error {
 		if err != nil && !errors.Is(err, coordinator.ErrSessionLost) {
 			r.log.Warn("rebalancer term ended", "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if !background.Sleep(ctx, 100*time.Millisecond) {
 			return nil
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -207,7 +206,7 @@ func (r *Rebalancer) RunOnce(ctx context.Context, sku string) (*Pass, error) {
 
 // leadership is one elected term.
 type leadership struct {
-	c     *coordinator.Coordinator
+	c     deps
 	sess  *concurrency.Session
 	e     *concurrency.Election
 	fence clientv3.Cmp
@@ -216,7 +215,7 @@ type leadership struct {
 // term wins an election on the coordinator's session, runs f while leader,
 // and resigns. f's ctx ends when the session does.
 func (r *Rebalancer) term(ctx context.Context, f func(context.Context, *leadership) error) error {
-	sess, err := r.c.Session(ctx)
+	sess, err := r.c.session(ctx)
 	if err != nil {
 		return err
 	}
@@ -227,7 +226,7 @@ func (r *Rebalancer) term(ctx context.Context, f func(context.Context, *leadersh
 	stop := context.AfterFunc(sess.Ctx(), func() { cancel(coordinator.ErrSessionLost) })
 	defer stop()
 
-	e := concurrency.NewElection(sess, r.c.Keys().Election())
+	e := concurrency.NewElection(sess, r.c.keys.Election())
 	// Through etcdcall: the caller's deadline must not reach the server,
 	// whose own answer to it would not read as the ctx's end.
 	if err := etcdcall.Run(lctx, func(ctx context.Context) error { return e.Campaign(ctx, r.cfg.Identity) }); err != nil {
@@ -259,7 +258,7 @@ func (r *Rebalancer) term(ctx context.Context, f func(context.Context, *leadersh
 	}()
 	// Campaign can return nil after its session expired (the phantom
 	// leader): prove leadership in etcd before acting.
-	resp, err := r.c.KV().Txn(lctx).If(l.fence).Commit()
+	resp, err := r.c.kv.Txn(lctx).If(l.fence).Commit()
 	if err != nil {
 		return fmt.Errorf("confirm leadership: %w", err)
 	}
@@ -289,13 +288,13 @@ func (r *Rebalancer) record(ctx context.Context, l *leadership, p *Pass) error {
 	for _, m := range p.Moves {
 		rec.Moved += m.Qty
 	}
-	resp, err := r.c.KV().Txn(ctx).If(l.fence).
-		Then(clientv3.OpPut(r.c.Keys().RebalanceLast(), segments.EncodeRebalancePass(rec))).Commit()
+	resp, err := r.c.kv.Txn(ctx).If(l.fence).
+		Then(clientv3.OpPut(r.c.keys.RebalanceLast(), segments.EncodeRebalancePass(rec))).Commit()
 	if err != nil {
 		return fmt.Errorf("record pass: %w", err)
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("record pass: %w", coordinator.ErrFenced)
+		return fmt.Errorf("record pass: %w", segments.ErrFenced)
 	}
 	return nil
 }

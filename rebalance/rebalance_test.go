@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
@@ -67,17 +69,6 @@ func startRebalancer(t *testing.T, c *coordinator.Coordinator, cfg rebalance.Con
 	return r, stop
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func status(t *testing.T, c *coordinator.Coordinator, sku string) *coordinator.Status {
 	t.Helper()
 	st, err := c.Status(context.Background(), sku)
@@ -129,7 +120,7 @@ func TestRefillBelowWatermark(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "a refill of segment 0", func() bool { return len(log.snapshot()) > 0 })
+	etcdtest.WaitFor(t, "a refill of segment 0", 30*time.Second, func() bool { return len(log.snapshot()) > 0 })
 	moves := log.snapshot()
 	m := moves[0]
 	if m.Kind != rebalance.Refill || m.Segment != 0 || m.Qty != 10 || m.Leader != "r1" {
@@ -151,7 +142,7 @@ func TestRefillBelowWatermark(t *testing.T) {
 	if st.Segments[0].Remaining != 14 || st.Pool != 70 {
 		t.Fatalf("after the refill: segment 0 has %d, pool %d; want 14 and 70", st.Segments[0].Remaining, st.Pool)
 	}
-	waitFor(t, "the pass record", func() bool { s := status(t, c, "w"); return s.Rebalancer != nil && s.Rebalancer.TotalMoves >= 1 })
+	etcdtest.WaitFor(t, "the pass record", 30*time.Second, func() bool { s := status(t, c, "w"); return s.Rebalancer != nil && s.Rebalancer.TotalMoves >= 1 })
 	if rec := status(t, c, "w").Rebalancer; rec.Leader != "r1" || rec.TotalMoved < 10 {
 		t.Fatalf("pass record %+v", rec)
 	}
@@ -180,7 +171,7 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 	for i := range cs {
 		rs[i], stops[i] = startRebalancer(t, cs[i], rebalance.Config{Identity: fmt.Sprintf("r%d", i), OnMove: log.add, SweepInterval: 200 * time.Millisecond})
 	}
-	waitFor(t, "a leader", func() bool { return rs[0].Leader() || rs[1].Leader() || rs[2].Leader() })
+	etcdtest.WaitFor(t, "a leader", 30*time.Second, func() bool { return rs[0].Leader() || rs[1].Leader() || rs[2].Leader() })
 	leader := -1
 	for i, r := range rs {
 		if r.Leader() {
@@ -208,13 +199,13 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "moves by the first leader", func() bool { return len(log.snapshot()) >= 10 })
+	etcdtest.WaitFor(t, "moves by the first leader", 30*time.Second, func() bool { return len(log.snapshot()) >= 10 })
 	for _, m := range log.snapshot() {
 		if m.Leader != fmt.Sprintf("r%d", leader) {
 			t.Fatalf("move by %s while r%d led", m.Leader, leader)
 		}
 	}
-	sess, err := cs[leader].Session(ctx)
+	sess, err := engines.Of(cs[leader]).Locks.Session(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +214,7 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	var next int
-	waitFor(t, "a new leader", func() bool {
+	etcdtest.WaitFor(t, "a new leader", 30*time.Second, func() bool {
 		for i, r := range rs {
 			if i != leader && r.Leader() {
 				next = i
@@ -234,7 +225,7 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 	})
 	t.Logf("new leader r%d %v after the revoke", next, time.Since(revokedAt).Round(time.Millisecond))
 	n := len(log.snapshot())
-	waitFor(t, "moves by the new leader", func() bool {
+	etcdtest.WaitFor(t, "moves by the new leader", 30*time.Second, func() bool {
 		for _, m := range log.snapshot()[n:] {
 			if m.Leader == fmt.Sprintf("r%d", next) {
 				return true
@@ -283,7 +274,7 @@ func pulledFromPool(t *testing.T, c *coordinator.Coordinator, sku string) int64 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	key := c.Keys().Pull(sku)
+	key := engines.Of(c).Keys.Pull(sku)
 	now, err := c.Client().Get(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +306,7 @@ func pulledFromPool(t *testing.T, c *coordinator.Coordinator, sku string) int64 
 // poolTakenByOrders sums what active orders took from the pool.
 func poolTakenByOrders(t *testing.T, c *coordinator.Coordinator, sku string) int64 {
 	t.Helper()
-	resp, err := c.Client().Get(context.Background(), c.Keys().Orders(sku), clientv3WithPrefix()...)
+	resp, err := c.Client().Get(context.Background(), engines.Of(c).Keys.Orders(sku), clientv3WithPrefix()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +409,7 @@ func TestEndOfSaleConsolidation(t *testing.T) {
 		}
 		return d
 	}
-	waitFor(t, "the idle segments to be drained", func() bool { d := drained(); return d[1] && d[2] && d[3] })
+	etcdtest.WaitFor(t, "the idle segments to be drained", 30*time.Second, func() bool { d := drained(); return d[1] && d[2] && d[3] })
 	if drained()[0] {
 		t.Fatal("the segment with traffic was drained")
 	}
@@ -427,7 +418,7 @@ func TestEndOfSaleConsolidation(t *testing.T) {
 	}
 	// The stock is where orders routed to segment 0 take it: the pool, or
 	// segment 0 refilled from it.
-	waitFor(t, "segment 0 to be refilled", func() bool { return status(t, c, "e").Segments[0].Remaining > 0 })
+	etcdtest.WaitFor(t, "segment 0 to be refilled", 30*time.Second, func() bool { return status(t, c, "e").Segments[0].Remaining > 0 })
 	for i := 10; i < 40; i++ {
 		a, err := c.Allocate(ctx, "e", fmt.Sprintf("a%d", i), 1, route)
 		if err != nil {

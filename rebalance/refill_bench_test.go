@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockctl/stockctl/cmd/stockctl/bench"
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/internal/bench"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
 )

@@ -90,8 +90,8 @@ func (v *view) observe(i int, rev int64, now time.Time) {
 
 // loadAll reads every SKU's meta record and counters at one revision.
 func (l *leadership) loadAll(ctx context.Context) (map[string]*view, int64, error) {
-	k := l.c.Keys()
-	resp, err := l.c.KV().Txn(ctx).Then(
+	k := l.c.keys
+	resp, err := l.c.kv.Txn(ctx).Then(
 		clientv3.OpGet(k.MetaPrefix(), clientv3.WithPrefix()),
 		clientv3.OpGet(k.StockPrefix(), clientv3.WithPrefix()),
 	).Commit()
@@ -113,8 +113,8 @@ func (l *leadership) loadAll(ctx context.Context) (map[string]*view, int64, erro
 
 // load reads one SKU.
 func (l *leadership) load(ctx context.Context, sku string) (*view, error) {
-	k := l.c.Keys()
-	resp, err := l.c.KV().Txn(ctx).Then(
+	k := l.c.keys
+	resp, err := l.c.kv.Txn(ctx).Then(
 		clientv3.OpGet(k.Meta(sku)),
 		clientv3.OpGet(k.SKUStock(sku), clientv3.WithPrefix()),
 	).Commit()
@@ -138,7 +138,7 @@ func (l *leadership) load(ctx context.Context, sku string) (*view, error) {
 }
 
 func (l *leadership) viewFromMeta(kv *mvccpb.KeyValue, now time.Time) *view {
-	sku, err := l.c.Keys().ParseMeta(string(kv.Key))
+	sku, err := l.c.keys.ParseMeta(string(kv.Key))
 	if err != nil {
 		return nil
 	}

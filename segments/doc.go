@@ -1,21 +1,37 @@
-// Package segments is the data model of segmented stock: what a SKU's meta
-// record, counters and order records hold, how they are encoded in etcd, how
-// requests are routed to segments, and which inputs are valid.
+// Package segments is stockctl's segment logic: the data model of segmented
+// stock and the engine that sells from it.
 //
-// It does no I/O. The coordinator package reads and writes these values; the
-// internal/keys package says where they live.
+// # The model
 //
-// # Encoding
+// What a SKU's meta record, counters and order records hold, how they are
+// encoded in etcd (encoding.go), how requests are routed to segments
+// (route.go), which inputs are valid (validate.go), and the results and
+// errors of the stock operations (results.go, errors.go). This part does no
+// I/O; internal/keys says where each value lives.
 //
 // Every value is JSON with a version field "v" (currently 1) and is decoded
 // strictly: unknown fields, a missing or different version, trailing data or
 // out-of-range numbers are errors, reported as a *CorruptError naming the key.
 // A counter is exactly {"v":1,"n":<non-negative integer>}.
 //
-// # Routing
-//
 // Route maps a route key (a user ID, a session ID...) to a segment with the
 // 64-bit FNV-1a hash of its bytes, modulo the segment count. The function is
 // part of the format: the same key goes to the same segment in every process
 // and every version.
+//
+// # The engine
+//
+// Engine is what coordinator.Coordinator's stock operations run on; a
+// service uses it through the coordinator, which builds one per process.
+// An order goes down one ladder (ladder.go), from the segments this process
+// holds (seller.go, slots.go, local.go, pull.go, grow.go; the fair share in
+// share.go) to the whole SKU (snapshot.go, gather.go); its business step
+// runs in one place (step.go); its deduction is committed with the
+// process's other orders in one fenced transaction (commit.go,
+// commitplan.go, diagnose.go, users.go for per-user limits) against the
+// place cache (placecache.go, heldplace.go). Around it: SKU creation and
+// restock (create.go), moves between the pool and segments (moves.go),
+// returns (returns.go), reservations, confirms and expiry (reserve.go,
+// confirmer.go, expire_batch.go), the books (status.go) and metrics
+// (metrics.go). docs/architecture.md draws the whole path.
 package segments

@@ -7,8 +7,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockctl/stockctl/cmd/stockctl/bench"
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/internal/bench"
 )
 
 // Lua is the common seckill way: the whole stock in one Redis key, taken

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/stockctl/stockctl/internal/bench"
+	"github.com/stockctl/stockctl/cmd/stockctl/bench"
 )
 
 // dialTimeout bounds reaching the Redis server when the strategies are

@@ -11,8 +11,8 @@ import (
 	goredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/stockctl/stockctl/cmd/stockctl/bench"
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/internal/bench"
 	"github.com/stockctl/stockctl/segments"
 )
 

@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/stockctl/stockctl/internal/cli"
+	"github.com/stockctl/stockctl/cmd/stockctl/cli"
 )
 
 func main() {

@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/stockctl/stockctl/benchredis/redispeers"
-	"github.com/stockctl/stockctl/internal/cli"
+	"github.com/stockctl/stockctl/cmd/stockctl/cli"
 )
 
 func main() {

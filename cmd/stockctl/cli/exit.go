@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/stockctl/stockctl/cmd/stockctl/sale"
+	"github.com/stockctl/stockctl/coordinator"
+)
+
+// Exit codes of stockctl. They are part of its contract with scripts.
+const (
+	// ExitOK: the command did what was asked.
+	ExitOK = 0
+	// ExitFailure: anything else went wrong: etcd unreachable, a lock lost,
+	// an audit that does not balance, a demo that oversold.
+	ExitFailure = 1
+	// ExitUsage: invalid input or usage. Nothing was changed.
+	ExitUsage = 2
+	// ExitInsufficientStock: an allocation was refused for lack of stock.
+	ExitInsufficientStock = 3
+	// ExitNotFound: the SKU or order does not exist.
+	ExitNotFound = 4
+	// ExitConflict: the SKU already exists, or the order ID was used with
+	// other values (or a reservation cannot take the step asked: confirm of
+	// a cancelled one, cancel of a confirmed one).
+	ExitConflict = 5
+	// ExitLimitExceeded: an allocation or reservation was refused because
+	// it would take its buyer past the SKU's per-user limit. Nothing was
+	// taken.
+	ExitLimitExceeded = 6
+	// ExitExpired: the reservation expired (its units went back): confirm,
+	// cancel or release of it, or a retried reserve that finds it expired.
+	ExitExpired = 7
+)
+
+// codeOf maps a library error to the exit code scripts see.
+func codeOf(err error) int {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.Is(err, coordinator.ErrInvalidArgument), errors.Is(err, sale.ErrInvalidConfig):
+		return ExitUsage
+	case errors.Is(err, coordinator.ErrInsufficientStock):
+		return ExitInsufficientStock
+	case errors.Is(err, coordinator.ErrUnknownSKU), errors.Is(err, coordinator.ErrOrderNotFound):
+		return ExitNotFound
+	case errors.Is(err, coordinator.ErrConflict):
+		return ExitConflict
+	case errors.Is(err, coordinator.ErrLimitExceeded):
+		return ExitLimitExceeded
+	case errors.Is(err, coordinator.ErrExpired):
+		return ExitExpired
+	}
+	return ExitFailure
+}
+
+// failed is the error of a command that could not do what: "failed to
+// <what>: <err>", with the exit code err calls for. ctx is the command's:
+// when it ended, the message says why (--timeout, or an interrupt) rather
+// than leaving the reader with a bare "context deadline exceeded".
+func failed(ctx context.Context, what string, err error) error {
+	if ctx != nil && ctx.Err() != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w (%v)", err, cause)
+		}
+	}
+	return ucli.Exit(fmt.Errorf("failed to %s: %w", what, err), codeOf(err))
+}
+
+// usageError is invalid input or usage: exit 2, with a message naming what
+// was wrong.
+func usageError(format string, args ...any) error {
+	return ucli.Exit(fmt.Errorf(format, args...), ExitUsage)
+}
+
+// ExitCode is the process exit status for the error a command returned.
+func ExitCode(err error) int {
+	if err == nil {
+		return ExitOK
+	}
+	var ec ucli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return ExitFailure
+}
+
+// reportError prints err, if it has anything to say, as "stockctl: <err>".
+func reportError(w io.Writer, err error) {
+	if err == nil {
+		return
+	}
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintf(w, "stockctl: %s\n", msg)
+	}
+}

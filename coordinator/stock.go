@@ -1,0 +1,233 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/stockctl/stockctl/segments"
+)
+
+// The stock operations. Each delegates to the segment engine (package
+// segments), whose types are the results: they are aliased here so that a
+// service needs only this package.
+
+// Allocation is the outcome of Allocate, AllocateFunc and Reserve: how much
+// of a SKU an order took, and from where (see segments.Allocation for the
+// fields).
+type Allocation = segments.Allocation
+
+// OrderOption adds to an order what not every caller needs (WithBuyer).
+type OrderOption = segments.OrderOption
+
+// Step is a business step run by AllocateFunc while the stock it will take
+// is locked: check the stock, create the order, charge the card... Its ctx
+// is cancelled if a lock is lost meanwhile. Returning an error cancels the
+// allocation: nothing is deducted and AllocateFunc returns the error.
+type Step = segments.Step
+
+// Released is the outcome of Release and Cancel.
+type Released = segments.Released
+
+// Confirmed is the outcome of Confirm.
+type Confirmed = segments.Confirmed
+
+// Restocked is the outcome of Restock.
+type Restocked = segments.Restocked
+
+// SKUConfig describes a SKU to create (see segments.SKUConfig for each
+// field's range and cost).
+type SKUConfig = segments.SKUConfig
+
+// Status is a SKU's stock at one revision, from Status.
+type Status = segments.Status
+
+// SegmentStatus is one segment's stock in a Status.
+type SegmentStatus = segments.SegmentStatus
+
+// AuditReport is the outcome of Audit.
+type AuditReport = segments.AuditReport
+
+// WithBuyer names the buyer an order is for. On a SKU with a per-user limit
+// (SKUConfig.PerUserLimit) it is required, and the order is refused with
+// ErrLimitExceeded when the buyer's units (confirmed and live reserved
+// orders) would exceed the limit: the check and the deduction commit in one
+// transaction. Elsewhere it is only recorded on the order. A buyer ID is 1
+// to segments.MaxBuyerLen bytes of printable ASCII other than space and '/'.
+// A retry of the order must name the same buyer. With AllocateFunc the
+// limit is judged at the commit, after the step ran: a refused order's step
+// must be undone like any step whose order failed.
+func WithBuyer(buyer string) OrderOption { return segments.WithBuyer(buyer) }
+
+// DefaultRefillBatch is the refill batch of a SKU created without one: a
+// quarter of an even share of the total, at least 1.
+func DefaultRefillBatch(total int64, segs int) int64 { return segments.DefaultRefillBatch(total, segs) }
+
+// CreateSKU creates sku with cfg and returns its meta record. Creating an
+// existing SKU is ErrConflict.
+//
+// Creation takes several transactions when the segments do not fit in one
+// (etcd's --max-txn-ops): all stock is first put in the pool, then moved to
+// the segments in batches, so that total = pool + segments holds at every
+// revision. Until the last step the SKU serves no requests (ErrUnknownSKU).
+// If creation is interrupted, calling CreateSKU again with the same config
+// completes it.
+func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (segments.Meta, error) {
+	return c.stock.CreateSKU(ctx, sku, cfg)
+}
+
+// Allocate takes qty units of sku for an order, and records the order.
+//
+// The order is served from the segments this process holds (it keeps a
+// segment's lock across orders, up to its fair share of the SKU's
+// segments), preferring its home segment, segments.Route(routeKey, N) (a
+// random one when routeKey is empty). When they cannot serve it, it reads
+// their inboxes (where refills and releases land), moves stock from the
+// pool into one of them, takes one more segment within its fair share, and
+// last looks at the whole SKU at one revision: it takes the stock from a
+// place that holds qty alone (waiting a short while for its lock), or
+// gathers it from several places in one transaction. It is refused with an
+// *InsufficientStockError only when, at one etcd revision, the pool and all
+// segments together held less than qty.
+//
+// Every deduction commits in an etcd transaction that checks the place's
+// lock is still held and that creates the order record, so it is applied
+// exactly once per order ID: calling Allocate again with the same order,
+// SKU and qty returns the first result with Replayed set, deducting nothing;
+// the same order ID with another SKU or qty is ErrConflict. After a timeout
+// or a lost reply, retrying with the same order ID tells the true outcome.
+//
+// Concurrent orders of this process are committed together, in one
+// transaction for every place and SKU of the moment (group commit). ctx
+// bounds the wait; a request already handed to a group commit when ctx
+// ends may still be committed (retry with the same order ID to learn the
+// outcome).
+func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64, routeKey string, opts ...OrderOption) (*Allocation, error) {
+	return c.stock.Allocate(ctx, sku, order, qty, routeKey, opts...)
+}
+
+// AllocateFunc is Allocate with a business step: step runs while the locks
+// of the place(s) the stock will come from are held and the stock is
+// known to be there, and the deduction is committed only if step returns nil
+// and the locks are still held. step's ctx is cancelled if a lock is lost.
+// The next order on the same segment runs its step while this one's commit
+// is in flight.
+//
+// If a lock is lost after step returned nil, AllocateFunc returns an error
+// wrapping ErrLockLost and nothing is deducted: undo the step's effects, or
+// retry with the same order ID (the step then runs again). A retry of an
+// order that was applied returns the first result without running step;
+// duplicates of one order ID sent at the same time may each run step, and
+// exactly one of them deducts (the others return its result as a replay).
+func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step, opts ...OrderOption) (*Allocation, error) {
+	return c.stock.AllocateFunc(ctx, sku, order, qty, routeKey, step, opts...)
+}
+
+// Reserve takes qty units of sku for an order, as Allocate does (same
+// routing, fallback and refusal rules, same idempotency by order ID), and
+// records the order as a reservation that expires ttl after its commit
+// unless Confirm is called first. An expired reservation's units go back to
+// the places they came from, by the elected rebalancer's sweep
+// (rebalance), normally well within a second of the deadline.
+//
+// ttl must be more than 0 and at most segments.MaxReservationTTL. A retry
+// with the same order, SKU, qty and buyer returns the first result with
+// Replayed set (and the first deadline: the new ttl is ignored); an order ID
+// already used for a plain allocation, or with another SKU, qty or buyer,
+// is ErrConflict. On a SKU with a per-user limit, WithBuyer is required and
+// the reservation counts against the buyer's limit until it expires or is
+// cancelled.
+func (c *Coordinator) Reserve(ctx context.Context, sku, order string, qty int64, routeKey string, ttl time.Duration, opts ...OrderOption) (*Allocation, error) {
+	return c.stock.Reserve(ctx, sku, order, qty, routeKey, ttl, opts...)
+}
+
+// Confirm makes a live reservation a final allocation, in one transaction
+// that compares the reservation's record as read and deletes its index key.
+// It is idempotent: confirming a confirmed reservation returns the first
+// confirmation with Replayed set. Confirms of this process are committed
+// together.
+//
+// Errors, each changing nothing: ErrOrderNotFound (no such order of sku);
+// *ExpiredError (ErrExpired) when the reservation expired, including when
+// this call finds it past its deadline by this process's clock and not yet
+// swept: Confirm then expires it itself (its units go back, in the same
+// fenced way as the sweep), so that ErrExpired is final and a later Confirm
+// elsewhere cannot succeed; ErrConflict for a plain allocation (nothing to
+// confirm) and for a reservation that was cancelled or released.
+func (c *Coordinator) Confirm(ctx context.Context, sku, order string) (*Confirmed, error) {
+	return c.stock.Confirm(ctx, sku, order)
+}
+
+// Cancel gives a live reservation's units back (to the places they came
+// from, as Release does) and marks it released, in one transaction. It is
+// idempotent: cancelling a cancelled reservation reports Released false.
+//
+// Cancel is only for reservations. Errors, each changing nothing:
+// ErrOrderNotFound; ErrConflict for a confirmed reservation (a paid order
+// goes back with Release, which says so explicitly) and for a plain
+// allocation; *ExpiredError (ErrExpired) for a reservation that expired, its
+// units already back.
+func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released, error) {
+	return c.stock.Cancel(ctx, sku, order)
+}
+
+// Release returns an order's stock to the places it came from and marks the
+// order released, in one transaction: a segment's units go to its inbox
+// (which counts as the segment's stock at once), the pool's to the pool. It
+// takes no segment lock, so it never waits for, nor disturbs, the processes
+// selling from those segments; it takes the pool's lock only for an order
+// that took from the pool. Releasing again reports Released false and
+// returns nothing; an order that was never allocated is ErrOrderNotFound.
+// The order ID stays used: allocating it again replays the (released) first
+// result.
+//
+// A live reservation can be released (as Cancel does); a confirmed one too
+// (a paid order returned). A reservation that expired is *ExpiredError: its
+// units went back already. Units counted against a buyer's per-user limit
+// are taken off the buyer's counter in the same transaction.
+func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released, error) {
+	return c.stock.Release(ctx, sku, order)
+}
+
+// Restock adds a new delivery of qty units to sku's pool and total (a
+// returned order is Release, not Restock). It holds the pool's lock.
+func (c *Coordinator) Restock(ctx context.Context, sku string, qty int64) (*Restocked, error) {
+	return c.stock.Restock(ctx, sku, qty)
+}
+
+// Status reads sku's stock in one transaction, so every figure is from the
+// same revision.
+func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
+	return c.stock.Status(ctx, sku)
+}
+
+// Audit checks sku's books at the current revision: the meta record's total
+// must equal the pool, plus every segment's counter and inbox, plus the
+// quantities of all active order records, all read in one transaction.
+// Every value is decoded strictly, and every order's parts must name places
+// of the SKU. Every live reservation must have its index key (with its
+// quantity) and every index key a live reservation; every buyer's counter
+// must equal the units its active orders counted there hold. A failed audit
+// is reported in the report (OK false), not as an error; errors are for
+// failing to read.
+func (c *Coordinator) Audit(ctx context.Context, sku string) (*AuditReport, error) {
+	return c.stock.AuditAt(ctx, sku, 0)
+}
+
+// AuditAt is Audit at a past revision rev (0: the current one). etcd keeps
+// past revisions until they are compacted.
+func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*AuditReport, error) {
+	return c.stock.AuditAt(ctx, sku, rev)
+}
+
+// SKUs lists the SKUs whose creation has completed, in name order.
+func (c *Coordinator) SKUs(ctx context.Context) ([]string, error) {
+	return c.stock.SKUs(ctx)
+}
+
+// Metrics bounds: the stock gauges cover the MetricsMaxSKUs SKUs this
+// process touched most recently, each dropped after MetricsSKUIdle without
+// a touch (see the package documentation's Metrics section).
+const (
+	MetricsMaxSKUs = segments.MetricsMaxSKUs
+	MetricsSKUIdle = segments.MetricsSKUIdle
+)

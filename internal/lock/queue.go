@@ -1,0 +1,341 @@
+package lock
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// Queue serialises this process's goroutines for one lock and owns the
+// lock's etcd key on their behalf.
+//
+// The etcd key (one per session, see etcdkey.go) is what orders processes;
+// the queue orders goroutines. Without it, goroutines sharing a session
+// would all "hold" etcd's session-reentrant key at once.
+//
+// States, all guarded by mu:
+//   - free:      holder == nil, own == nil, !busy. An arriving goroutine takes
+//     the turn itself (busy = true) and acquires the etcd key.
+//   - busy:      one goroutine is acquiring or deleting the etcd key; new
+//     arrivals queue.
+//   - held:      holder != nil, own != nil. Arrivals queue. On release the
+//     hold is handed to the head waiter directly (a cohort handoff, no
+//     round trip) while the cohort bounds allow, or the key is deleted
+//     and the head waiter is given the turn to acquire anew, behind
+//     any other process's waiters.
+//
+// A retained queue (retained.go) keeps its key between holds.
+type Queue struct {
+	e    *Engine
+	pfx  string
+	kind string // the metrics' lock label
+	refs int    // guarded by e.mu, not mu
+
+	mu       sync.Mutex
+	holder   *Hold
+	own      *Ownership
+	busy     bool
+	busySess *concurrency.Session // session of the acquisition in progress
+	waiters  list.List            // of *waiter, oldest first
+
+	retain bool // keep the key between holds (set once, before use)
+	// onChange (retained queues) is called, without mu, whenever the queue
+	// changes in a way that can change a waiting order's choice: it turned
+	// idle, or its key was lost or given back.
+	onChange func()
+}
+
+// Ownership is this process's tenure of a lock's etcd key. It spans every
+// local holder the key is handed through. Its fields never change after it
+// is made, except those guarded by its queue's mu.
+type Ownership struct {
+	sess     *concurrency.Session
+	key      string
+	rev      int64 // the key's create revision: the fencing token
+	acquired time.Time
+	handoffs int
+	ctx      context.Context // ends when the key is released or lost
+	cancel   context.CancelCauseFunc
+
+	// Retained queues only; guarded by the queue's mu.
+	pins      int         // commits in flight under this key
+	yielding  bool        // release the key once no hold and no pin remain
+	idleTimer *time.Timer // releases an idle key after TenureIdle
+}
+
+// Key is the etcd key.
+func (o *Ownership) Key() string { return o.key }
+
+// Rev is the key's create revision: the fencing token.
+func (o *Ownership) Rev() int64 { return o.rev }
+
+// Err is nil while the key is this process's, and why it is not any more
+// (released, lost) after.
+func (o *Ownership) Err() error { return context.Cause(o.ctx) }
+
+// Lease is the lease the key is bound to.
+func (o *Ownership) Lease() int64 { return int64(o.sess.Lease()) }
+
+type waiter struct {
+	elem  *list.Element // guarded by q.mu; nil once the waiter was dequeued
+	ready chan turn     // buffered: the dequeuer never blocks
+}
+
+// turn is what a dequeued waiter is told: the lock is handed to it (h), the
+// wait failed (err), or, with neither, it is its turn to acquire the etcd key.
+type turn struct {
+	h   *Hold
+	err error
+}
+
+// Acquire returns a hold on the lock once this goroutine's turn comes. It
+// gives up when ctx ends, leaving the queue as if it had never come. The
+// caller holds a reference on q, which the hold's Unlock gives back. Errors:
+// ctx's cause, ErrSessionLost, ErrClosed, ErrLocked (noWait), or an etcd
+// error.
+func (q *Queue) Acquire(ctx context.Context, noWait bool) (*Hold, error) {
+	if q.e.metrics == nil {
+		return q.acquireTurn(ctx, noWait)
+	}
+	start := time.Now()
+	h, err := q.acquireTurn(ctx, noWait)
+	q.e.metrics.lockWaited(q.kind, time.Since(start), err)
+	return h, err
+}
+
+func (q *Queue) acquireTurn(ctx context.Context, noWait bool) (*Hold, error) {
+	q.mu.Lock()
+	if h := q.takeIdleLocked(); h != nil {
+		q.mu.Unlock()
+		return h, nil
+	}
+	if q.holder == nil && q.own == nil && !q.busy && q.waiters.Len() == 0 {
+		q.busy = true
+		q.mu.Unlock()
+		return q.acquireEtcd(ctx, noWait)
+	}
+	if noWait {
+		q.mu.Unlock()
+		return nil, ErrLocked
+	}
+	w := &waiter{ready: make(chan turn, 1)}
+	w.elem = q.waiters.PushBack(w)
+	q.mu.Unlock()
+
+	select {
+	case t := <-w.ready:
+		return q.take(ctx, t)
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	if w.elem != nil {
+		q.waiters.Remove(w.elem)
+		w.elem = nil
+		q.mu.Unlock()
+		return nil, context.Cause(ctx)
+	}
+	q.mu.Unlock()
+	// We were dequeued at the moment we gave up: pass the turn on, or the
+	// waiters behind us would wait for nobody.
+	q.decline(<-w.ready)
+	return nil, context.Cause(ctx)
+}
+
+func (q *Queue) take(ctx context.Context, t turn) (*Hold, error) {
+	switch {
+	case t.err != nil:
+		return nil, t.err
+	case t.h != nil:
+		return t.h, nil
+	}
+	return q.acquireEtcd(ctx, false)
+}
+
+func (q *Queue) decline(t turn) {
+	switch {
+	case t.err != nil:
+	case t.h != nil:
+		_ = q.release(q.e.bg.Ctx(), t.h)
+	default:
+		q.mu.Lock()
+		q.busy, q.busySess = false, nil
+		q.grantNextLocked()
+		q.mu.Unlock()
+	}
+}
+
+// acquireEtcd acquires the etcd key. The caller has the turn (busy is set).
+func (q *Queue) acquireEtcd(ctx context.Context, noWait bool) (*Hold, error) {
+	sess, err := q.e.Session(ctx)
+	if err == nil {
+		q.mu.Lock()
+		q.busySess = sess
+		q.mu.Unlock()
+	}
+	var own *Ownership
+	if err == nil {
+		own, err = q.e.lockKey(ctx, sess, q.pfx, noWait)
+	}
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.busy, q.busySess = false, nil
+	if err == nil && isDone(sess.Done()) {
+		// The session ended between the grant and now; sessionLost may have
+		// run before own was visible to it, so own must not be installed.
+		own.cancel(ErrLost)
+		err = ErrSessionLost
+	}
+	if err != nil {
+		q.grantNextLocked()
+		return nil, err
+	}
+	q.own = own
+	q.e.metrics.handoff(q.kind, viaEtcd)
+	return q.newHoldLocked(), nil
+}
+
+// grantNextLocked gives the head waiter the turn to acquire, if the lock is free.
+func (q *Queue) grantNextLocked() {
+	if q.holder != nil || q.own != nil || q.busy {
+		return
+	}
+	if w := q.popLocked(); w != nil {
+		q.busy = true
+		w.ready <- turn{}
+	}
+}
+
+func (q *Queue) popLocked() *waiter {
+	front := q.waiters.Front()
+	if front == nil {
+		return nil
+	}
+	w := q.waiters.Remove(front).(*waiter)
+	w.elem = nil
+	return w
+}
+
+// handOffLocked gives the hold to the head waiter without a round trip.
+func (q *Queue) handOffLocked(own *Ownership) {
+	own.handoffs++
+	q.e.metrics.handoff(q.kind, viaLocal)
+	w := q.popLocked()
+	w.ready <- turn{h: q.newHoldLocked()}
+}
+
+// release undoes one acquisition of h. The last one hands the lock to the
+// next local waiter, or deletes the etcd key (ctx bounds the wait for that).
+func (q *Queue) release(ctx context.Context, h *Hold) error {
+	q.mu.Lock()
+	if h.lost {
+		q.mu.Unlock()
+		return context.Cause(h.ctx)
+	}
+	if q.holder != h {
+		q.mu.Unlock()
+		return ErrNotHeld
+	}
+	if h.count--; h.count > 0 {
+		q.mu.Unlock()
+		return nil
+	}
+	q.holder = nil
+	h.cancel(ErrNotHeld)
+	own := q.own
+	if q.retain {
+		q.releaseRetainedLocked(own) // unlocks mu
+		return nil
+	}
+	if q.waiters.Len() > 0 && q.cohortAllows(own) {
+		q.handOffLocked(own)
+		q.mu.Unlock()
+		return nil
+	}
+	q.own = nil
+	q.busy = true
+	q.mu.Unlock()
+
+	gone, err := q.e.releaseKey(ctx, own.sess, own.key, own.rev)
+	if gone {
+		// The session ended in etcd before this process noticed: what the
+		// holder did since was not protected.
+		err = fmt.Errorf("%w: its etcd key was already gone at unlock", ErrLost)
+	}
+	own.cancel(ErrNotHeld)
+
+	q.mu.Lock()
+	q.busy = false
+	q.grantNextLocked()
+	q.mu.Unlock()
+	return err
+}
+
+func (q *Queue) cohortAllows(own *Ownership) bool {
+	c := q.e.cfg
+	return own.handoffs < c.CohortMaxHandoffs &&
+		time.Since(own.acquired) < c.CohortMaxHold &&
+		own.ctx.Err() == nil
+}
+
+// Lose marks own lost although its session lives: its key was found gone
+// in etcd (deleted by someone). Waiters get the turn to acquire anew.
+func (q *Queue) Lose(own *Ownership, cause error) {
+	defer q.notify() // after the unlock below
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.own != own {
+		return
+	}
+	q.e.log.Warn("lock lost: its etcd key is gone while the session lives", "key", own.key, "cause", cause)
+	if own.idleTimer != nil {
+		own.idleTimer.Stop()
+	}
+	own.cancel(cause)
+	if q.holder != nil {
+		q.holder.lost = true
+		q.holder = nil
+	}
+	q.own = nil
+	q.grantNextLocked()
+}
+
+// sessionLost marks the hold under s lost and fails the waiters that were
+// waiting on it.
+func (q *Queue) sessionLost(s *concurrency.Session, holdCause, waitCause error) {
+	defer q.notify() // after the unlock below
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	hit := q.busy && q.busySess == s
+	if q.own != nil && q.own.sess == s {
+		hit = true
+		if q.own.idleTimer != nil {
+			q.own.idleTimer.Stop()
+		}
+		q.own.cancel(holdCause)
+		if q.holder != nil {
+			q.holder.lost = true
+			q.holder = nil
+		}
+		q.own = nil
+	}
+	if !hit {
+		return
+	}
+	for w := q.popLocked(); w != nil; w = q.popLocked() {
+		w.ready <- turn{err: waitCause}
+	}
+}
+
+// NewTestOwnership returns an ownership of key at create revision rev that
+// belongs to no session and no queue, live until end is called: for unit
+// tests of the packages that build on the engine (their caches and commit
+// plans are keyed by ownerships). Its Lease is not to be called.
+func NewTestOwnership(key string, rev int64) (own *Ownership, end func(cause error)) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Ownership{key: key, rev: rev, acquired: time.Now(), ctx: ctx, cancel: cancel}, cancel
+}

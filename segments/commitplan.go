@@ -1,0 +1,181 @@
+package segments
+
+import (
+	"context"
+	"errors"
+
+	"github.com/stockctl/stockctl/internal/lock"
+)
+
+// Per order, a transaction needs one compare, two puts and one read in its
+// Else; per place at most three compares, two puts and three reads.
+const (
+	orderCmps, orderPuts, orderGets = 1, 2, 1
+	placeCmps, placePuts, placeGets = 3, 2, 3
+)
+
+// selectOrders is the committer's batch selection (the batcher's Select).
+func (e *Engine) selectOrders(queue []*commitReq) (batch, rest []*commitReq) {
+	return selectOrders(queue, e.cfg.MaxTxnOps)
+}
+
+// selectOrders takes the oldest requests of queue that fit one transaction
+// (etcd's --max-txn-ops, limit, bounds compares, puts and reads
+// separately). Two requests for one order ID never share a batch (the
+// transaction would put its keys twice): the later one waits for the next,
+// where it finds the ID used. The first request always goes, whatever its
+// size.
+func selectOrders(queue []*commitReq, limit int) (batch, rest []*commitReq) {
+	var cmps, puts, gets int
+	places := map[*placeState]bool{}
+	orders := map[string]bool{}
+	users := map[string]bool{}
+	rest = queue[:0]
+	full := false
+	for _, cr := range queue {
+		if full || orders[cr.req.order] {
+			rest = append(rest, cr)
+			continue
+		}
+		nc, np, ng := orderCmps, orderPuts, orderGets
+		if cr.req.ttl > 0 {
+			np++ // the reservation's index key
+		}
+		newUser := cr.req.userKey != "" && !users[cr.req.userKey]
+		if newUser {
+			nc, np, ng = nc+1, np+1, ng+1 // the buyer's counter
+		}
+		var fresh []*placeState
+		for _, p := range cr.parts {
+			if !places[p.st] {
+				fresh = append(fresh, p.st)
+				nc, np, ng = nc+placeCmps, np+placePuts, ng+placeGets
+			}
+		}
+		if len(batch) > 0 && (cmps+nc > limit || puts+np > limit || gets+ng > limit) {
+			full = true
+			rest = append(rest, cr)
+			continue
+		}
+		cmps, puts, gets = cmps+nc, puts+np, gets+ng
+		for _, st := range fresh {
+			places[st] = true
+		}
+		orders[cr.req.order] = true
+		if newUser {
+			users[cr.req.userKey] = true
+		}
+		batch = append(batch, cr)
+	}
+	return batch, rest
+}
+
+// batchPlace is one place of a batch: what the batch takes there and how.
+type batchPlace struct {
+	st       *placeState
+	q        *lock.Queue
+	own      *lock.Ownership
+	take     int64
+	n        int   // parts
+	value    int64 // the counter after the batch
+	modRev   int64 // the counter's expected ModRevision
+	absorb   bool
+	inMod    int64
+	lost     bool
+	shortage bool
+	err      error // reading the place failed
+}
+
+// planBatch works out each place's new counter, in the order the places
+// first appear. A place whose cache is stale is read first; one whose lock
+// is gone is marked lost, one that holds less than the batch takes there
+// (which reservations prevent unless etcd changed under us) short.
+func (e *Engine) planBatch(ctx context.Context, batch []*commitReq) (map[*placeState]*batchPlace, []*batchPlace) {
+	places := map[*placeState]*batchPlace{}
+	var order []*batchPlace
+	for _, cr := range batch {
+		for _, p := range cr.parts {
+			bp := places[p.st]
+			if bp == nil {
+				bp = &batchPlace{st: p.st, q: p.q, own: p.own}
+				places[p.st] = bp
+				order = append(order, bp)
+			}
+			if bp.own != p.own {
+				bp.lost = true // two keys for one place: the older one is gone
+			}
+			bp.take += p.qty
+			bp.n++
+		}
+	}
+	for _, bp := range order {
+		if bp.lost || bp.own.Err() != nil {
+			bp.lost = true
+			continue
+		}
+		if err := bp.st.ensure(ctx, e, bp.own); err != nil {
+			if errors.Is(err, lock.ErrLost) {
+				bp.lost = true
+			} else {
+				bp.err = err
+			}
+			continue
+		}
+		st := bp.st
+		st.mu.Lock()
+		if st.token != bp.own.Rev() {
+			bp.lost = true
+		}
+		bp.modRev = st.modRev
+		switch {
+		case st.value >= bp.take:
+			bp.value = st.value - bp.take
+		case st.inKnown && st.value+st.inbox >= bp.take:
+			bp.absorb, bp.inMod = true, st.inMod
+			bp.value = st.value + st.inbox - bp.take
+		default:
+			bp.shortage = true
+		}
+		st.mu.Unlock()
+	}
+	return places, order
+}
+
+func countPlaces(batch []*commitReq) int {
+	seen := map[*placeState]bool{}
+	for _, cr := range batch {
+		for _, p := range cr.parts {
+			seen[p.st] = true
+		}
+	}
+	return len(seen)
+}
+
+// touches reports whether any of r's places satisfies f.
+func (r *commitReq) touches(places map[*placeState]*batchPlace, f func(*batchPlace) bool) bool {
+	for _, p := range r.parts {
+		if bp := places[p.st]; bp != nil && f(bp) {
+			return true
+		}
+	}
+	return false
+}
+
+// placeErr is the first read error among r's places.
+func (r *commitReq) placeErr(places map[*placeState]*batchPlace) error {
+	for _, p := range r.parts {
+		if bp := places[p.st]; bp != nil && bp.err != nil {
+			return bp.err
+		}
+	}
+	return nil
+}
+
+// segmentParts is where the order's stock comes from, as recorded.
+func (r *commitReq) segmentParts() []Part {
+	parts := make([]Part, 0, len(r.parts))
+	for _, p := range r.parts {
+		parts = append(parts, Part{Place: p.st.place, Qty: p.qty})
+	}
+	return parts
+}

@@ -1,0 +1,196 @@
+package segments
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/stockctl/stockctl/internal/background"
+	"github.com/stockctl/stockctl/internal/keys"
+	"github.com/stockctl/stockctl/internal/lock"
+)
+
+// Unit tests of the group commit's planning, without etcd: which requests
+// share a transaction, what each place's counter becomes, and how a failed
+// transaction's Else reads are answered.
+
+// testPlace is a place whose cache is valid under a live ownership, as the
+// committer finds it for a segment this process holds.
+type testPlace struct {
+	st  *placeState
+	own *lock.Ownership
+	end func(error)
+}
+
+func newTestPlace(i int, value, inbox int64) testPlace {
+	own, end := lock.NewTestOwnership(fmt.Sprintf("/t/stocklocks/s/seg/%d/1", i), int64(100+i))
+	st := &placeState{sku: "s", place: Segment(i), key: fmt.Sprintf("/t/stock/s/seg/%d", i), inKey: fmt.Sprintf("/t/stock/s/in/%d", i),
+		token: own.Rev(), value: value, modRev: 10, inKnown: true, inbox: inbox, inMod: 11}
+	return testPlace{st: st, own: own, end: end}
+}
+
+func (p testPlace) part(qty int64) commitPart { return commitPart{st: p.st, own: p.own, qty: qty} }
+
+func order(id string, parts ...commitPart) *commitReq {
+	return &commitReq{req: &allocReq{sku: &skuInfo{name: "s", segments: 4}, order: id, qty: 1}, parts: parts, done: make(chan struct{})}
+}
+
+func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
+	p := newTestPlace(0, 1000, 0)
+	q := newTestPlace(1, 1000, 0)
+	var queue []*commitReq
+	for i := range 100 {
+		queue = append(queue, order(fmt.Sprint("o", i), p.part(1)))
+	}
+	// One place: 3 compares, 2 puts and 3 reads, plus per order 1, 2 and
+	// 1: the puts bound it, 2n + 2 <= 128.
+	batch, rest := selectOrders(queue, 128)
+	if len(batch) != 63 || len(rest) != 37 {
+		t.Fatalf("one place: %d in the batch, %d left; want 63, 37", len(batch), len(rest))
+	}
+	if batch[0].req.order != "o0" || rest[0].req.order != "o63" {
+		t.Errorf("not in arrival order: batch starts %s, rest %s", batch[0].req.order, rest[0].req.order)
+	}
+	// A place per order: each costs 4 compares, 4 puts and 4 reads.
+	queue = queue[:0]
+	for i := range 100 {
+		queue = append(queue, order(fmt.Sprint("o", i), newTestPlace(i, 10, 0).part(1)))
+	}
+	if batch, _ := selectOrders(queue, 128); len(batch) != 32 {
+		t.Errorf("a place per order: %d in the batch; want 32", len(batch))
+	}
+	// Reservations put their index key; buyers add a compare, a put and a
+	// read once per buyer.
+	queue = queue[:0]
+	for i := range 100 {
+		cr := order(fmt.Sprint("o", i), p.part(1))
+		cr.req.ttl = time.Minute
+		cr.req.userKey = fmt.Sprint("/t/users/s/b", i%2)
+		queue = append(queue, cr)
+	}
+	if batch, _ := selectOrders(queue, 128); len(batch) != 41 {
+		t.Errorf("reservations of two buyers: %d in the batch; want 41 (3n + 2 + 2 puts <= 128)", len(batch))
+	}
+	// The first request goes whatever its size.
+	var big []commitPart
+	for i := range 50 { // 151 compares
+		big = append(big, newTestPlace(i, 10, 0).part(1))
+	}
+	if batch, _ := selectOrders([]*commitReq{order("big", big...), order("next", q.part(1))}, 128); len(batch) != 1 || batch[0].req.order != "big" {
+		t.Errorf("an oversized first request: batch %d; want it alone", len(batch))
+	}
+}
+
+func TestSelectOrdersNeverTwoOfOneID(t *testing.T) {
+	p := newTestPlace(0, 10, 0)
+	queue := []*commitReq{order("a", p.part(1)), order("b", p.part(1)), order("a", p.part(1)), order("c", p.part(1))}
+	batch, rest := selectOrders(queue, 128)
+	if len(batch) != 3 || len(rest) != 1 || rest[0] != queue[2] {
+		t.Fatalf("batch %d, rest %d; want the second \"a\" alone left for the next batch", len(batch), len(rest))
+	}
+}
+
+// testEngine is an engine with no etcd: enough for the planning paths that
+// read nothing (every cache valid), and queues that can be told of a loss.
+func testEngine(t *testing.T) *Engine {
+	t.Helper()
+	bg := background.NewGroup()
+	t.Cleanup(func() { bg.Stop(); bg.Wait() })
+	space, err := keys.New("/t/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks := lock.New(nil, nil, bg, lock.Config{})
+	return NewEngine(nil, nil, locks, bg, Config{Keys: space, MaxTxnOps: 128, CommitTimeout: time.Second})
+}
+
+func TestPlanBatch(t *testing.T) {
+	e := testEngine(t)
+	plenty := newTestPlace(0, 10, 0)   // the counter alone gives it
+	absorbing := newTestPlace(1, 1, 5) // counter + inbox gives it
+	short := newTestPlace(2, 1, 1)     // neither: changed under the lock
+	lost := newTestPlace(3, 10, 0)     // its key is gone
+	lost.end(lock.ErrLost)
+	stale := newTestPlace(0, 10, 0) // a second key for place 0 in one batch
+	stale.st = plenty.st
+	batch := []*commitReq{
+		order("a", plenty.part(3)), order("b", plenty.part(2)),
+		order("c", absorbing.part(4)),
+		order("d", short.part(3)),
+		order("e", lost.part(1)),
+	}
+	places, planned := e.planBatch(t.Context(), batch)
+	if len(planned) != 4 {
+		t.Fatalf("%d places planned; want 4", len(planned))
+	}
+	if bp := places[plenty.st]; bp.take != 5 || bp.n != 2 || bp.value != 5 || bp.absorb || bp.lost || bp.shortage || bp.modRev != 10 {
+		t.Errorf("plenty: %+v; want take 5 of 2 parts, counter 10 → 5 at ModRevision 10", *bp)
+	}
+	if bp := places[absorbing.st]; !bp.absorb || bp.value != 2 || bp.inMod != 11 {
+		t.Errorf("absorbing: %+v; want the inbox absorbed (1 + 5 − 4 = 2), compared at ModRevision 11", *bp)
+	}
+	if bp := places[short.st]; !bp.shortage {
+		t.Errorf("short: %+v; want a shortage", *bp)
+	}
+	if bp := places[lost.st]; !bp.lost {
+		t.Errorf("lost: %+v; want lost", *bp)
+	}
+	// Two keys for one place: the older one is gone.
+	places, _ = e.planBatch(t.Context(), []*commitReq{order("f", plenty.part(1)), order("g", commitPart{st: plenty.st, own: stale.own, qty: 1})})
+	if !places[plenty.st].lost {
+		t.Error("a place under two keys in one batch is not marked lost")
+	}
+}
+
+// kvs is a Get's answer in a transaction's Else branch.
+func kvs(kv ...*mvccpb.KeyValue) *pb.ResponseOp {
+	return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: &pb.RangeResponse{Kvs: kv}}}
+}
+
+func TestDiagnose(t *testing.T) {
+	e := testEngine(t)
+	held := newTestPlace(0, 10, 0)
+	gone := newTestPlace(1, 10, 0)
+	q, err := e.locks.Queue("/t/stocklocks/s/seg/1/", lock.KindSegment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.locks.Unref(q)
+	ps := []commitPart{held.part(1), gone.part(1)}
+	ps[1].q = q
+	a, b := order("a", ps[0]), order("b", ps[1])
+	_, planned := e.planBatch(t.Context(), []*commitReq{a, b})
+	// The Else reads, in the order the batch was built: per place its lock
+	// key, counter and inbox; per order its ID's claim. Place 0 is still
+	// ours, its counter moved on (a drain of ours elsewhere) and its inbox
+	// grew; place 1's key is gone.
+	rs := []*pb.ResponseOp{
+		kvs(&mvccpb.KeyValue{Key: []byte(held.own.Key()), CreateRevision: held.own.Rev()}),
+		kvs(&mvccpb.KeyValue{Key: []byte(held.st.key), Value: []byte(EncodeCounter(7)), ModRevision: 20}),
+		kvs(&mvccpb.KeyValue{Key: []byte(held.st.inKey), Value: []byte(EncodeCounter(3)), ModRevision: 21}),
+		kvs(),
+		kvs(&mvccpb.KeyValue{Key: []byte(gone.st.key), Value: []byte(EncodeCounter(10)), ModRevision: 10}),
+		kvs(),
+		kvs(), kvs(),
+	}
+	again := e.diagnose(t.Context(), []*commitReq{a, b}, planned, rs)
+	if len(again) != 1 || again[0] != a {
+		t.Fatalf("%d sent again; want order a alone", len(again))
+	}
+	select {
+	case <-b.done:
+		if !b.res.retryable() {
+			t.Errorf("order b on a lost place: %v; want a lost lock (nothing deducted)", b.res.err)
+		}
+	default:
+		t.Error("order b on a lost place was not answered")
+	}
+	held.st.mu.Lock()
+	defer held.st.mu.Unlock()
+	if held.st.value != 7 || held.st.modRev != 20 || held.st.inbox != 3 || held.st.inMod != 21 {
+		t.Errorf("cache not refreshed from the Else reads: value %d@%d inbox %d@%d", held.st.value, held.st.modRev, held.st.inbox, held.st.inMod)
+	}
+}

@@ -1,0 +1,238 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/stockctl/stockctl/internal/lock"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// SKUConfig describes a SKU to create.
+type SKUConfig struct {
+	// Total is the stock put in at creation, 0 to MaxTotal.
+	Total int64
+	// Segments is the number of segments, 1 to MaxSegments. It
+	// cannot change later: it is part of every request's routing.
+	Segments int
+	// InitialFill is how much of Total starts in the segments, spread
+	// evenly (the first Total%Segments segments get one more); the rest
+	// starts in the central pool, for the rebalancer to hand out. 0 puts
+	// everything in the pool; Total puts nothing there.
+	InitialFill int64
+	// LowWatermark: the rebalancer refills a segment whose stock falls
+	// below it (and always refills an empty one).
+	LowWatermark int64
+	// RefillBatch is how much the rebalancer moves into a segment at once;
+	// 0 means DefaultRefillBatch(Total, Segments).
+	RefillBatch int64
+	// PerUserLimit is the most units one buyer may hold at once, counting
+	// confirmed and live reserved orders (Allocate and Reserve with
+	// WithBuyer); 0 means no limit. With a limit, every order must name its
+	// buyer. It cannot change later. Cost: each order also writes its
+	// buyer's counter in its commit (one compare and one put per buyer per
+	// group commit); without a limit nothing is written.
+	PerUserLimit int64
+}
+
+// DefaultRefillBatch is the refill batch of a SKU created without one: a
+// quarter of an even share of the total, at least 1. Small batches keep
+// stock where the demand is; large ones mean fewer moves.
+func DefaultRefillBatch(total int64, segs int) int64 {
+	return max(1, total/int64(4*max(segs, 1)))
+}
+
+func (cfg SKUConfig) validate() error {
+	switch {
+	case cfg.Total < 0 || cfg.Total > MaxTotal:
+		return &InvalidError{Field: "total", Value: fmt.Sprint(cfg.Total), Reason: fmt.Sprintf("must be between 0 and %d", MaxTotal)}
+	case cfg.Segments < 1 || cfg.Segments > MaxSegments:
+		return &InvalidError{Field: "segments", Value: fmt.Sprint(cfg.Segments), Reason: fmt.Sprintf("must be between 1 and %d", MaxSegments)}
+	case cfg.InitialFill < 0 || cfg.InitialFill > cfg.Total:
+		return &InvalidError{Field: "initial fill", Value: fmt.Sprint(cfg.InitialFill), Reason: fmt.Sprintf("must be between 0 and the total %d", cfg.Total)}
+	case cfg.LowWatermark < 0 || cfg.LowWatermark > MaxTotal:
+		return &InvalidError{Field: "low watermark", Value: fmt.Sprint(cfg.LowWatermark), Reason: fmt.Sprintf("must be between 0 and %d", MaxTotal)}
+	case cfg.RefillBatch < 0 || cfg.RefillBatch > MaxTotal:
+		return &InvalidError{Field: "refill batch", Value: fmt.Sprint(cfg.RefillBatch), Reason: fmt.Sprintf("must be between 0 and %d", MaxTotal)}
+	case cfg.PerUserLimit < 0 || cfg.PerUserLimit > MaxQty:
+		return &InvalidError{Field: "per-user limit", Value: fmt.Sprint(cfg.PerUserLimit), Reason: fmt.Sprintf("must be between 0 (none) and %d", MaxQty)}
+	}
+	return nil
+}
+
+// CreateSKU creates sku with cfg and returns its meta record. Creating an
+// existing SKU is ErrConflict.
+//
+// Creation takes several transactions when the segments do not fit in one
+// (etcd's --max-txn-ops): all stock is first put in the pool, then moved to
+// the segments in batches, so that total = pool + segments holds at every
+// revision. Until the last step the SKU serves no requests (ErrUnknownSKU).
+// If creation is interrupted, calling CreateSKU again with the same config
+// completes it.
+func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
+	}
+	if err := cfg.validate(); err != nil {
+		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
+	}
+	if cfg.RefillBatch == 0 {
+		cfg.RefillBatch = DefaultRefillBatch(cfg.Total, cfg.Segments)
+	}
+	meta := Meta{
+		Total: cfg.Total, Segments: cfg.Segments, LowWatermark: cfg.LowWatermark,
+		RefillBatch: cfg.RefillBatch, PerUserLimit: cfg.PerUserLimit, Creating: true, Created: time.Now().UTC().Truncate(time.Second),
+	}
+	metaKey := e.keys.Meta(sku)
+	resp, err := e.kv.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(metaKey), "=", 0)).
+		Then(clientv3.OpPut(metaKey, EncodeMeta(meta)),
+			clientv3.OpPut(e.keys.Pool(sku), EncodeCounter(cfg.Total))).
+		Else(clientv3.OpGet(metaKey)).
+		Commit()
+	if err != nil {
+		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
+	}
+	metaRev := resp.Header.Revision
+	if !resp.Succeeded {
+		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		old, err := DecodeMeta(metaKey, kv.Value)
+		if err != nil {
+			return Meta{}, fmt.Errorf("create %s: %w", sku, err)
+		}
+		if !old.Creating || old.Total != meta.Total || old.Segments != meta.Segments ||
+			old.LowWatermark != meta.LowWatermark || old.RefillBatch != meta.RefillBatch || old.PerUserLimit != meta.PerUserLimit {
+			return Meta{}, fmt.Errorf("create %s: %w: the SKU already exists", sku, ErrConflict)
+		}
+		meta, metaRev = old, kv.ModRevision // resume an interrupted creation
+	}
+	if err := e.fillSegments(ctx, sku, cfg, metaKey, metaRev); err != nil {
+		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
+	}
+	meta.Creating = false
+	done, err := e.kv.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(metaKey), "=", metaRev)).
+		Then(clientv3.OpPut(metaKey, EncodeMeta(meta))).
+		Commit()
+	if err != nil {
+		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
+	}
+	if !done.Succeeded {
+		return Meta{}, fmt.Errorf("create %s: %w: another CreateSKU completed it concurrently", sku, ErrConflict)
+	}
+	return meta, nil
+}
+
+// fillSegments moves the initial fill from the pool into the segments, in
+// transactions that fit --max-txn-ops, each one conditional on the meta
+// record still being the one this creation wrote.
+func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, metaKey string, metaRev int64) error {
+	n := int64(cfg.Segments)
+	target := func(i int) int64 {
+		t := cfg.InitialFill / n
+		if int64(i) < cfg.InitialFill%n {
+			t++
+		}
+		return t
+	}
+	info := &skuInfo{name: sku, segments: cfg.Segments}
+	perTxn := e.cfg.MaxTxnOps - 2
+	for {
+		snap, err := e.snapshot(ctx, info, "")
+		if err != nil {
+			return err
+		}
+		poolResp, err := e.kv.Get(ctx, e.keys.Pool(sku))
+		if err != nil {
+			return err
+		}
+		poolMod := int64(0)
+		if len(poolResp.Kvs) > 0 {
+			poolMod = poolResp.Kvs[0].ModRevision
+		}
+		pool := snap.pool
+		var ops []clientv3.Op
+		for i := 0; i < cfg.Segments && len(ops) < perTxn; i++ {
+			if add := target(i) - snap.segs[i]; add > 0 {
+				ops = append(ops, clientv3.OpPut(e.keys.Segment(sku, i), EncodeCounter(snap.segs[i]+add)))
+				pool -= add
+			}
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+		if pool < 0 {
+			return fmt.Errorf("%w: pool of %s holds less than the initial fill", ErrCorrupt, sku)
+		}
+		ops = append(ops, clientv3.OpPut(e.keys.Pool(sku), EncodeCounter(pool)))
+		resp, err := e.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(metaKey), "=", metaRev),
+				clientv3.Compare(clientv3.ModRevision(e.keys.Pool(sku)), "=", poolMod)).
+			Then(ops...).Commit()
+		if err != nil {
+			return err
+		}
+		if !resp.Succeeded {
+			// A concurrent resumption moved stock or finished: re-read.
+			m, err := e.kv.Get(ctx, metaKey)
+			if err != nil {
+				return err
+			}
+			if len(m.Kvs) == 0 || m.Kvs[0].ModRevision != metaRev {
+				return fmt.Errorf("%w: the SKU changed during creation", ErrConflict)
+			}
+		}
+	}
+}
+
+// Restock adds a new delivery of qty units to sku's pool and total (a
+// returned order is Release, not Restock). It holds the pool's lock.
+func (e *Engine) Restock(ctx context.Context, sku string, qty int64) (*Restocked, error) {
+	if err := firstErr(ValidateSKU(sku), ValidateQty(qty)); err != nil {
+		return nil, fmt.Errorf("restock %s: %w", sku, err)
+	}
+	info, err := e.sku(ctx, sku)
+	if err != nil {
+		return nil, fmt.Errorf("restock %s: %w", sku, err)
+	}
+	hp, err := e.lockPlace(ctx, info.name, Pool, -1)
+	if err != nil {
+		return nil, fmt.Errorf("restock %s: %w", sku, err)
+	}
+	defer hp.unlock()
+	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
+		meta, metaRev, err := e.Meta(ctx, sku)
+		if err != nil {
+			return nil, fmt.Errorf("restock %s: %w", sku, err)
+		}
+		if meta.Total+qty > MaxTotal {
+			return nil, fmt.Errorf("restock %s: %w", sku, &InvalidError{Field: "qty", Value: fmt.Sprint(qty),
+				Reason: fmt.Sprintf("would take the total %d past the maximum %d", meta.Total, MaxTotal)})
+		}
+		if err := hp.load(ctx, false); err != nil {
+			return nil, fmt.Errorf("restock %s: %w", sku, err)
+		}
+		hp.delta = qty
+		meta.Total += qty
+		resp, err := e.kv.Txn(ctx).
+			If(append(hp.cmps(), clientv3.Compare(clientv3.ModRevision(e.keys.Meta(sku)), "=", metaRev))...).
+			Then(append(hp.ops(), clientv3.OpPut(e.keys.Meta(sku), EncodeMeta(meta)))...).
+			Else(clientv3.OpGet(hp.h.Own().Key())).
+			Commit()
+		if err != nil {
+			hp.invalidate()
+			return nil, fmt.Errorf("restock %s: %w", sku, err)
+		}
+		if resp.Succeeded {
+			pool := hp.newValue()
+			hp.committed(resp.Header.Revision)
+			return &Restocked{SKU: sku, Total: meta.Total, Pool: pool, Revision: resp.Header.Revision}, nil
+		}
+		if !stillOwned(resp.Responses[0], hp) {
+			return nil, fmt.Errorf("restock %s: %w", sku, lock.ErrLost)
+		}
+		hp.invalidate()
+	}
+	return nil, fmt.Errorf("restock %s: %w", sku, errContention)
+}

@@ -1,0 +1,210 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/background"
+	"github.com/stockctl/stockctl/internal/batch"
+	"github.com/stockctl/stockctl/internal/keys"
+	"github.com/stockctl/stockctl/internal/lock"
+)
+
+// Config is what an Engine needs to know. The coordinator fills it from its
+// options, and documents each value's default and cost there.
+type Config struct {
+	Keys keys.Space
+	// FallbackWait is how long an order waits for each other place's lock
+	// when its own segments cannot serve it.
+	FallbackWait time.Duration
+	// ClaimWait, with 4 × TenureMaxHold, bounds how long a process below
+	// its fair share queues in the background for another process's segment.
+	ClaimWait time.Duration
+	// TenureMaxHold bounds how long a process keeps a segment another
+	// process waits for.
+	TenureMaxHold time.Duration
+	// MaxTxnOps is etcd's --max-txn-ops.
+	MaxTxnOps int
+	// CommitTimeout bounds one group commit's round trips.
+	CommitTimeout time.Duration
+	Logger        *slog.Logger
+	// Metrics, if not nil, counts orders, returns, commits and moves.
+	Metrics *Metrics
+}
+
+// Engine is the segment engine behind a coordinator's stock operations: it
+// sells orders from the segments this process holds, falls back to the rest
+// of the SKU, commits orders in groups, moves stock, returns and expires
+// orders, and reads the books. Service developers use it through
+// coordinator.Coordinator, which builds one per process; the rebalance
+// package reaches the moves and expiry through the coordinator too.
+type Engine struct {
+	client  *clientv3.Client
+	kv      clientv3.KV // through etcdcall: no caller's deadline reaches etcd
+	keys    keys.Space
+	locks   *lock.Engine
+	bg      *background.Group
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+
+	// mu guards the maps. It is never held while taking a placeState's or a
+	// seller's mutex.
+	mu      sync.Mutex
+	skus    map[string]*skuInfo
+	places  map[placeID]*placeState
+	sellers map[string]*seller
+
+	commits  batch.Batcher[*commitReq]
+	users    userCache // buyers' counters (per-user limits), as the committer knows them
+	confirms batch.Batcher[*confirmReq]
+}
+
+// NewEngine returns an engine making its calls through kv (the client's KV
+// wrapped by etcdcall), holding its locks through locks, and running its
+// background work in bg.
+func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *background.Group, cfg Config) *Engine {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{
+		client:  client,
+		kv:      kv,
+		keys:    cfg.Keys,
+		locks:   locks,
+		bg:      bg,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		metrics: cfg.Metrics,
+		skus:    make(map[string]*skuInfo),
+		places:  make(map[placeID]*placeState),
+		sellers: make(map[string]*seller),
+	}
+	e.commits = batch.Batcher[*commitReq]{Go: bg.Go, Select: e.selectOrders, Commit: e.commitOrders,
+		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
+	e.confirms = batch.Batcher[*confirmReq]{Go: bg.Go, Select: e.selectConfirms, Commit: e.commitConfirms,
+		Fail: func(r *confirmReq) { r.answer(0, lock.ErrClosed) }}
+	if e.metrics != nil {
+		e.metrics.status = e.Status
+		e.metrics.bgCtx = bg.Ctx
+		e.metrics.log = e.log
+	}
+	return e
+}
+
+// Keys is the engine's key space.
+func (e *Engine) Keys() keys.Space { return e.keys }
+
+// skuInfo caches what never changes after a SKU is created.
+type skuInfo struct {
+	name     string
+	segments int
+	// refillBatch is what an order that finds no stock in this process's
+	// segments moves from the pool at once (the policy as first read).
+	refillBatch int64
+	// perUserLimit is the SKU's per-user limit (0: none), fixed at creation.
+	perUserLimit int64
+}
+
+type placeID struct {
+	sku   string
+	place Place
+}
+
+// sku returns what never changes about a SKU, from the cache or etcd.
+func (e *Engine) sku(ctx context.Context, name string) (*skuInfo, error) {
+	e.mu.Lock()
+	info := e.skus[name]
+	e.mu.Unlock()
+	if info != nil {
+		return info, nil
+	}
+	meta, _, err := e.Meta(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	info = &skuInfo{name: name, segments: meta.Segments, refillBatch: meta.RefillBatch, perUserLimit: meta.PerUserLimit}
+	e.mu.Lock()
+	e.skus[name] = info
+	e.mu.Unlock()
+	return info, nil
+}
+
+// Meta reads sku's meta record and its mod revision. A SKU still being
+// created is ErrUnknownSKU.
+func (e *Engine) Meta(ctx context.Context, sku string) (Meta, int64, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return Meta{}, 0, err
+	}
+	key := e.keys.Meta(sku)
+	resp, err := e.kv.Get(ctx, key)
+	if err != nil {
+		return Meta{}, 0, fmt.Errorf("read meta of %s: %w", sku, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Meta{}, 0, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
+	}
+	meta, err := DecodeMeta(key, resp.Kvs[0].Value)
+	if err != nil {
+		return Meta{}, 0, err
+	}
+	if meta.Creating {
+		return Meta{}, 0, fmt.Errorf("%w %q: its creation has not completed", ErrUnknownSKU, sku)
+	}
+	return meta, resp.Kvs[0].ModRevision, nil
+}
+
+// SKUs lists the SKUs whose creation has completed, in name order.
+func (e *Engine) SKUs(ctx context.Context) ([]string, error) {
+	resp, err := e.kv.Get(ctx, e.keys.MetaPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list SKUs: %w", err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		name, err := e.keys.ParseMeta(string(kv.Key))
+		if err != nil {
+			continue
+		}
+		if m, err := DecodeMeta(string(kv.Key), kv.Value); err == nil && !m.Creating {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// commitMove sends a move's transaction the way group commits are sent: on
+// the engine's own context (ended only by Close), bounded by the commit
+// timeout, never on the caller's. A move whose Txn was sent and then
+// abandoned might have committed unseen, and its caller (the rebalancer)
+// would neither report it nor know the books changed; waiting for the
+// answer keeps "an error means nothing moved" true except when etcd itself
+// cannot be reached.
+func (e *Engine) commitMove(ctx context.Context, commit func(context.Context) (*clientv3.TxnResponse, error)) (*clientv3.TxnResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // not sent: nothing moved
+	}
+	cctx, cancel := context.WithTimeout(e.bg.Ctx(), e.cfg.CommitTimeout)
+	defer cancel()
+	return commit(cctx)
+}
+
+// checkFence reports ErrFenced if the fence compares fail now.
+func (e *Engine) checkFence(ctx context.Context, fence []clientv3.Cmp) error {
+	if len(fence) == 0 {
+		return nil
+	}
+	resp, err := e.kv.Txn(ctx).If(fence...).Commit()
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return ErrFenced
+	}
+	return nil
+}

@@ -1,0 +1,105 @@
+package segments
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Stock errors. Each is wrapped with the SKU (and order) it concerns; test
+// for them with errors.Is. The coordinator package re-exports them.
+var (
+	// ErrInsufficientStock: at one etcd revision the SKU's pool and segments
+	// together held less than the quantity asked for. The error is an
+	// *InsufficientStockError carrying that revision and what remained.
+	ErrInsufficientStock = errors.New("insufficient stock")
+	// ErrUnknownSKU: the SKU has not been created.
+	ErrUnknownSKU = errors.New("unknown SKU")
+	// ErrOrderNotFound: no allocation was made with this order ID.
+	ErrOrderNotFound = errors.New("order not found")
+	// ErrConflict: the SKU already exists, or the order ID was already used
+	// with a different SKU or quantity.
+	ErrConflict = errors.New("conflict")
+	// ErrExpired: the reservation reached its deadline unconfirmed and its
+	// units went back (or go back in the same call). The error is an
+	// *ExpiredError.
+	ErrExpired = errors.New("reservation expired")
+	// ErrLimitExceeded: the order would take its buyer past the SKU's
+	// per-user limit. Nothing was deducted. The error is a
+	// *LimitExceededError.
+	ErrLimitExceeded = errors.New("per-user limit exceeded")
+	// ErrFenced is returned by a move whose caller-supplied fence compare
+	// failed: for the rebalancer, it lost its leadership. Nothing was moved.
+	ErrFenced = errors.New("coordinator: fence compare failed")
+)
+
+// errContention: a commit kept failing its compares (inboxes deposited into
+// while it absorbed them, a stale cache) for maxCommitAttempts attempts.
+var errContention = errors.New("coordinator: commit kept failing its compares; retry")
+
+// maxCommitAttempts bounds how often one commit is retried after a compare
+// failed for a reason that calls for re-reading.
+const maxCommitAttempts = 8
+
+// ExpiredError is the error of a call on a reservation that expired.
+type ExpiredError struct {
+	SKU      string
+	Order    string
+	Deadline time.Time
+	// Revision is the revision at which the reservation expired (0 if not
+	// known).
+	Revision int64
+}
+
+func (e *ExpiredError) Error() string {
+	return fmt.Sprintf("%s order %q: %v at %s (revision %d)", e.SKU, e.Order, ErrExpired, e.Deadline.Format(time.RFC3339Nano), e.Revision)
+}
+
+// Is makes errors.Is(err, ErrExpired) true.
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// LimitExceededError is the error of an order refused by a SKU's per-user
+// limit: the buyer held Held units at Revision (0 when the order alone is
+// over the limit and nothing was read), and Held + Want > Limit.
+type LimitExceededError struct {
+	SKU      string
+	Buyer    string
+	Limit    int64
+	Held     int64
+	Want     int64
+	Revision int64
+}
+
+func (e *LimitExceededError) Error() string {
+	return fmt.Sprintf("%s buyer %q: %v: holds %d, wants %d more, limit %d (revision %d)",
+		e.SKU, e.Buyer, ErrLimitExceeded, e.Held, e.Want, e.Limit, e.Revision)
+}
+
+// Is makes errors.Is(err, ErrLimitExceeded) true.
+func (e *LimitExceededError) Is(target error) bool { return target == ErrLimitExceeded }
+
+// InsufficientStockError is the error of an allocation refused for lack of
+// stock. The refusal is true at Revision: at that revision the pool and all
+// segments together held Remaining < Want.
+type InsufficientStockError struct {
+	SKU       string
+	Want      int64
+	Remaining int64
+	Revision  int64
+}
+
+func (e *InsufficientStockError) Error() string {
+	return fmt.Sprintf("%s: %v: want %d, have %d at revision %d", e.SKU, ErrInsufficientStock, e.Want, e.Remaining, e.Revision)
+}
+
+// Is makes errors.Is(err, ErrInsufficientStock) true.
+func (e *InsufficientStockError) Is(target error) bool { return target == ErrInsufficientStock }
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+package segments
+
+import (
+	"context"
+)
+
+// grow takes one more segment while this process holds less than its
+// share ⌈N/M⌉ (rung 4 of the ladder): a free one (home first) at once, or,
+// below ⌊N/M⌋ with none free, by queueing in the background for a segment
+// of a process over ⌈N/M⌉ (claimTarget), for at most 4 × TenureMaxHold +
+// ClaimWait. It reports whether it took a segment now.
+func (s *seller) grow(ctx context.Context, home int) bool {
+	s.growMu.Lock()
+	defer s.growMu.Unlock()
+	self := s.self()
+	held := s.heldCount()
+	s.mu.Lock()
+	lo, hi := shareOf(s.view, self)
+	if held >= hi {
+		s.mu.Unlock()
+		return false
+	}
+	var free []int
+	owners := map[int64][]int{} // lease → segments it holds
+	for _, i := range s.order(home) {
+		if own, _ := s.qs[i].Tenure(); own != nil {
+			continue
+		}
+		if len(s.view[i]) == 0 {
+			free = append(free, i)
+			continue
+		}
+		if holder := holderOf(s.view[i]); holder != self {
+			owners[holder] = append(owners[holder], i)
+		}
+	}
+	claim := -1
+	if len(free) == 0 && !s.claiming {
+		claim = claimTarget(owners, held, lo, hi)
+		s.claiming = claim >= 0
+	}
+	s.mu.Unlock()
+
+	for _, i := range free[:min(len(free), 3)] {
+		h, err := s.acquire(ctx, s.qs[i], true)
+		if err != nil {
+			continue // taken meanwhile
+		}
+		_ = h.Unlock(s.e.bg.Ctx()) // kept as an idle tenure
+		return true
+	}
+	if claim >= 0 {
+		q := s.qs[claim]
+		s.e.bg.Go(func(bg context.Context) {
+			defer func() {
+				s.mu.Lock()
+				s.claiming = false
+				s.mu.Unlock()
+				s.wakeHead()
+			}()
+			cctx, cancel := context.WithTimeout(bg, 4*s.e.cfg.TenureMaxHold+s.e.cfg.ClaimWait)
+			defer cancel()
+			if h, err := s.acquire(cctx, q, false); err == nil {
+				_ = h.Unlock(s.e.bg.Ctx())
+			}
+		})
+	}
+	return false
+}

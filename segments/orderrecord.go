@@ -1,0 +1,100 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// replay answers a request whose order ID is already claimed (idx is the
+// claim): the first result if the SKU and quantity match, ErrConflict if
+// not.
+func (e *Engine) replay(ctx context.Context, req *allocReq, idx *mvccpb.KeyValue) (*Allocation, error) {
+	owner := string(idx.Value)
+	if owner != req.sku.name {
+		return nil, fmt.Errorf("%w: order ID %q was already used for SKU %q", ErrConflict, req.order, owner)
+	}
+	o, kv, err := e.readOrder(ctx, owner, req.order)
+	if err != nil {
+		return nil, err
+	}
+	if o.Qty != req.qty {
+		return nil, fmt.Errorf("%w: order %q was already applied with qty %d, not %d", ErrConflict, req.order, o.Qty, req.qty)
+	}
+	if reservation := o.State != ""; reservation != (req.ttl > 0) {
+		what := "a plain allocation"
+		if reservation {
+			what = "a reservation"
+		}
+		return nil, fmt.Errorf("%w: order %q was already applied as %s", ErrConflict, req.order, what)
+	}
+	if o.Buyer != req.buyer {
+		return nil, fmt.Errorf("%w: order %q was already applied for buyer %q, not %q", ErrConflict, req.order, o.Buyer, req.buyer)
+	}
+	return &Allocation{
+		SKU: o.SKU, Order: o.ID, Qty: o.Qty, Parts: o.Parts,
+		Revision: kv.CreateRevision, Replayed: true, Released: o.Released,
+		State: o.State, Deadline: o.Deadline, Buyer: o.Buyer,
+	}, nil
+}
+
+// readOrder reads and decodes an order record.
+func (e *Engine) readOrder(ctx context.Context, sku, order string) (Order, *mvccpb.KeyValue, error) {
+	key := e.keys.Order(sku, order)
+	resp, err := e.kv.Get(ctx, key)
+	if err != nil {
+		return Order{}, nil, fmt.Errorf("read order: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Order{}, nil, fmt.Errorf("%w: %q", ErrOrderNotFound, order)
+	}
+	o, err := DecodeOrder(key, resp.Kvs[0].Value)
+	if err != nil {
+		return Order{}, nil, err
+	}
+	if o.SKU != sku || o.ID != order {
+		return Order{}, nil, &CorruptError{Key: key, Value: resp.Kvs[0].Value,
+			Err: fmt.Errorf("record names SKU %q order %q", o.SKU, o.ID)}
+	}
+	return o, resp.Kvs[0], nil
+}
+
+// orderAbsent is the compare that makes an allocation apply once per order ID.
+func (e *Engine) orderAbsent(order string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(e.keys.OrderID(order)), "=", 0)
+}
+
+// orderPuts are the writes that record an allocation: the global claim of
+// the order ID and the order record under its SKU.
+//
+// A reservation's deadline is taken here, from this process's clock as the
+// commit is built (the transaction is sent right after): the sweeper and
+// Confirm judge it by their own clocks, so a skew between hosts lengthens
+// or shortens a reservation by that skew, never more. Its index key is put
+// in the same transaction, so every live reservation has one.
+func (e *Engine) orderPuts(req *allocReq, parts []Part) []clientv3.Op {
+	now := time.Now().UTC()
+	rec := Order{SKU: req.sku.name, ID: req.order, Qty: req.qty, Parts: parts, Created: now,
+		Buyer: req.buyer, UserCounted: req.userKey != ""}
+	ops := []clientv3.Op{
+		clientv3.OpPut(e.keys.OrderID(req.order), req.sku.name),
+	}
+	if req.ttl > 0 {
+		req.deadline = now.Add(req.ttl)
+		rec.State, rec.Deadline = StateReserved, req.deadline
+		ops = append(ops, clientv3.OpPut(e.keys.Reservation(req.sku.name, req.deadline.UnixNano(), req.order),
+			EncodeCounter(req.qty)))
+	}
+	return append(ops, clientv3.OpPut(e.keys.Order(req.sku.name, req.order), EncodeOrder(rec)))
+}
+
+func (e *Engine) allocation(req *allocReq, parts []Part, rev int64) *Allocation {
+	a := &Allocation{SKU: req.sku.name, Order: req.order, Qty: req.qty, Parts: parts, Revision: rev, Buyer: req.buyer}
+	if req.ttl > 0 {
+		a.State, a.Deadline = StateReserved, req.deadline
+	}
+	return a
+}

@@ -1,0 +1,263 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/lock"
+)
+
+// placeState is this process's view of one place (a SKU's pool or one of
+// its segments): a cache of its counter and inbox, and the units reserved
+// by orders of this process whose commits are pending.
+//
+// Who writes what: a counter (the pool's or a segment's) is written only by
+// the holder of its place's lock; a segment's inbox is written by anyone
+// (refills, releases) under a compare of its revision, only ever growing,
+// and emptied only by the segment's lock holder when it absorbs it.
+//
+// So the cache is valid only under the etcd lock key it was filled under
+// (token, the key's create revision): while this process holds that key,
+// nobody else writes the counter, so the cache is exact; its inbox is a
+// lower bound. Every write still compares the
+// counter's (and an absorbed inbox's) ModRevision, so a stale cache can
+// cost a retry, never a wrong write.
+//
+// Reservations are what make pipelined commits safe: an order reserves its
+// units before its business step and keeps them until its commit resolves,
+// so the next order on the place sees the stock as it will be once every
+// pending commit lands (a lower bound), and never plans with units a
+// predecessor will take.
+type placeState struct {
+	sku   string
+	place Place
+	key   string // the counter
+	inKey string // the inbox; "" for the pool
+
+	loadMu sync.Mutex // one load of the cache at a time
+
+	mu       sync.Mutex
+	token    int64 // fencing token the cache was filled under; 0 = none
+	value    int64 // the counter as last committed
+	modRev   int64
+	inKnown  bool
+	inbox    int64 // the inbox as last read or written by this process
+	inMod    int64
+	reserved int64 // units reserved under token, not yet committed
+	pending  int   // reservations not yet resolved, under token
+	stale    bool  // a commit's outcome is unknown: load before the next
+	frozen   bool  // a direct write is waiting for pending commits to end
+	quiet    chan struct{}
+}
+
+// placeState returns the cache of a place, made on first use.
+func (e *Engine) placeState(sku string, p Place) *placeState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	id := placeID{sku, p}
+	st := e.places[id]
+	if st == nil {
+		st = &placeState{sku: sku, place: p, key: e.counterKey(sku, p)}
+		if !p.IsPool() {
+			st.inKey = e.keys.Inbox(sku, p.Index())
+		}
+		e.places[id] = st
+	}
+	return st
+}
+
+func (e *Engine) counterKey(sku string, p Place) string {
+	if p.IsPool() {
+		return e.keys.Pool(sku)
+	}
+	return e.keys.Segment(sku, p.Index())
+}
+
+func (e *Engine) placeLock(sku string, p Place) string {
+	if p.IsPool() {
+		return e.keys.PoolLock(sku)
+	}
+	return e.keys.SegmentLock(sku, p.Index())
+}
+
+// ensure makes the cache valid under own (the caller holds own's key, as a
+// hold or a tenure): it reads the counter and inbox if the cache was filled
+// under another key, or if a commit's outcome is unknown.
+func (st *placeState) ensure(ctx context.Context, e *Engine, own *lock.Ownership) error {
+	// Create revisions grow with every new key: a cache filled under a
+	// newer key than own means own is gone, and must not be loaded back
+	// (that would drop the newer key's reservations).
+	check := func() (bool, error) {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		if st.token > own.Rev() {
+			return false, lock.ErrLost
+		}
+		return st.token == own.Rev() && !st.stale, nil
+	}
+	if ok, err := check(); ok || err != nil {
+		return err
+	}
+	st.loadMu.Lock()
+	defer st.loadMu.Unlock()
+	if ok, err := check(); ok || err != nil {
+		return err
+	}
+	ops := []clientv3.Op{clientv3.OpGet(st.key)}
+	if st.inKey != "" {
+		ops = append(ops, clientv3.OpGet(st.inKey))
+	}
+	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", st.key, err)
+	}
+	v, mod, err := decodeCounterKV(st.key, resp.Responses[0].GetResponseRange())
+	if err != nil {
+		return err
+	}
+	var in, inMod int64
+	if st.inKey != "" {
+		if in, inMod, err = decodeCounterKV(st.inKey, resp.Responses[1].GetResponseRange()); err != nil {
+			return err
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token > own.Rev() {
+		return lock.ErrLost
+	}
+	if st.token != own.Rev() {
+		// Reservations made under an older key belong to orders whose
+		// commits fail (the key is gone); they do not count here.
+		st.reserved, st.pending = 0, 0
+	}
+	st.token, st.value, st.modRev, st.stale = own.Rev(), v, mod, false
+	st.inKnown, st.inbox, st.inMod = st.inKey != "", in, inMod
+	return nil
+}
+
+// seeInboxLocked records the inbox as read (or written) at revision mod.
+// Readers and writers race the committer's absorptions, so a value older
+// than the cache's is ignored: applying it would count absorbed units twice.
+func (st *placeState) seeInboxLocked(in, mod int64) {
+	if !st.inKnown || mod >= st.inMod {
+		st.inKnown, st.inbox, st.inMod = true, in, mod
+	}
+}
+
+// availLocked is what the place can still promise: counter plus known
+// inbox, less what is reserved.
+func (st *placeState) availLocked() int64 {
+	a := st.value - st.reserved
+	if st.inKnown {
+		a += st.inbox
+	}
+	return a
+}
+
+// reserve sets qty aside for an order under own, if the place has it and
+// the cache is valid under own. The reservation ends with unreserve (the
+// order failed) or settle (it committed).
+func (st *placeState) reserve(own *lock.Ownership, qty int64) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token != own.Rev() || st.stale || st.frozen || st.availLocked() < qty {
+		return false
+	}
+	st.reserved += qty
+	st.pending++
+	return true
+}
+
+// unreserve gives back a reservation whose order was not committed.
+func (st *placeState) unreserve(own *lock.Ownership, qty int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token != own.Rev() {
+		return
+	}
+	st.reserved -= qty
+	st.pending--
+	st.quietLocked()
+}
+
+// settle records a commit of take units (n reservations) under own at
+// revision rev: the counter is now value, and the inbox was absorbed (set to
+// 0) if absorbed.
+func (st *placeState) settle(own *lock.Ownership, take int64, n int, value, rev int64, absorbed bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token != own.Rev() {
+		return
+	}
+	st.value, st.modRev = value, rev
+	if absorbed {
+		st.inbox, st.inMod = 0, rev
+	}
+	st.reserved -= take
+	st.pending -= n
+	st.quietLocked()
+}
+
+func (st *placeState) quietLocked() {
+	if st.frozen && st.pending == 0 && st.quiet != nil {
+		close(st.quiet)
+		st.quiet = nil
+	}
+}
+
+// quiesce stops new reservations under own and waits until the pending ones
+// have resolved, so that a direct write of the counter (a drain) does not
+// race the commits of orders that already ran their step. thaw undoes it.
+func (st *placeState) quiesce(ctx context.Context, own *lock.Ownership) error {
+	st.mu.Lock()
+	if st.token != own.Rev() || st.pending == 0 {
+		st.frozen = st.token == own.Rev()
+		st.mu.Unlock()
+		return nil
+	}
+	st.frozen = true
+	if st.quiet == nil {
+		st.quiet = make(chan struct{})
+	}
+	quiet := st.quiet
+	st.mu.Unlock()
+	select {
+	case <-quiet:
+		return nil
+	case <-ctx.Done():
+		st.thaw()
+		return context.Cause(ctx)
+	}
+}
+
+func (st *placeState) thaw() {
+	st.mu.Lock()
+	st.frozen = false
+	st.mu.Unlock()
+}
+
+// invalidate drops the cache after a failed compare or an unknown outcome.
+func (st *placeState) invalidate() {
+	st.mu.Lock()
+	st.stale = true
+	st.mu.Unlock()
+}
+
+// decodeCounterKV decodes a counter read with a Get; a missing key is 0
+// (counters are created by their first write).
+func decodeCounterKV(key string, r *pb.RangeResponse) (value, modRev int64, err error) {
+	kvs := r.GetKvs()
+	if len(kvs) == 0 {
+		return 0, 0, nil
+	}
+	v, err := DecodeCounter(key, kvs[0].Value)
+	if err != nil {
+		return 0, 0, err
+	}
+	return v, kvs[0].ModRevision, nil
+}

@@ -1,0 +1,270 @@
+package segments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/stockctl/stockctl/internal/background"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Release returns an order's stock to the places it came from and marks the
+// order released, in one transaction: a segment's units go to its inbox
+// (which counts as the segment's stock at once, see Refill), the pool's to
+// the pool. It takes no segment lock (only a segment's lock holder writes
+// its counter, and anyone may add to its inbox), so it never waits for, nor
+// disturbs, the processes selling from those segments; it takes the pool's
+// lock only for an order that took from the pool. The transaction commits
+// only if the order record and every key it adds to are as read. Releasing again reports
+// Released false and returns nothing; an order that was never allocated is
+// ErrOrderNotFound. The order ID stays used: allocating it again replays the
+// (released) first result.
+//
+// A live reservation can be released (as Cancel does); a confirmed one too
+// (a paid order returned). A reservation that expired is *ExpiredError: its
+// units went back already. Units counted against a buyer's per-user limit
+// are taken off the buyer's counter in the same transaction.
+func (e *Engine) Release(ctx context.Context, sku, order string) (out *Released, outErr error) {
+	defer func() { e.metrics.released("release", sku, out, outErr) }()
+	if err := firstErr(ValidateSKU(sku), ValidateOrderID(order)); err != nil {
+		return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
+	}
+	info, err := e.sku(ctx, sku)
+	if err != nil {
+		return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
+	}
+	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
+		r, retry, err := e.releaseOnce(ctx, info, order)
+		if err != nil {
+			return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
+		}
+		if !retry {
+			return r, nil
+		}
+		if err := returnBackoff(ctx, attempt); err != nil {
+			return nil, fmt.Errorf("release %s order %q: %w", sku, order, err)
+		}
+	}
+	return nil, fmt.Errorf("release %s order %q: %w", sku, order, errContention)
+}
+
+func (e *Engine) releaseOnce(ctx context.Context, info *skuInfo, order string) (r *Released, retry bool, err error) {
+	return e.returnOnce(ctx, info, order, retRelease, time.Time{}, nil)
+}
+
+// returnKind says why an order's units go back.
+type returnKind int
+
+const (
+	retRelease returnKind = iota // Release: any active order
+	retCancel                    // Cancel: a live reservation only
+	retExpire                    // the sweep or a late Confirm: a reservation past its deadline
+)
+
+// errNotDue is returnOnce's answer, in retExpire, for an order that is not a
+// live reservation past its deadline at now: nothing was done.
+var errNotDue = errors.New("coordinator: not a reservation due for expiry")
+
+// returnOnce reads order and, if kind allows it (returnVerdict), returns
+// its units and marks it (released, or expired) in one transaction that
+// compares the order record's revision, every counter it adds to, and
+// fence: so two callers (a sweep and a Confirm, two sweeping leaders) can
+// never both return it. The same transaction deletes a live reservation's
+// index key and takes the units off the buyer's counter when they were
+// counted there. retry means a compare failed: read again.
+func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, kind returnKind, now time.Time, fence []clientv3.Cmp) (r *Released, retry bool, err error) {
+	o, kv, err := e.readOrder(ctx, info.name, order)
+	if err != nil {
+		return nil, false, err
+	}
+	r = &Released{SKU: o.SKU, Order: o.ID, Qty: o.Qty, Parts: o.Parts, Revision: kv.ModRevision, State: o.State, Buyer: o.Buyer}
+	if proceed, err := returnVerdict(kind, o, kv.ModRevision, now); !proceed {
+		if err != nil && !errors.Is(err, errNotDue) {
+			return nil, false, err
+		}
+		return r, false, err
+	}
+	targets, err := e.returnTargets(info, o, kv)
+	if err != nil {
+		return nil, false, err
+	}
+	var poolCmps []clientv3.Cmp
+	if targets.has(e.keys.Pool(info.name)) {
+		hp, err := e.lockPlace(ctx, info.name, Pool, -1)
+		if err != nil {
+			return nil, false, err
+		}
+		defer hp.unlock()
+		poolCmps = append(poolCmps, hp.h.IsOwner())
+		defer hp.invalidate() // the pool changes under this lock, not through its cache
+	}
+	cmps, ops, userKey, err := e.returnOps(ctx, info, o, kv, targets)
+	if err != nil {
+		return nil, false, err
+	}
+	cmps = append(append(poolCmps, fence...), cmps...)
+	if kind == retExpire {
+		o.State = StateExpired
+	} else {
+		o.Released = true
+	}
+	ops = append(ops, clientv3.OpPut(string(kv.Key), EncodeOrder(o)))
+	send := func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	}
+	var resp *clientv3.TxnResponse
+	if kind == retExpire {
+		// As a rebalancer's move: never abandoned once sent.
+		resp, err = e.commitMove(ctx, send)
+	} else {
+		resp, err = send(ctx)
+	}
+	if userKey != "" {
+		e.users.forget(userKey) // the committer reads it again
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if !resp.Succeeded {
+		if len(fence) > 0 {
+			if err := e.checkFence(ctx, fence); err != nil {
+				return nil, false, err
+			}
+		}
+		// The order or a counter changed, or the pool's lock was lost:
+		// read again.
+		return nil, true, nil
+	}
+	r.Released, r.Revision, r.State = true, resp.Header.Revision, o.State
+	return r, false, nil
+}
+
+// returnVerdict says whether an order read at revision rev may be returned
+// by kind now. When it may not, err is the answer (ErrConflict, an
+// *ExpiredError, errNotDue), or nil for an order already released (the
+// caller reports it as such).
+func returnVerdict(kind returnKind, o Order, rev int64, now time.Time) (proceed bool, err error) {
+	expired := &ExpiredError{SKU: o.SKU, Order: o.ID, Deadline: o.Deadline, Revision: rev}
+	switch kind {
+	case retRelease:
+		if o.State == StateExpired {
+			return false, expired
+		}
+		if o.Released {
+			return false, nil
+		}
+	case retCancel:
+		switch {
+		case o.State == "":
+			return false, fmt.Errorf("%w: order %q is a plain allocation, not a reservation (use release)", ErrConflict, o.ID)
+		case o.State == StateConfirmed:
+			return false, fmt.Errorf("%w: reservation %q was confirmed; a paid order is returned by release", ErrConflict, o.ID)
+		case o.State == StateExpired:
+			return false, expired
+		case o.Released:
+			return false, nil
+		}
+	case retExpire:
+		if !o.Reserved() || now.Before(o.Deadline) {
+			return false, errNotDue
+		}
+	}
+	return true, nil
+}
+
+// returnTo is where an order's units go back: each counter key (a
+// segment's inbox, or the pool) and how many, in the order first named.
+type returnTo struct {
+	keys []string
+	give map[string]int64
+}
+
+func (t returnTo) has(key string) bool { _, ok := t.give[key]; return ok }
+
+// returnTargets works out where o's parts go back to.
+func (e *Engine) returnTargets(info *skuInfo, o Order, kv *mvccpb.KeyValue) (returnTo, error) {
+	t := returnTo{give: map[string]int64{}}
+	for _, p := range o.Parts {
+		if p.Place.Index() >= info.segments {
+			return t, &CorruptError{Key: string(kv.Key), Value: kv.Value,
+				Err: fmt.Errorf("part from %v of a SKU with %d segments", p.Place, info.segments)}
+		}
+		key := e.keys.Pool(info.name)
+		if !p.Place.IsPool() {
+			key = e.keys.Inbox(info.name, p.Place.Index())
+		}
+		if !t.has(key) {
+			t.keys = append(t.keys, key)
+		}
+		t.give[key] += p.Qty
+	}
+	return t, nil
+}
+
+// returnOps reads the counters a return of o changes and builds its
+// compares (the order record's revision, each counter's) and writes (the
+// counters, the buyer's counter, the reservation's index key); the order
+// record's own write is the caller's. userKey is the buyer's counter, when
+// the order was counted there.
+func (e *Engine) returnOps(ctx context.Context, info *skuInfo, o Order, kv *mvccpb.KeyValue, t returnTo) (cmps []clientv3.Cmp, ops []clientv3.Op, userKey string, err error) {
+	reads := make([]clientv3.Op, len(t.keys), len(t.keys)+1)
+	for i, key := range t.keys {
+		reads[i] = clientv3.OpGet(key)
+	}
+	if o.UserCounted {
+		userKey = e.keys.User(info.name, o.Buyer)
+		reads = append(reads, clientv3.OpGet(userKey))
+	}
+	cur, err := e.kv.Txn(ctx).Then(reads...).Commit()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}
+	for i, key := range t.keys {
+		v, mod, err := decodeCounterKV(key, cur.Responses[i].GetResponseRange())
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if v+t.give[key] > MaxTotal {
+			return nil, nil, "", fmt.Errorf("%w: returning %d to %s would exceed the maximum", ErrCorrupt, t.give[key], key)
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", mod))
+		ops = append(ops, clientv3.OpPut(key, EncodeCounter(v+t.give[key])))
+	}
+	if userKey != "" {
+		v, mod, err := decodeCounterKV(userKey, cur.Responses[len(t.keys)].GetResponseRange())
+		if err != nil {
+			return nil, nil, "", err
+		}
+		if v < o.Qty {
+			return nil, nil, "", fmt.Errorf("%w: buyer counter %s holds %d, less than order %q's %d", ErrCorrupt, userKey, v, o.ID, o.Qty)
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(userKey), "=", mod))
+		if v == o.Qty {
+			ops = append(ops, clientv3.OpDelete(userKey))
+		} else {
+			ops = append(ops, clientv3.OpPut(userKey, EncodeCounter(v-o.Qty)))
+		}
+	}
+	if o.State == StateReserved {
+		ops = append(ops, clientv3.OpDelete(e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID)))
+	}
+	return cmps, ops, userKey, nil
+}
+
+// returnBackoff waits before attempt+1 of a return whose compares failed: a
+// random pause, doubling with each attempt (at most 64 ms), so that returns
+// to one segment's inbox from many callers at once (releases, cancels) do
+// not keep failing each other's compares in lockstep. It returns ctx's
+// cause if ctx ends first.
+func returnBackoff(ctx context.Context, attempt int) error {
+	d := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+	if !background.Sleep(ctx, d) {
+		return context.Cause(ctx)
+	}
+	return nil
+}

@@ -1,0 +1,199 @@
+package segments
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stockctl/stockctl/internal/lock"
+)
+
+// Ownership-affine selling. Stock in segments is fungible: an order's route
+// key names a preferred (home) segment, but this process serves it from
+// any segment whose lock it already holds. A process keeps a segment's
+// lock across orders (a tenure, see internal/lock/retained.go), so an order costs no lock
+// round trip at all: it takes the segment's local slot, reserves its units,
+// runs its step, hands its deduction to the committer and frees the slot.
+//
+// How many segments a process holds is settled between the processes
+// through the lock keys themselves, which every seller watches:
+//   - a process selling a SKU grows, while its orders wait for a slot or
+//     find no stock in what it holds, up to its fair share ⌈N/M⌉ of the N
+//     segments (M: the processes holding or waiting for the SKU's segment
+//     locks), taking free segments first;
+//   - one below ⌊N/M⌋ with no free segment left queues for a segment of a
+//     process over ⌈N/M⌉;
+//   - a process yields a segment another process waits for at once when it
+//     is over its share or the segment is idle, and otherwise within
+//     TenureMaxHold (plus the step in progress and its commit): no process
+//     waits longer than that for a segment;
+//   - a segment unused for TenureIdle is given back.
+// In a steady sale every process holds its share and nobody waits in etcd.
+
+//
+// The seller's files: seller.go (the seller and its state), sellerview.go
+// (the watch of the lock keys and the yield policy applied to it), share.go
+// (the fair-share policy itself, pure), slots.go (step orders' local FIFO),
+// local.go (rungs 1 to 4 of the ladder), pull.go and grow.go (rungs 2 to 4).
+//
+// Lock order: seller.mu may be held while taking a lock.Queue's mutex (the
+// queues' Tenure), never the other way round (a queue calls wakeHead without
+// its mutex); a placeState's mutex is taken alone.
+
+// lockKey is one waiter key of a place's lock, as the watch saw it.
+type lockKey struct {
+	rev   int64 // create revision
+	lease int64
+}
+
+// seller sells one SKU in this process. It lives until the coordinator
+// closes and keeps a reference on every segment's lock queue.
+type seller struct {
+	e   *Engine
+	sku *skuInfo
+	qs  []*lock.Queue
+	sts []*placeState
+
+	growMu sync.Mutex // one growth at a time
+	pullMu sync.Mutex // one pull from the pool at a time
+
+	mu       sync.Mutex
+	view     []map[string]lockKey // per segment: waiter key → what it is
+	viewed   chan struct{}        // closed once the view was first read
+	waiters  list.List            // *slotWaiter, oldest first: orders with a step
+	claiming bool                 // a queued claim of another process's segment runs
+	timers   map[int]*time.Timer  // contended segments kept for now
+}
+
+// slotWaiter is an order with a step waiting for a free slot.
+type slotWaiter struct {
+	elem *list.Element
+	wake chan struct{} // buffered: a signal is never lost
+}
+
+// seller returns the SKU's seller, starting it on first use.
+func (e *Engine) seller(info *skuInfo) (*seller, error) {
+	e.mu.Lock()
+	s := e.sellers[info.name]
+	e.mu.Unlock()
+	if s != nil {
+		return s, nil
+	}
+	s = &seller{e: e, sku: info, viewed: make(chan struct{}), timers: map[int]*time.Timer{}}
+	for i := range info.segments {
+		q, err := e.locks.Queue(e.keys.SegmentLock(info.name, i), lock.KindSegment)
+		if err != nil {
+			for _, q := range s.qs {
+				e.locks.Unref(q)
+			}
+			return nil, err
+		}
+		s.qs = append(s.qs, q)
+		s.sts = append(s.sts, e.placeState(info.name, Segment(i)))
+		s.view = append(s.view, map[string]lockKey{})
+	}
+	e.mu.Lock()
+	if old := e.sellers[info.name]; old != nil {
+		e.mu.Unlock()
+		for _, q := range s.qs {
+			e.locks.Unref(q)
+		}
+		return old, nil
+	}
+	e.sellers[info.name] = s
+	e.mu.Unlock()
+	for _, q := range s.qs {
+		q.SetRetain(s.wakeHead)
+	}
+	e.bg.Go(s.watch)
+	return s, nil
+}
+
+// heldCount counts the segments this process holds (and is not giving up).
+func (s *seller) heldCount() int {
+	n := 0
+	for _, q := range s.qs {
+		if own, _ := q.Tenure(); own != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// self is the lease of this process's session (0 when there is none).
+func (s *seller) self() int64 { return s.e.locks.Lease() }
+
+// takeIdle and acquire take a hold on one of the seller's queues, with the
+// queue reference that the hold's unlock gives back.
+func (s *seller) takeIdle(q *lock.Queue) *lock.Hold {
+	s.e.locks.Ref(q)
+	h := q.TakeIdle()
+	if h == nil {
+		s.e.locks.Unref(q)
+	}
+	return h
+}
+
+func (s *seller) acquire(ctx context.Context, q *lock.Queue, noWait bool) (*lock.Hold, error) {
+	s.e.locks.Ref(q)
+	h, err := q.Acquire(ctx, noWait)
+	if err != nil {
+		s.e.locks.Unref(q)
+	}
+	return h, err
+}
+
+// order is the order in which segments are tried: home, then the others
+// in ring order.
+func (s *seller) order(home int) []int {
+	n := len(s.qs)
+	out := make([]int, n)
+	for k := range n {
+		out[k] = (home + k) % n
+	}
+	return out
+}
+
+// HeldSegments lists the segments of sku whose locks this process holds
+// now (its tenures), in index order; nil if it never sold sku.
+func (e *Engine) HeldSegments(sku string) []int {
+	e.mu.Lock()
+	s := e.sellers[sku]
+	e.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	var out []int
+	for i, q := range s.qs {
+		if own, _ := q.Tenure(); own != nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// DescribeSeller describes this process's seller of sku: per segment its
+// lock queue and cache, then its waiting orders and view (for tests and
+// debugging).
+func (e *Engine) DescribeSeller(sku string) string {
+	e.mu.Lock()
+	s := e.sellers[sku]
+	e.mu.Unlock()
+	if s == nil {
+		return "no seller"
+	}
+	out := ""
+	for i := range s.qs {
+		st := s.sts[i]
+		st.mu.Lock()
+		out += fmt.Sprintf("\nseg %d: %s | token %d value %d inbox %d/%v reserved %d pending %d stale %v", i,
+			e.locks.Describe(e.keys.SegmentLock(sku, i)), st.token, st.value, st.inbox, st.inKnown, st.reserved, st.pending, st.stale)
+		st.mu.Unlock()
+	}
+	s.mu.Lock()
+	out += fmt.Sprintf("\nwaiters %d claiming %v view %v self %x", s.waiters.Len(), s.claiming, s.view, s.self())
+	s.mu.Unlock()
+	return out
+}

@@ -1,0 +1,103 @@
+package service
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/segments"
+)
+
+// Conversions from the coordinator's results to the API's messages, and
+// of the API's durations to Go's.
+
+func parts(ps []segments.Part) []*stockctlv1.Part {
+	out := make([]*stockctlv1.Part, len(ps))
+	for i, p := range ps {
+		out[i] = &stockctlv1.Part{Place: p.Place.String(), Qty: p.Qty}
+	}
+	return out
+}
+
+func orderState(s segments.OrderState) stockctlv1.OrderState {
+	switch s {
+	case "":
+		return stockctlv1.OrderState_ORDER_STATE_ALLOCATED
+	case segments.StateReserved:
+		return stockctlv1.OrderState_ORDER_STATE_RESERVED
+	case segments.StateConfirmed:
+		return stockctlv1.OrderState_ORDER_STATE_CONFIRMED
+	case segments.StateExpired:
+		return stockctlv1.OrderState_ORDER_STATE_EXPIRED
+	}
+	return stockctlv1.OrderState_ORDER_STATE_UNSPECIFIED
+}
+
+func stockStatus(st *coordinator.Status) *stockctlv1.StockStatus {
+	out := &stockctlv1.StockStatus{
+		Sku:          st.SKU,
+		Total:        st.Total,
+		Pool:         st.Pool,
+		Remaining:    st.Remaining(),
+		Allocated:    st.Allocated,
+		Reserved:     st.Reserved,
+		Reservations: st.Reservations,
+		Orders:       st.Orders,
+		Revision:     st.Revision,
+		Segments:     make([]*stockctlv1.SegmentStatus, len(st.Segments)),
+		LowWatermark: st.Meta.LowWatermark,
+		RefillBatch:  st.Meta.RefillBatch,
+		PerUserLimit: st.Meta.PerUserLimit,
+		CreateTime:   timestamp(st.Meta.Created),
+	}
+	for i, seg := range st.Segments {
+		out.Segments[i] = &stockctlv1.SegmentStatus{Index: int32(seg.Index), Remaining: seg.Remaining, Inbox: seg.Inbox}
+	}
+	if p := st.Rebalancer; p != nil {
+		out.Rebalancer = &stockctlv1.RebalancerPass{
+			Leader: p.Leader, Time: timestamp(p.At), Moves: int32(p.Moves), Moved: p.Moved,
+			Revision: p.Revision, TotalMoves: int32(p.TotalMoves), TotalMoved: p.TotalMoved,
+		}
+	}
+	return out
+}
+
+func auditResponse(r *coordinator.AuditReport) *stockctlv1.AuditResponse {
+	return &stockctlv1.AuditResponse{
+		Sku: r.SKU, Ok: r.OK, Revision: r.Revision, Total: r.Total, Pool: r.Pool, Segments: r.Segments,
+		Allocated: r.Allocated, Reserved: r.Reserved, Confirmed: r.Confirmed, Orders: r.Orders,
+		ReleasedOrders: r.ReleasedOrders, ExpiredOrders: r.ExpiredOrders, Buyers: r.Buyers,
+		Problems: r.Problems,
+	}
+}
+
+// duration converts an optional duration field: set is false when the
+// field is absent. A malformed value (out of range, or seconds and nanos of
+// opposite signs) is an invalid field.
+func duration(field string, d *durationpb.Duration) (v time.Duration, set bool, err error) {
+	if d == nil {
+		return 0, false, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, true, badField(field, err.Error())
+	}
+	return d.AsDuration(), true, nil
+}
+
+// boundedDuration is an optional duration field with a default and
+// bounds.
+func boundedDuration(field string, d *durationpb.Duration, def, lo, hi time.Duration) (time.Duration, error) {
+	v, set, err := duration(field, d)
+	if err != nil {
+		return 0, err
+	}
+	if !set {
+		return def, nil
+	}
+	if v < lo || v > hi {
+		return 0, badField(field, "must be between "+lo.String()+" and "+hi.String()+", got "+v.String())
+	}
+	return v, nil
+}

@@ -1,0 +1,79 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+)
+
+// healthChecker answers grpc.health.v1 for the whole server ("") and for
+// each service: SERVING while the server is not shutting down and its etcd
+// connection is up, else NOT_SERVING, so that a load balancer takes a
+// server that cannot reach etcd (or is stopping) out of rotation.
+type healthChecker struct{ s *Server }
+
+func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	switch req.Service {
+	case "", stockctlv1connect.StockServiceName, stockctlv1connect.LockServiceName:
+	default:
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("unknown service %q", req.Service))
+	}
+	if h.s.isClosing() || !h.s.etcdConnected() {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+}
+
+// etcdConnected reports whether the coordinator's etcd connection is up
+// (or idle, which the next call wakes).
+func (s *Server) etcdConnected() bool {
+	conn := s.c.Client().ActiveConnection()
+	if conn == nil {
+		return true
+	}
+	st := conn.GetState()
+	return st == connectivity.Ready || st == connectivity.Idle
+}
+
+// etcdReady waits until the coordinator's etcd connection is ready, for at
+// most Config.EtcdWait and at most half of what is left of ctx's deadline,
+// so that a caller hears UNAVAILABLE (errEtcdUnavailable) in time rather
+// than its own deadline. A connection that is up costs one atomic read.
+//
+// It is a gate at the start of a call, not a guarantee: etcd can go away
+// during the call, which then ends with an etcd error or the deadline.
+func (s *Server) etcdReady(ctx context.Context) error {
+	conn := s.c.Client().ActiveConnection()
+	if conn == nil {
+		return nil
+	}
+	st := conn.GetState()
+	if st == connectivity.Ready {
+		return nil
+	}
+	wait := s.cfg.EtcdWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for st != connectivity.Ready {
+		if st == connectivity.Idle {
+			conn.Connect()
+		}
+		if st == connectivity.Shutdown || !conn.WaitForStateChange(wctx, st) {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("%w: the connection stayed %s for %v", errEtcdUnavailable, st, wait.Round(time.Millisecond))
+		}
+		st = conn.GetState()
+	}
+	return nil
+}
