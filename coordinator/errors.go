@@ -56,6 +56,13 @@ var (
 	// per-user limit. Nothing was deducted. The error is a
 	// *LimitExceededError.
 	ErrLimitExceeded = segments.ErrLimitExceeded
+	// ErrContention: a write kept failing its compares because the keys it
+	// depends on kept moving (other processes writing the same buyer's
+	// counter, many releases into one segment at once), for as long as the
+	// call's ctx allowed or a few dozen attempts. Nothing was written:
+	// retrying under the same order ID is safe. Contention on stockctl's
+	// own keys is retried inside first, so this is rare.
+	ErrContention = segments.ErrContention
 )
 
 // InsufficientStockError is the error of an allocation refused for lack of

@@ -59,8 +59,11 @@ func (p commitPart) cancel() {
 
 // commitReq is one order handed to the committer.
 type commitReq struct {
-	req      *allocReq
-	parts    []commitPart
+	req   *allocReq
+	parts []commitPart
+	// ctx is the caller's: a request refused by a compare (nothing
+	// deducted) is sent again while it lasts, up to maxCommitAttempts.
+	ctx      context.Context
 	attempts int
 	done     chan struct{} // closed once res is set
 	res      placeResult
@@ -84,8 +87,8 @@ func (r *commitReq) wait(ctx context.Context) placeResult {
 
 // submit hands parts of req to the committer; the caller waits on the
 // returned request.
-func (e *Engine) submit(req *allocReq, parts []commitPart) *commitReq {
-	cr := &commitReq{req: req, parts: parts, done: make(chan struct{})}
+func (e *Engine) submit(ctx context.Context, req *allocReq, parts []commitPart) *commitReq {
+	cr := &commitReq{req: req, parts: parts, ctx: ctx, done: make(chan struct{})}
 	e.commits.Submit(cr)
 	return cr
 }
@@ -115,6 +118,14 @@ func (e *Engine) commitGroup(bg context.Context, batch []*commitReq) (deferred [
 	ctx, cancel := context.WithTimeout(bg, e.cfg.CommitTimeout)
 	defer cancel()
 	for len(batch) > 0 {
+		if err := ctx.Err(); err != nil {
+			// The commit timeout passed while planning (etcd slow or
+			// unreachable): nothing of these was committed.
+			for _, cr := range batch {
+				cr.finish(failed(fmt.Errorf("commit did not get through within %v, nothing deducted: %w", e.cfg.CommitTimeout, err)))
+			}
+			return
+		}
 		var users []*batchUser
 		if users, batch = e.planUsers(ctx, batch); len(batch) == 0 {
 			return
@@ -130,9 +141,11 @@ func (e *Engine) commitGroup(bg context.Context, batch []*commitReq) (deferred [
 			case cr.touches(places, func(bp *batchPlace) bool { return bp.err != nil }):
 				cr.finish(failed(cr.placeErr(places)))
 			case cr.touches(places, func(bp *batchPlace) bool { return bp.shortage }):
-				cr.finish(failed(fmt.Errorf("stock changed under the lock after the business step; nothing deducted: %w", errContention)))
+				cr.finish(failed(fmt.Errorf("stock changed under the lock after the business step; nothing deducted: %w", ErrContention)))
+			case cr.ctx.Err() != nil:
+				cr.finish(failed(fmt.Errorf("%w (its commit was refused by a compare and not sent again: nothing deducted)", context.Cause(cr.ctx))))
 			case cr.attempts >= maxCommitAttempts:
-				cr.finish(failed(errContention))
+				cr.finish(failed(fmt.Errorf("%d commits refused by compares, nothing deducted: %w", cr.attempts, ErrContention)))
 			default:
 				cr.attempts++
 				keep = append(keep, cr)
@@ -149,6 +162,13 @@ func (e *Engine) commitGroup(bg context.Context, batch []*commitReq) (deferred [
 			// adds to its buyers included it. Plan again.
 			continue
 		}
+		if absorbs := needAbsorb(order); len(absorbs) > 0 {
+			// Inboxes are absorbed in a transaction of their own, so that
+			// a release or a refill landing in one meanwhile fails only
+			// that, never the batch; then the batch is planned again.
+			e.absorb(ctx, absorbs)
+			continue
+		}
 
 		var cmps []clientv3.Cmp
 		var ops, diag []clientv3.Op
@@ -156,14 +176,7 @@ func (e *Engine) commitGroup(bg context.Context, batch []*commitReq) (deferred [
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(bp.own.Key()), "=", bp.own.Rev()),
 				clientv3.Compare(clientv3.ModRevision(bp.st.key), "=", bp.modRev))
 			ops = append(ops, clientv3.OpPut(bp.st.key, EncodeCounter(bp.value)))
-			if bp.absorb {
-				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(bp.st.inKey), "=", bp.inMod))
-				ops = append(ops, clientv3.OpPut(bp.st.inKey, EncodeCounter(0)))
-			}
-			diag = append(diag, clientv3.OpGet(bp.own.Key()), clientv3.OpGet(bp.st.key))
-			if bp.st.inKey != "" {
-				diag = append(diag, clientv3.OpGet(bp.st.inKey))
-			}
+			diag = append(diag, clientv3.OpGet(bp.own.Key(), clientv3.WithKeysOnly()))
 		}
 		partsOf := make([][]Part, len(batch))
 		for i, cr := range batch {
@@ -195,7 +208,7 @@ func (e *Engine) commitGroup(bg context.Context, batch []*commitReq) (deferred [
 		if resp.Succeeded {
 			rev := resp.Header.Revision
 			for _, bp := range order {
-				bp.st.settle(bp.own, bp.take, bp.n, bp.value, rev, bp.absorb)
+				bp.st.settle(bp.own, bp.take, bp.n, bp.value, rev)
 			}
 			e.settleUsers(users, rev, nil)
 			for i, cr := range batch {
@@ -208,7 +221,9 @@ func (e *Engine) commitGroup(bg context.Context, batch []*commitReq) (deferred [
 		}
 		tail := resp.Responses[len(resp.Responses)-len(users):]
 		e.settleUsers(users, 0, tail)
-		batch = e.diagnose(ctx, batch, order, resp.Responses)
+		var held []*batchPlace
+		batch, held = e.diagnose(ctx, batch, order, resp.Responses)
+		e.refreshPlaces(ctx, held)
 		if hot := changedUsers(users, tail); len(hot) > 0 {
 			var cool, later []*commitReq
 			for _, cr := range batch {

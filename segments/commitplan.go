@@ -7,11 +7,14 @@ import (
 	"github.com/stockctl/stockctl/internal/lock"
 )
 
-// Per order, a transaction needs one compare, two puts and one read in its
-// Else; per place at most three compares, two puts and three reads.
+// Per order, a transaction needs one compare (its ID unused), two puts (the
+// ID's claim, the record) and one read in its Else (the claim); per place
+// two compares (the lock's key, the counter's revision), one put (the
+// counter) and one read (the lock's key). Inboxes are absorbed apart
+// (absorb.go).
 const (
 	orderCmps, orderPuts, orderGets = 1, 2, 1
-	placeCmps, placePuts, placeGets = 3, 2, 3
+	placeCmps, placePuts, placeGets = 2, 1, 1
 )
 
 // selectOrders is the committer's batch selection (the batcher's Select).

@@ -45,8 +45,8 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	for i := range 100 {
 		queue = append(queue, order(fmt.Sprint("o", i), p.part(1)))
 	}
-	// One place: 3 compares, 2 puts and 3 reads, plus per order 1, 2 and
-	// 1: the puts bound it, 2n + 2 <= 128.
+	// One place: 2 compares, 1 put and 1 read, plus per order 1, 2 and
+	// 1: the puts bound it, 2n + 1 <= 128.
 	batch, rest := selectOrders(queue, 128)
 	if len(batch) != 63 || len(rest) != 37 {
 		t.Fatalf("one place: %d in the batch, %d left; want 63, 37", len(batch), len(rest))
@@ -54,13 +54,14 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	if batch[0].req.order != "o0" || rest[0].req.order != "o63" {
 		t.Errorf("not in arrival order: batch starts %s, rest %s", batch[0].req.order, rest[0].req.order)
 	}
-	// A place per order: each costs 4 compares, 4 puts and 4 reads.
+	// A place per order (many SKUs): each costs 3 compares, 3 puts and 2
+	// reads.
 	queue = queue[:0]
 	for i := range 100 {
 		queue = append(queue, order(fmt.Sprint("o", i), newTestPlace(i, 10, 0).part(1)))
 	}
-	if batch, _ := selectOrders(queue, 128); len(batch) != 32 {
-		t.Errorf("a place per order: %d in the batch; want 32", len(batch))
+	if batch, _ := selectOrders(queue, 128); len(batch) != 42 {
+		t.Errorf("a place per order: %d in the batch; want 42", len(batch))
 	}
 	// Reservations put their index key; buyers add a compare, a put and a
 	// read once per buyer.
@@ -72,11 +73,11 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 		queue = append(queue, cr)
 	}
 	if batch, _ := selectOrders(queue, 128); len(batch) != 41 {
-		t.Errorf("reservations of two buyers: %d in the batch; want 41 (3n + 2 + 2 puts <= 128)", len(batch))
+		t.Errorf("reservations of two buyers: %d in the batch; want 41 (3n + 1 + 2 puts <= 128)", len(batch))
 	}
 	// The first request goes whatever its size.
 	var big []commitPart
-	for i := range 50 { // 151 compares
+	for i := range 70 { // 141 compares
 		big = append(big, newTestPlace(i, 10, 0).part(1))
 	}
 	if batch, _ := selectOrders([]*commitReq{order("big", big...), order("next", q.part(1))}, 128); len(batch) != 1 || batch[0].req.order != "big" {
@@ -164,21 +165,19 @@ func TestDiagnose(t *testing.T) {
 	a, b := order("a", ps[0]), order("b", ps[1])
 	_, planned := e.planBatch(t.Context(), []*commitReq{a, b})
 	// The Else reads, in the order the batch was built: per place its lock
-	// key, counter and inbox; per order its ID's claim. Place 0 is still
-	// ours, its counter moved on (a drain of ours elsewhere) and its inbox
-	// grew; place 1's key is gone.
+	// key, per order its ID's claim. Place 0 is still ours; place 1's key
+	// is gone.
 	rs := []*pb.ResponseOp{
 		kvs(&mvccpb.KeyValue{Key: []byte(held.own.Key()), CreateRevision: held.own.Rev()}),
-		kvs(&mvccpb.KeyValue{Key: []byte(held.st.key), Value: []byte(EncodeCounter(7)), ModRevision: 20}),
-		kvs(&mvccpb.KeyValue{Key: []byte(held.st.inKey), Value: []byte(EncodeCounter(3)), ModRevision: 21}),
-		kvs(),
-		kvs(&mvccpb.KeyValue{Key: []byte(gone.st.key), Value: []byte(EncodeCounter(10)), ModRevision: 10}),
 		kvs(),
 		kvs(), kvs(),
 	}
-	again := e.diagnose(t.Context(), []*commitReq{a, b}, planned, rs)
+	again, stillHeld := e.diagnose(t.Context(), []*commitReq{a, b}, planned, rs)
 	if len(again) != 1 || again[0] != a {
 		t.Fatalf("%d sent again; want order a alone", len(again))
+	}
+	if len(stillHeld) != 1 || stillHeld[0].st != held.st {
+		t.Errorf("%d places to read again; want place 0 alone", len(stillHeld))
 	}
 	select {
 	case <-b.done:
@@ -188,9 +187,45 @@ func TestDiagnose(t *testing.T) {
 	default:
 		t.Error("order b on a lost place was not answered")
 	}
-	held.st.mu.Lock()
-	defer held.st.mu.Unlock()
-	if held.st.value != 7 || held.st.modRev != 20 || held.st.inbox != 3 || held.st.inMod != 21 {
-		t.Errorf("cache not refreshed from the Else reads: value %d@%d inbox %d@%d", held.st.value, held.st.modRev, held.st.inbox, held.st.inMod)
+}
+
+// A refused batch's places are read again from a pair of Gets each (only
+// the counter for the pool).
+func TestRefreshFrom(t *testing.T) {
+	e := testEngine(t)
+	seg := newTestPlace(0, 10, 0)
+	pool := newTestPlace(1, 10, 0)
+	pool.st.inKey, pool.st.inKnown = "", false
+	rs := []*pb.ResponseOp{
+		kvs(&mvccpb.KeyValue{Key: []byte(seg.st.key), Value: []byte(EncodeCounter(7)), ModRevision: 20}),
+		kvs(&mvccpb.KeyValue{Key: []byte(seg.st.inKey), Value: []byte(EncodeCounter(3)), ModRevision: 21}),
+		kvs(&mvccpb.KeyValue{Key: []byte(pool.st.key), Value: []byte(EncodeCounter(40)), ModRevision: 22}),
+	}
+	e.refreshFrom([]*batchPlace{{st: seg.st, own: seg.own}, {st: pool.st, own: pool.own}}, rs)
+	if seg.st.value != 7 || seg.st.modRev != 20 || seg.st.inbox != 3 || seg.st.inMod != 21 {
+		t.Errorf("segment cache not refreshed: value %d@%d inbox %d@%d", seg.st.value, seg.st.modRev, seg.st.inbox, seg.st.inMod)
+	}
+	if pool.st.value != 40 || pool.st.modRev != 22 {
+		t.Errorf("pool cache not refreshed: value %d@%d", pool.st.value, pool.st.modRev)
+	}
+}
+
+// An absorb's answer can arrive after a refill's that landed later in the
+// inbox it emptied: the cache takes the counter the absorb wrote, and keeps
+// the newer deposit (before this, it added the deposit to the counter and
+// dropped it from the inbox, and the next commit lost the absorbed units).
+func TestAbsorbedKeepsALaterDeposit(t *testing.T) {
+	p := newTestPlace(0, 4, 6) // counter 4 @10, inbox 6 @11
+	p.st.mu.Lock()
+	p.st.seeInboxLocked(5, 31) // a refill at revision 31 put 5 into the emptied inbox
+	p.st.mu.Unlock()
+	p.st.absorbed(p.own, 10, 30) // the absorb at revision 30: counter 4 + 6
+	if p.st.value != 10 || p.st.modRev != 30 || p.st.inbox != 5 || p.st.inMod != 31 {
+		t.Errorf("cache after the absorb: counter %d@%d inbox %d@%d; want 10@30 and 5@31", p.st.value, p.st.modRev, p.st.inbox, p.st.inMod)
+	}
+	q := newTestPlace(1, 4, 6)
+	q.st.absorbed(q.own, 10, 30)
+	if q.st.value != 10 || q.st.inbox != 0 || q.st.inMod != 30 {
+		t.Errorf("cache after a plain absorb: counter %d inbox %d@%d; want 10, 0@30", q.st.value, q.st.inbox, q.st.inMod)
 	}
 }

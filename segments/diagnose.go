@@ -10,42 +10,23 @@ import (
 	"github.com/stockctl/stockctl/internal/lock"
 )
 
-// diagnose reads a failed batch's Else branch: it answers the requests
-// whose place's lock is gone or whose order ID was used, refreshes the
-// caches, and returns the requests to send again.
-func (e *Engine) diagnose(ctx context.Context, batch []*commitReq, order []*batchPlace, rs []*pb.ResponseOp) []*commitReq {
+// diagnose reads a failed batch's Else branch (each place's lock key, then
+// each order's ID): it answers the requests whose place's lock is gone
+// (ErrLost, nothing deducted) or whose order ID was used (a replay), and
+// returns the requests to send again and the places still held, whose
+// counters and inboxes the caller reads again (a refused batch may have
+// planned on a cache that moved).
+func (e *Engine) diagnose(ctx context.Context, batch []*commitReq, order []*batchPlace, rs []*pb.ResponseOp) (again []*commitReq, held []*batchPlace) {
 	i := 0
 	next := func() []*mvccpb.KeyValue { r := rs[i]; i++; return r.GetResponseRange().GetKvs() }
 	lost := map[*placeState]bool{}
 	for _, bp := range order {
-		lockKV, counterKV := next(), next()
-		var inKV []*mvccpb.KeyValue
-		if bp.st.inKey != "" {
-			inKV = next()
-		}
-		if len(lockKV) == 0 || lockKV[0].CreateRevision != bp.own.Rev() {
+		if lockKV := next(); len(lockKV) == 0 || lockKV[0].CreateRevision != bp.own.Rev() {
 			lost[bp.st] = true
 			bp.q.Lose(bp.own, lock.ErrLost)
 			continue
 		}
-		st := bp.st
-		value, mod, err := decodeCounterKV(st.key, &pb.RangeResponse{Kvs: counterKV})
-		in, inMod, inErr := int64(0), int64(0), error(nil)
-		if st.inKey != "" {
-			in, inMod, inErr = decodeCounterKV(st.inKey, &pb.RangeResponse{Kvs: inKV})
-		}
-		st.mu.Lock()
-		if st.token == bp.own.Rev() {
-			if err != nil || inErr != nil {
-				st.stale = true
-			} else {
-				st.value, st.modRev = value, mod
-				if st.inKey != "" {
-					st.seeInboxLocked(in, inMod)
-				}
-			}
-		}
-		st.mu.Unlock()
+		held = append(held, bp)
 	}
 	rest := batch[:0:0]
 	for _, cr := range batch {
@@ -65,7 +46,7 @@ func (e *Engine) diagnose(ctx context.Context, batch []*commitReq, order []*batc
 			}
 		}
 	}
-	return rest
+	return rest, held
 }
 
 // commitOutcome labels a group commit's round trip for the metrics.

@@ -63,6 +63,7 @@ type Engine struct {
 	commits  batch.Batcher[*commitReq]
 	users    userCache // buyers' counters (per-user limits), as the committer knows them
 	confirms batch.Batcher[*confirmReq]
+	looks    batch.Batcher[*lookReq]
 }
 
 // NewEngine returns an engine making its calls through kv (the client's KV
@@ -89,6 +90,8 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
 	e.confirms = batch.Batcher[*confirmReq]{Go: bg.Go, Select: e.selectConfirms, Commit: e.commitConfirms,
 		Fail: func(r *confirmReq) { r.answer(0, lock.ErrClosed) }}
+	e.looks = batch.Batcher[*lookReq]{Parallel: lookParallel, Go: bg.Go, Select: e.selectLooks, Commit: e.readLooks,
+		Fail: func(r *lookReq) { r.err = lock.ErrClosed; close(r.done) }}
 	if e.metrics != nil {
 		e.metrics.status = e.Status
 		e.metrics.bgCtx = bg.Ctx

@@ -33,13 +33,22 @@ var (
 	ErrFenced = errors.New("coordinator: fence compare failed")
 )
 
-// errContention: a commit kept failing its compares (inboxes deposited into
-// while it absorbed them, a stale cache) for maxCommitAttempts attempts.
-var errContention = errors.New("coordinator: commit kept failing its compares; retry")
+// ErrContention: a write kept failing its compares because the keys it
+// reads moved under it (for a return, releases and refills of the same
+// inbox; for an order, a buyer's counter written by other processes, or
+// stock that changed under the lock after the business step), for as long
+// as the caller's ctx allowed or maxCommitAttempts times. Nothing was
+// written; a retry under the same order ID is safe. It is rare: contention
+// on stockctl's own keys is retried inside first.
+var ErrContention = errors.New("coordinator: commit kept failing its compares; retry")
+
+// errContention is ErrContention, for the code that predates its export.
+var errContention = ErrContention
 
 // maxCommitAttempts bounds how often one commit is retried after a compare
-// failed for a reason that calls for re-reading.
-const maxCommitAttempts = 8
+// failed for a reason that calls for re-reading, when the caller's ctx has
+// no deadline sooner.
+const maxCommitAttempts = 64
 
 // ExpiredError is the error of a call on a reservation that expired.
 type ExpiredError struct {

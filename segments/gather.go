@@ -24,7 +24,9 @@ func (e *Engine) tryPlace(ctx context.Context, req *allocReq, p Place, wait time
 // gatherers can never wait for each other in a cycle, until the locked
 // places hold qty together, and takes from them in one transaction. A place
 // found empty is released at once: a gatherer only ever waits while holding
-// places that contribute, and only lower ones.
+// places that contribute, and only lower ones. Each lock is waited for at
+// most FallbackWait: a gather that cannot get one lets go of all (resBusy)
+// and the order looks again.
 func (e *Engine) gather(ctx context.Context, req *allocReq, snap *snapshot) placeResult {
 	var held []*heldPlace
 	defer func() {
@@ -34,7 +36,7 @@ func (e *Engine) gather(ctx context.Context, req *allocReq, snap *snapshot) plac
 	}()
 	var sum int64
 	for _, p := range snap.withStock() {
-		hp, err := e.lockPlace(ctx, req.sku.name, p, -1)
+		hp, err := e.lockPlace(ctx, req.sku.name, p, e.cfg.FallbackWait)
 		if err != nil {
 			return lockFailure(err)
 		}

@@ -9,9 +9,54 @@ import (
 // below ⌊N/M⌋ with none free, by queueing in the background for a segment
 // of a process over ⌈N/M⌉ (claimTarget), for at most 4 × TenureMaxHold +
 // ClaimWait. It reports whether it took a segment now.
-func (s *seller) grow(ctx context.Context, home int) bool {
-	s.growMu.Lock()
-	defer s.growMu.Unlock()
+func (s *seller) grow(ctx context.Context, home int) bool { return s.growWhere(ctx, home, nil) }
+
+// growInto is rung 4 of the ladder: grow, into a free segment that snap saw
+// holding at least qty.
+func (s *seller) growInto(ctx context.Context, home int, snap *snapshot, qty int64) bool {
+	return s.growWhere(ctx, home, func(i int) bool { return snap.segs[i] >= qty })
+}
+
+// heldByOthers reports whether every place of ps is a segment another
+// process holds (as this seller's view has it).
+func (s *seller) heldByOthers(ps []Place) bool {
+	self := s.self()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range ps {
+		if p.IsPool() {
+			return false
+		}
+		if h := holderOf(s.view[p.Index()]); h == 0 || h == self {
+			return false
+		}
+	}
+	return true
+}
+
+// growWhere is grow taking free segments only where want (nil: any).
+func (s *seller) growWhere(ctx context.Context, home int, want func(i int) bool) bool {
+	// One growth at a time per seller; an order that finds one running
+	// waits for it rather than queue for another (each is a lock round
+	// trip), and then looks at its segments again.
+	s.mu.Lock()
+	if running := s.growing; running != nil {
+		s.mu.Unlock()
+		select {
+		case <-running:
+		case <-ctx.Done():
+		}
+		return true
+	}
+	done := make(chan struct{})
+	s.growing = done
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.growing = nil
+		s.mu.Unlock()
+		close(done)
+	}()
 	self := s.self()
 	held := s.heldCount()
 	s.mu.Lock()
@@ -27,7 +72,9 @@ func (s *seller) grow(ctx context.Context, home int) bool {
 			continue
 		}
 		if len(s.view[i]) == 0 {
-			free = append(free, i)
+			if want == nil || want(i) {
+				free = append(free, i)
+			}
 			continue
 		}
 		if holder := holderOf(s.view[i]); holder != self {

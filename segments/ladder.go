@@ -8,35 +8,45 @@ import (
 )
 
 // The ladder. An order looks for its stock in this order, cheapest first,
-// and stops at the first rung that serves it:
+// and stops at the first rung that serves, refuses or fails it:
 //
-//  1. held:    a segment this process holds (a tenure): no lock round trip,
+//  1. held:  a segment this process holds (a tenure): no lock round trip,
 //     its units reserved in the segment's cache (a step order takes a free
 //     slot there, slots.go; a plain order needs none, local.go).
-//  2. inboxes: the held segments' inboxes read now; refills and releases
-//     land there (pull.go).
-//  3. pull:    stock moved from the pool into a held segment's inbox, in a
-//     short move under the pool's lock (pull.go).
-//  4. grow:    one more segment, within the fair share (grow.go).
-//  5. whole:   the whole SKU read at one revision (snapshot.go): a replay if
-//     the order ID was used meanwhile, a refusal if the SKU holds too little
-//     in all, else the places that hold the quantity alone.
-//  6. places:  each of those in turn (gather.go): the pool by a pull into a
-//     held segment (rung 3 again), and for an order without a step under
-//     the pool's own lock; a segment under its lock, waited for at most
-//     FallbackWait.
-//  7. gather:  several places at once, locked in the global order and taken
-//     from in one transaction (gather.go).
+//  2. look:  the whole SKU at one revision no older than the order's start,
+//     read once for every order of this process that looks at the same
+//     moment (look.go). A replay if the order ID was used meanwhile; a
+//     refusal if the SKU holds too little in all (this is where a sold-out
+//     SKU's orders end, without a lock or a wait); else the inboxes of the
+//     held segments, as read, go into their caches (refills and releases
+//     land there) and the order goes back to rung 1 if they hold it now.
+//  3. pull:  when the look saw stock in the pool, some of it is moved into a
+//     held segment's inbox in a short move under the pool's lock (pull.go).
+//  4. grow:  one more segment within the fair share: a free one the look saw
+//     holding the quantity (grow.go).
+//  5. whole: the places that hold the quantity alone, as the look saw them
+//     (gather.go): the pool by a pull into a held segment, and for an order
+//     without a step under the pool's own lock; a segment under its lock,
+//     waited for at most FallbackWait; when the stock is only in segments
+//     other processes hold, a fresh look first, twice, for they sell it.
+//  6. gather: several places at once, locked in the global order and taken
+//     from in one transaction, each lock waited for at most FallbackWait.
 //
 // Rungs 2 to 4 send the order back to rung 1 when they found stock (only
-// the oldest waiting step order climbs them, the others wait for it); rung 7
-// finding too little sends it back to rung 5, the stock having moved. An
-// order whose lock was lost (nothing deducted) starts again at rung 1, at
-// most maxLostRetries times, unless its step already ran.
+// the oldest waiting step order climbs them, the others wait for it); rungs
+// 5 and 6 finding too little send it back to a fresh look, the stock having
+// moved. An order whose lock was lost (nothing deducted) starts again at
+// rung 1, at most maxLostRetries times, unless its step already ran.
 
 // maxLostRetries bounds how often one allocation starts over after a lost
 // lock or session (each start-over deducted nothing).
 const maxLostRetries = 3
+
+// maxRelooks is how many fresh looks an order takes, at rung 5, while the
+// stock it needs is only in segments other processes hold, before it waits
+// for one of their locks: those processes are selling it, and a look is
+// far cheaper than a lock handoff.
+const maxRelooks = 2
 
 // sell is the one path of an order: down the ladder until a rung serves,
 // refuses or fails it.
@@ -71,88 +81,107 @@ func (e *Engine) sell(ctx context.Context, req *allocReq, home int) (*Allocation
 			lostRetries++
 			r = s.serve(ctx, req, home)
 		default: // resShort, resBusy
-			r = e.whole(ctx, s, req, home) // rungs 5 to 7
+			r = e.whole(ctx, s, req, home, r.snap) // rungs 5 and 6
 		}
 	}
 }
 
-// whole is rungs 5 to 7: the whole SKU at one revision, then the places
-// that hold the quantity alone, then a gather.
-func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int) placeResult {
-	if err := context.Cause(ctx); err != nil {
-		return failed(err)
-	}
-	snap, err := e.snapshot(ctx, req.sku, req.order)
-	if err != nil {
-		return failed(err)
-	}
-	if snap.orderKV != nil {
-		return result(e.replay(ctx, req, snap.orderKV))
-	}
-	if snap.total() < req.qty {
-		return failed(&InsufficientStockError{SKU: req.sku.name, Want: req.qty, Remaining: snap.total(), Revision: snap.rev})
-	}
-	for _, p := range snap.candidates(req.qty, home) {
-		if p.IsPool() {
-			// The pool is moved into a segment this process holds and sold
-			// there; a step order does not wait for the pool's lock here.
-			ok, err := s.pullFromPool(ctx, req.qty, home)
-			if err != nil {
-				return failed(err)
+// whole is rungs 5 and 6: the places that hold the quantity alone, as snap
+// (the order's look, or nil for a fresh one) saw them, then a gather.
+func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, snap *snapshot) placeResult {
+	for relooks := 0; ; relooks++ {
+		if err := context.Cause(ctx); err != nil {
+			return failed(err)
+		}
+		if snap == nil {
+			var r placeResult
+			var final bool
+			if snap, r, final = s.lookAt(ctx, req); final {
+				return r
 			}
-			if ok {
-				if r := s.serve(ctx, req, home); r.kind != resShort {
-					return r
+		}
+		cands := snap.candidates(req.qty, home)
+		if relooks < maxRelooks && len(cands) > 0 && s.heldByOthers(cands) {
+			snap = nil
+			continue
+		}
+		for _, p := range cands {
+			if p.IsPool() {
+				// The pool is moved into a segment this process holds and
+				// sold there; a step order does not wait for the pool's
+				// lock here (only a gather may hold it through a step).
+				ok, err := s.pullFromPool(ctx, req.qty, home)
+				if err != nil {
+					return failed(err)
+				}
+				if ok {
+					if r := s.serve(ctx, req, home); r.kind != resShort {
+						return r
+					}
+				}
+				if req.step != nil {
+					continue
 				}
 			}
-			if req.step != nil {
-				continue
+			if r := e.tryPlace(ctx, req, p, e.cfg.FallbackWait); r.kind != resShort && r.kind != resBusy {
+				return r
 			}
 		}
-		if r := e.tryPlace(ctx, req, p, e.cfg.FallbackWait); r.kind != resShort && r.kind != resBusy {
-			return r
-		}
+		return e.gather(ctx, req, snap)
 	}
-	return e.gather(ctx, req, snap)
 }
 
 // rung names the dry rungs (2 to 4) for dryRungs.
 type rung int
 
 const (
-	rungInboxes rung = iota + 2
+	rungLook rung = iota + 2
 	rungPull
 	rungGrow
 )
 
 // rungActions is what the dry rungs do; the seller does it, tests fake it.
 type rungActions interface {
-	refreshInboxes(ctx context.Context, qty int64) (bool, error)
+	// lookAt takes a look: final means it answered the order (a refusal,
+	// a replay, an error); otherwise found says whether the held segments
+	// can now give the order's quantity.
+	lookAt(ctx context.Context, req *allocReq) (snap *snapshot, r placeResult, final bool)
+	heldCanGive(qty int64) bool
 	pullFromPool(ctx context.Context, qty int64, home int) (bool, error)
-	grow(ctx context.Context, home int) bool
+	growInto(ctx context.Context, home int, snap *snapshot, qty int64) bool
 }
 
 // dryRungs are rungs 2 to 4, each taken once per order, in turn, when no
 // held segment can give the order's quantity. The pool comes before other
 // segments so that a process stays within its share while the pool lasts.
-type dryRungs struct{ taken int }
+type dryRungs struct {
+	taken int
+	snap  *snapshot // the order's look, once taken
+}
 
 // climb takes the next dry rung. again means it found stock (back to rung
-// 1); otherwise the result is the order's failure, or, once all three found
-// nothing, resShort (on to the whole SKU).
-func (d *dryRungs) climb(ctx context.Context, a rungActions, qty int64, home int) (r placeResult, again bool) {
+// 1); otherwise the result answers the order (a refusal, a replay, a
+// failure), or, once all three found nothing, is resShort (on to rung 5,
+// carrying the look).
+func (d *dryRungs) climb(ctx context.Context, a rungActions, req *allocReq, home int) (r placeResult, again bool) {
 	for d.taken < 3 {
-		next := rungInboxes + rung(d.taken)
+		next := rungLook + rung(d.taken)
 		d.taken++
 		var ok bool
 		var err error
 		switch next {
-		case rungInboxes:
-			ok, err = a.refreshInboxes(ctx, qty)
+		case rungLook:
+			var final bool
+			if d.snap, r, final = a.lookAt(ctx, req); final {
+				return r, false
+			}
+			ok = a.heldCanGive(req.qty)
 		case rungPull:
-			ok, err = a.pullFromPool(ctx, qty, home)
+			if d.snap.pool > 0 {
+				ok, err = a.pullFromPool(ctx, req.qty, home)
+			}
 		case rungGrow:
-			ok = a.grow(ctx, home)
+			ok = a.growInto(ctx, home, d.snap, req.qty)
 		}
 		if err != nil {
 			return failed(err), false
@@ -161,7 +190,7 @@ func (d *dryRungs) climb(ctx context.Context, a rungActions, qty int64, home int
 			return placeResult{}, true
 		}
 	}
-	return placeResult{kind: resShort}, false
+	return placeResult{kind: resShort, snap: d.snap}, false
 }
 
 // resultKind is what trying one rung or place came to.
@@ -178,6 +207,7 @@ type placeResult struct {
 	kind  resultKind
 	alloc *Allocation
 	err   error
+	snap  *snapshot // resShort from the dry rungs: the order's look
 }
 
 func served(a *Allocation) placeResult { return placeResult{kind: resServed, alloc: a} }

@@ -51,12 +51,15 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 			own, _ := s.qs[best].Tenure()
 			if own != nil {
 				if part, ok := reservePart(s.qs[best], own, s.sts[best], req.qty); ok {
-					return s.e.submit(req, []commitPart{part}).wait(ctx)
+					return s.e.submit(ctx, req, []commitPart{part}).wait(ctx)
 				}
 			}
 			continue
 		}
-		if r, again := dry.climb(ctx, s, req.qty, home); !again {
+		s.climbing.Add(1)
+		r, again := dry.climb(ctx, s, req, home)
+		s.climbing.Add(-1)
+		if !again {
 			return r
 		}
 	}

@@ -186,21 +186,32 @@ func (st *placeState) unreserve(own *lock.Ownership, qty int64) {
 }
 
 // settle records a commit of take units (n reservations) under own at
-// revision rev: the counter is now value, and the inbox was absorbed (set to
-// 0) if absorbed.
-func (st *placeState) settle(own *lock.Ownership, take int64, n int, value, rev int64, absorbed bool) {
+// revision rev: the counter is now value.
+func (st *placeState) settle(own *lock.Ownership, take int64, n int, value, rev int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.token != own.Rev() {
 		return
 	}
 	st.value, st.modRev = value, rev
-	if absorbed {
-		st.inbox, st.inMod = 0, rev
-	}
 	st.reserved -= take
 	st.pending -= n
 	st.quietLocked()
+}
+
+// absorbed records an absorb under own at revision rev: the counter is now
+// value, and the inbox was emptied then. A deposit this process saw land
+// after rev (a refill's answer can overtake the absorb's) is kept.
+func (st *placeState) absorbed(own *lock.Ownership, value, rev int64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token != own.Rev() {
+		return
+	}
+	st.value, st.modRev = value, rev
+	if st.inMod <= rev {
+		st.inbox, st.inMod = 0, rev
+	}
 }
 
 func (st *placeState) quietLocked() {

@@ -8,76 +8,124 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// refreshInboxes reads the inboxes of the held segments; it reports whether
-// one of them can now give qty.
-func (s *seller) refreshInboxes(ctx context.Context, qty int64) (bool, error) {
-	var idx []int
-	var ops []clientv3.Op
-	for i, q := range s.qs {
-		if own, _ := q.Tenure(); own != nil {
-			idx = append(idx, i)
-			ops = append(ops, clientv3.OpGet(s.sts[i].inKey))
-		}
-	}
-	if len(ops) == 0 {
-		return false, nil
-	}
-	resp, err := s.e.kv.Txn(ctx).Then(ops...).Commit()
+// lookAt is rung 2 of the ladder: a look at the whole SKU, shared with the
+// other orders of this process that look at the same moment (look.go).
+// final means it answered the order: a replay when its ID was used, a
+// refusal when the SKU held too little in all at the look's revision, or
+// the read's error. Otherwise the held segments' inboxes, as read, go into
+// their caches.
+func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeResult, bool) {
+	snap, claim, err := s.e.look(ctx, s.sku, req.order)
 	if err != nil {
-		return false, fmt.Errorf("read inboxes: %w", err)
+		return nil, failed(err), true
 	}
-	found := false
-	for j, i := range idx {
-		st := s.sts[i]
-		in, inMod, err := decodeCounterKV(st.inKey, resp.Responses[j].GetResponseRange())
-		if err != nil {
-			return false, err
+	s.lastLook.Store(snap)
+	if claim != nil {
+		return snap, result(s.e.replay(ctx, req, claim)), true
+	}
+	if t := snap.total(); t < req.qty {
+		return snap, failed(&InsufficientStockError{SKU: s.sku.name, Want: req.qty, Remaining: t, Revision: snap.rev}), true
+	}
+	for i, q := range s.qs {
+		if own, _ := q.Tenure(); own == nil {
+			continue
 		}
+		st := s.sts[i]
 		st.mu.Lock()
 		if st.token != 0 {
-			st.seeInboxLocked(in, inMod)
+			st.seeInboxLocked(snap.inbox[i], snap.inMod[i])
 		}
-		found = found || (st.token != 0 && st.availLocked() >= qty)
 		st.mu.Unlock()
 	}
-	return found, nil
+	return snap, placeResult{}, false
+}
+
+// heldCanGive reports whether a held segment's cache can give qty now.
+func (s *seller) heldCanGive(qty int64) bool {
+	for i, q := range s.qs {
+		own, _ := q.Tenure()
+		if own == nil {
+			continue
+		}
+		st := s.sts[i]
+		st.mu.Lock()
+		ok := st.token == own.Rev() && !st.stale && st.availLocked() >= qty
+		st.mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// looksSoldOut reports whether this process's last look at the SKU saw
+// less than qty in all: a hint (never a refusal) that an order should look
+// first rather than queue for a slot.
+func (s *seller) looksSoldOut(qty int64) bool {
+	snap := s.lastLook.Load()
+	return snap != nil && snap.total() < qty
 }
 
 // pullFromPool moves stock from the pool into the inbox of a held segment
 // (home if held), enough for qty and at least a refill batch, in one short
 // transaction under the pool's lock (only a lock holder writes a counter),
 // so that an order never holds the pool through its step. One pull runs at
-// a time per seller; one that finds that another pull already brought
-// enough moves nothing. It reports whether the held segments can now give
-// qty.
+// a time per seller: an order that finds one running waits for it instead
+// of queueing for another (a storm of orders must not queue one pool-lock
+// round trip each), then reports whether the held segments can give qty;
+// a pull that finds that another pull already brought enough moves
+// nothing. It reports whether the held segments can now give qty.
 func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, error) {
-	s.pullMu.Lock()
-	defer s.pullMu.Unlock()
-	target := -1
-	for _, i := range s.order(home) {
-		own, _ := s.qs[i].Tenure()
-		if own == nil {
-			continue
+	s.mu.Lock()
+	if running := s.pulling; running != nil {
+		s.mu.Unlock()
+		select {
+		case <-running:
+			return s.heldCanGive(qty), nil
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
 		}
-		st := s.sts[i]
-		st.mu.Lock()
-		enough := st.token == own.Rev() && !st.stale && st.availLocked() >= qty
-		st.mu.Unlock()
-		if enough {
-			return true, nil // another pull (or a refill) got here first
-		}
-		if target < 0 {
-			target = i
+	}
+	done := make(chan struct{})
+	s.pulling = done
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.pulling = nil
+		s.mu.Unlock()
+		close(done)
+	}()
+	if s.heldCanGive(qty) {
+		return true, nil // another pull (or a refill) got here first
+	}
+	target := s.pullTarget(home)
+	if target < 0 && s.grow(ctx, home) {
+		// No segment held to pull into: take one (the pool's stock is
+		// sold from segments); it may hold enough by itself.
+		if target = s.pullTarget(home); target >= 0 {
+			if own, _ := s.qs[target].Tenure(); own != nil {
+				if err := s.sts[target].ensure(ctx, s.e, own); err != nil {
+					return false, err
+				}
+			}
+			if s.heldCanGive(qty) {
+				return true, nil
+			}
 		}
 	}
 	if target < 0 {
 		return false, nil
 	}
+	// Enough for the orders of this process that found their segments dry
+	// just now, not only this one: in a storm one pull, one pool-lock round
+	// trip, serves them all. Bounded, so that one process does not take
+	// what others' buyers are waiting for too.
+	want := max(qty, s.sku.refillBatch, min(s.climbing.Load()*qty, maxPullBatches*s.sku.refillBatch))
 	note := func(moved map[int]int64) []clientv3.Op {
 		rec := Pull{Segment: target, Qty: moved[target], Lease: fmt.Sprintf("%x", s.self()), At: time.Now().UTC()}
 		return []clientv3.Op{clientv3.OpPut(s.e.keys.Pull(s.sku.name), EncodePull(rec))}
 	}
-	moved, _, err := s.e.refill(ctx, s.sku.name, map[int]int64{target: max(qty, s.sku.refillBatch)}, 0, note, nil)
+	moved, _, err := s.e.refill(ctx, s.sku.name, map[int]int64{target: want}, 0, note, nil)
 	if err != nil {
 		return false, err
 	}
@@ -90,4 +138,18 @@ func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, e
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return o != nil && st.token == o.Rev() && st.availLocked() >= qty, nil
+}
+
+// maxPullBatches bounds a pull, in refill batches.
+const maxPullBatches = 8
+
+// pullTarget is the held segment a pull moves stock into: home if held,
+// else the first held in ring order; -1 when none is held.
+func (s *seller) pullTarget(home int) int {
+	for _, i := range s.order(home) {
+		if own, _ := s.qs[i].Tenure(); own != nil {
+			return i
+		}
+	}
+	return -1
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stockctl/stockctl/internal/lock"
@@ -56,15 +57,17 @@ type seller struct {
 	qs  []*lock.Queue
 	sts []*placeState
 
-	growMu sync.Mutex // one growth at a time
-	pullMu sync.Mutex // one pull from the pool at a time
-
 	mu       sync.Mutex
 	view     []map[string]lockKey // per segment: waiter key → what it is
 	viewed   chan struct{}        // closed once the view was first read
 	waiters  list.List            // *slotWaiter, oldest first: orders with a step
 	claiming bool                 // a queued claim of another process's segment runs
+	pulling  chan struct{}        // a pull from the pool runs; closed when it ends
+	growing  chan struct{}        // a growth runs; closed when it ends
 	timers   map[int]*time.Timer  // contended segments kept for now
+
+	lastLook atomic.Pointer[snapshot] // this process's last look at the SKU (a hint)
+	climbing atomic.Int64             // orders climbing the dry rungs now (a pull's size)
 }
 
 // slotWaiter is an order with a step waiting for a free slot.

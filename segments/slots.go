@@ -75,6 +75,14 @@ func (s *seller) pick(ctx context.Context, qty int64, home int) (*slot, pickStat
 // grow and otherwise waits to be woken (a slot freed, a segment taken or
 // given up).
 func (s *seller) serveStep(ctx context.Context, req *allocReq, home int) placeResult {
+	if s.looksSoldOut(req.qty) {
+		// The SKU looked sold out: look now, sharing the read with every
+		// other order that does, rather than queue for the FIFO's head to
+		// look for each order in turn.
+		if _, r, final := s.lookAt(ctx, req); final {
+			return r
+		}
+	}
 	w := &slotWaiter{wake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	w.elem = s.waiters.PushBack(w)
@@ -92,7 +100,10 @@ func (s *seller) serveStep(ctx context.Context, req *allocReq, home int) placeRe
 				return s.runSlot(ctx, req, sl)
 			}
 			if state == pickDry {
-				if r, again := dry.climb(ctx, s, req.qty, home); !again {
+				s.climbing.Add(1)
+				r, again := dry.climb(ctx, s, req, home)
+				s.climbing.Add(-1)
+				if !again {
 					return r
 				}
 				continue

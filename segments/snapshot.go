@@ -10,12 +10,16 @@ import (
 	"github.com/stockctl/stockctl/internal/keys"
 )
 
-// snapshot is every counter of one SKU at one revision.
+// snapshot is every counter of one SKU at one revision. It is read-only
+// once made: a look shares one among the orders it answers.
 type snapshot struct {
-	rev     int64
-	pool    int64
-	segs    []int64 // counter + inbox of each segment
-	orderKV *mvccpb.KeyValue
+	rev  int64
+	pool int64
+	segs []int64 // counter + inbox of each segment
+	// inbox and inMod are each segment's inbox and its ModRevision (0:
+	// absent), for the caches of the segments this process holds.
+	inbox, inMod []int64
+	orderKV      *mvccpb.KeyValue
 }
 
 func (s *snapshot) total() int64 {
@@ -67,21 +71,36 @@ func (e *Engine) snapshot(ctx context.Context, sku *skuInfo, order string) (*sna
 	if err != nil {
 		return nil, fmt.Errorf("read stock: %w", err)
 	}
-	s := &snapshot{rev: resp.Header.Revision, segs: make([]int64, sku.segments)}
-	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-		k, v, err := e.decodeStockKV(sku, kv)
-		if err != nil {
-			return nil, err
-		}
-		if k.Kind == keys.KindPool {
-			s.pool = v
-		} else {
-			s.segs[k.Index] += v
-		}
+	s, err := e.decodeSnapshot(sku, resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, err
 	}
 	if order != "" {
 		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 			s.orderKV = kvs[0]
+		}
+	}
+	return s, nil
+}
+
+// decodeSnapshot makes a snapshot of sku at rev from the key-values under
+// its SKUStock prefix.
+func (e *Engine) decodeSnapshot(sku *skuInfo, rev int64, kvs []*mvccpb.KeyValue) (*snapshot, error) {
+	n := sku.segments
+	s := &snapshot{rev: rev, segs: make([]int64, n), inbox: make([]int64, n), inMod: make([]int64, n)}
+	for _, kv := range kvs {
+		k, v, err := e.decodeStockKV(sku, kv)
+		if err != nil {
+			return nil, err
+		}
+		switch k.Kind {
+		case keys.KindPool:
+			s.pool = v
+		case keys.KindInbox:
+			s.segs[k.Index] += v
+			s.inbox[k.Index], s.inMod[k.Index] = v, kv.ModRevision
+		default:
+			s.segs[k.Index] += v
 		}
 	}
 	return s, nil

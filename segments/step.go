@@ -30,7 +30,7 @@ func (e *Engine) runStep(ctx context.Context, req *allocReq, holds []*lock.Hold,
 			return nil, failed(fmt.Errorf("business step: %w", err))
 		}
 	}
-	return e.submit(req, parts), placeResult{}
+	return e.submit(ctx, req, parts), placeResult{}
 }
 
 // bindAll returns ctx cancelled when any of holds is lost.

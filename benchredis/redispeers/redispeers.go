@@ -19,6 +19,7 @@ const dialTimeout = 5 * time.Second
 // Register makes the Redis strategies available to stockctl bench --redis.
 func Register() {
 	bench.RegisterRedis(Specs)
+	bench.RegisterRedisSale(SaleSpecs)
 }
 
 // Specs returns the Redis strategies against the server at addr, after

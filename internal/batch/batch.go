@@ -10,9 +10,13 @@ import (
 )
 
 // Batcher queues requests of type T and commits them in batches, one batch
-// at a time, on a goroutine started when the first request arrives and
-// ended when none is left.
+// at a time (or Parallel at a time), on goroutines started when requests
+// arrive and ended when none is left.
 type Batcher[T any] struct {
+	// Parallel is how many batches may be in flight at once; 0 means 1.
+	// Writers keep one (the next batch is planned on the previous one's
+	// outcome); readers may overlap.
+	Parallel int
 	// Go starts the committing goroutine (the coordinator's background
 	// group); false means the group is closed: queued requests are failed.
 	Go func(func(ctx context.Context)) bool
@@ -29,17 +33,20 @@ type Batcher[T any] struct {
 
 	mu      sync.Mutex
 	queue   []T
-	running bool
+	running int // committing goroutines
 }
 
 // Submit queues r; the committing goroutine picks it up with the next batch.
 func (b *Batcher[T]) Submit(r T) {
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
-	start := !b.running
-	b.running = true
+	start := b.running < max(b.Parallel, 1)
+	if start {
+		b.running++
+	}
 	b.mu.Unlock()
 	if start && !b.Go(b.loop) {
+		b.leave()
 		b.failQueued()
 	}
 }
@@ -47,6 +54,7 @@ func (b *Batcher[T]) Submit(r T) {
 func (b *Batcher[T]) loop(ctx context.Context) {
 	for {
 		if ctx.Err() != nil {
+			b.leave()
 			b.failQueued()
 			return
 		}
@@ -58,13 +66,13 @@ func (b *Batcher[T]) loop(ctx context.Context) {
 	}
 }
 
-// next takes the next batch, or returns nil and marks the batcher idle
-// when nothing waits.
+// next takes the next batch, or returns nil and ends the calling
+// goroutine's turn when nothing waits.
 func (b *Batcher[T]) next() []T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
-		b.running = false
+		b.running--
 		return nil
 	}
 	batch, rest := b.Select(b.queue)
@@ -78,11 +86,18 @@ func (b *Batcher[T]) next() []T {
 	return batch
 }
 
+// leave ends a committing goroutine's turn.
+func (b *Batcher[T]) leave() {
+	b.mu.Lock()
+	b.running--
+	b.mu.Unlock()
+}
+
 // failQueued answers every queued request with Fail (the group closed).
 func (b *Batcher[T]) failQueued() {
 	b.mu.Lock()
 	q := b.queue
-	b.queue, b.running = nil, false
+	b.queue = nil
 	b.mu.Unlock()
 	for _, r := range q {
 		b.Fail(r)

@@ -51,10 +51,7 @@ func (q *Queue) takeIdleLocked() *Hold {
 	if own == nil || q.holder != nil || own.yielding || q.waiters.Len() > 0 || own.ctx.Err() != nil {
 		return nil
 	}
-	if own.idleTimer != nil {
-		own.idleTimer.Stop()
-		own.idleTimer = nil
-	}
+	own.stopIdleLocked()
 	q.e.metrics.handoff(q.kind, viaLocal)
 	return q.newHoldLocked()
 }
@@ -68,6 +65,9 @@ func (q *Queue) Pin(own *Ownership) bool {
 		return false
 	}
 	own.pins++
+	// In use: a plain order takes no hold, only a pin, so the pin is what
+	// keeps a busy tenure from being given up as idle.
+	own.stopIdleLocked()
 	return true
 }
 
@@ -77,6 +77,10 @@ func (q *Queue) Unpin(own *Ownership) {
 	defer q.mu.Unlock()
 	if own.pins > 0 {
 		own.pins--
+	}
+	if q.retain && q.own == own && own.pins == 0 && q.holder == nil && !own.yielding && own.ctx.Err() == nil {
+		q.startIdleLocked(own) // unused from now on
+		return
 	}
 	q.maybeDropLocked(own)
 }
@@ -116,10 +120,7 @@ func (q *Queue) maybeDropLocked(own *Ownership) {
 	if q.own != own || !own.yielding || q.holder != nil || own.pins > 0 {
 		return
 	}
-	if own.idleTimer != nil {
-		own.idleTimer.Stop()
-		own.idleTimer = nil
-	}
+	own.stopIdleLocked()
 	q.own = nil
 	q.busy = true
 	started := q.e.bg.Go(func(ctx context.Context) {
@@ -151,20 +152,39 @@ func (q *Queue) notify() {
 }
 
 // idleLocked turns a retained queue whose last hold ended idle: the key
-// stays, and goes after TenureIdle without a hold. It reports whether the
-// queue is now idle (the caller then calls onChange, without mu).
+// stays, and goes after TenureIdle without a hold or a commit in flight.
+// It reports whether the queue is now idle (the caller then calls
+// onChange, without mu).
 func (q *Queue) idleLocked(own *Ownership) bool {
 	if own.yielding || own.ctx.Err() != nil {
 		q.maybeDropLocked(own)
 		return false
 	}
+	if own.pins == 0 {
+		q.startIdleLocked(own) // with pins, the last Unpin starts it
+	}
+	return true
+}
+
+// startIdleLocked (re)starts own's idle timer: after TenureIdle with no
+// hold and no pin, the key is given back.
+func (q *Queue) startIdleLocked(own *Ownership) {
+	own.stopIdleLocked()
 	own.idleTimer = time.AfterFunc(q.e.cfg.TenureIdle, func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
-		if q.own == own && q.holder == nil && !own.yielding {
+		if q.own == own && q.holder == nil && own.pins == 0 && !own.yielding {
 			own.yielding = true
 			q.maybeDropLocked(own)
 		}
 	})
-	return true
+}
+
+// stopIdleLocked stops own's idle timer, if running (guarded by its
+// queue's mu).
+func (own *Ownership) stopIdleLocked() {
+	if own.idleTimer != nil {
+		own.idleTimer.Stop()
+		own.idleTimer = nil
+	}
 }

@@ -13,10 +13,8 @@ import (
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/cmd/stockctl/bench"
-	"github.com/stockctl/stockctl/internal/embedetcd"
 	"github.com/stockctl/stockctl/segments"
 )
 
@@ -57,7 +55,7 @@ func benchCommand() *ucli.Command {
 			"watermark to stock arriving in its inbox. The issue's targets are judged on the rows that ran.\n" +
 			"Exit 1 if any run's check fails (a target not met does not fail the bench).\n" +
 			"Without --endpoints it runs on an embedded etcd (fsync on) in a temporary directory, removed at the end.",
-		Flags: []ucli.Flag{
+		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "runs", Value: benchDefaultRuns, EnvVars: []string{"STOCKCTL_BENCH_RUNS"},
 				Usage: "shapes to run, comma-separated SEGMENTSxBUYERS (not with --segments or --buyers)"},
 			&ucli.StringFlag{Name: "segments", EnvVars: []string{"STOCKCTL_BENCH_SEGMENTS"},
@@ -88,7 +86,9 @@ func benchCommand() *ucli.Command {
 				Usage: "give up an attempt at an order after this long and retry it under the same order ID"},
 			&ucli.StringFlag{Name: "progress", Value: "auto", EnvVars: []string{"STOCKCTL_PROGRESS"},
 				Usage: "live progress line on stderr: auto (when stderr is a terminal), always or never"},
-		},
+			&ucli.IntFlag{Name: "cluster", Value: 1, EnvVars: []string{"STOCKCTL_BENCH_CLUSTER"},
+				Usage: "members of the embedded etcd: 1, or 3 for a loopback cluster (what replication costs)"},
+		}, saleFlags()...),
 		Action: benchAction,
 	}
 }
@@ -110,13 +110,14 @@ type benchConfig struct {
 	step, duration, attemptTimeout time.Duration
 	names                          []string
 	noFsync                        bool
+	cluster                        int
 	plot, progress                 string
 }
 
 func readBenchConfig(c *ucli.Context, g *globals) (benchConfig, error) {
 	b := benchConfig{step: c.Duration("step"), duration: c.Duration("duration"), Orders: c.Int64("orders"),
 		Processes: c.Int("processes"), Affinity: c.String("affinity"), Redis: c.String("redis"), plot: c.String("plot"), noFsync: c.Bool("unsafe-no-fsync"),
-		attemptTimeout: c.Duration("attempt-timeout"), progress: c.String("progress")}
+		attemptTimeout: c.Duration("attempt-timeout"), progress: c.String("progress"), cluster: c.Int("cluster")}
 	b.StepMs, b.DurationSeconds = ms(b.step), b.duration.Seconds()
 	if c.NArg() > 0 {
 		return b, usageError("bench takes no arguments, got %q", c.Args().Slice())
@@ -148,6 +149,10 @@ func readBenchConfig(c *ucli.Context, g *globals) (benchConfig, error) {
 		return b, usageError("invalid --plot %q: the plot is SVG, name a .svg file", b.plot)
 	case b.progress != "auto" && b.progress != "always" && b.progress != "never":
 		return b, usageError("invalid --progress %q: want auto, always or never", b.progress)
+	case b.cluster != 1 && b.cluster != 3:
+		return b, usageError("invalid --cluster %d: want 1 or 3 embedded etcd members", b.cluster)
+	case b.cluster != 1 && len(g.endpoints) > 0:
+		return b, usageError("--cluster starts an embedded etcd: it cannot be given with --endpoints")
 	}
 	if b.Redis != "" {
 		if err := checkLoopback(b.Redis); err != nil {
@@ -161,6 +166,9 @@ func readBenchConfig(c *ucli.Context, g *globals) (benchConfig, error) {
 		b.Etcd = "embedded, fsync off"
 	default:
 		b.Etcd = benchIssueEtcd
+	}
+	if b.cluster == 3 {
+		b.Etcd = strings.Replace(b.Etcd, "embedded", "embedded 3-member cluster (loopback)", 1)
 	}
 	return b, nil
 }
@@ -273,6 +281,9 @@ func benchAction(c *ucli.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.Bool("sale") {
+		return benchSaleAction(c, g)
+	}
 	b, err := readBenchConfig(c, g)
 	if err != nil {
 		return err
@@ -289,34 +300,11 @@ func benchAction(c *ucli.Context) error {
 
 	sctx, cancelSetup := g.boundedContext(ctx)
 	defer cancelSetup()
-	endpoints := g.endpoints
-	if len(endpoints) == 0 {
-		dir, err := os.MkdirTemp("", "stockctl-bench-")
-		if err != nil {
-			return failed(ctx, "create a temporary directory for the bench's etcd", err)
-		}
-		defer os.RemoveAll(dir)
-		srv, err := startEmbedded(sctx, embedetcd.Config{Dir: dir, UnsafeNoFsync: b.noFsync})
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		endpoints = srv.Endpoints()
+	clients, closeEtcd, err := benchEtcd(sctx, g, b.noFsync, b.cluster, b.Processes)
+	if err != nil {
+		return err
 	}
-	// One client per process, as separate processes would have.
-	clients := make([]*clientv3.Client, b.Processes)
-	defer func() {
-		for _, cl := range clients {
-			if cl != nil {
-				cl.Close()
-			}
-		}
-	}()
-	for i := range clients {
-		if clients[i], err = dial(sctx, g, endpoints); err != nil {
-			return err
-		}
-	}
+	defer closeEtcd()
 	cancelSetup()
 
 	prefix := strings.TrimSuffix(g.prefix, "/") + "/bench-" + time.Now().UTC().Format("20060102-150405") + "/"

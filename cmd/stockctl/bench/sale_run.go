@@ -1,0 +1,293 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// SaleConfig describes a run of sale shapes.
+type SaleConfig struct {
+	Specs     []SaleSpec
+	Shapes    []SaleShape
+	Buyers    int
+	Processes int
+	Segments  int
+	Duration  time.Duration
+	Etcd      []*clientv3.Client
+	Prefix    string
+	// AttemptTimeout bounds one attempt at an order (then it is retried
+	// under the same ID, up to 3 attempts).
+	AttemptTimeout time.Duration
+	SetupTimeout   time.Duration
+	// TruthSample: one order in this many is checked (0: none).
+	TruthSample int
+}
+
+// SaleRow is one strategy's run at one sale shape.
+type SaleRow struct {
+	Strategy string    `json:"strategy"`
+	Shape    SaleShape `json:"shape"`
+	Buyers   int       `json:"buyers"`
+	Seconds  float64   `json:"seconds"`
+	// Orders were served; OrdersPerSec over the whole run.
+	Orders       int64   `json:"orders"`
+	OrdersPerSec float64 `json:"ordersPerSec"`
+	// Refusals; RefusalsPerSec from the first refusal to the end (the
+	// storm after a sell-out).
+	Refusals       int64   `json:"refusals"`
+	RefusalsPerSec float64 `json:"refusalsPerSec"`
+	Releases       int64   `json:"releases"`
+	ServedMs       Latency `json:"servedMs"`
+	RefusalMs      Latency `json:"refusalMs"`
+	// Errors are attempts that failed otherwise (each order is retried
+	// under its ID); Unresolved orders failed every attempt.
+	Errors     int64  `json:"errors"`
+	Unresolved int64  `json:"unresolved"`
+	FirstError string `json:"firstError,omitempty"`
+	// TruthChecked refusals were checked against the books at their
+	// revision; Untrue of them were not true at a revision at or after
+	// the order's start.
+	TruthChecked int `json:"truthChecked"`
+	Untrue       int `json:"untrue"`
+	// Goroutines and HeapMiB of the whole bench process at the end of the
+	// run (its coordinators, etcd and buyers), after a GC.
+	Goroutines int      `json:"goroutines"`
+	HeapMiB    float64  `json:"heapMiB"`
+	Oversold   int64    `json:"oversold"`
+	OK         bool     `json:"ok"`
+	Problems   []string `json:"problems"`
+}
+
+// RunSale runs every sale strategy at every shape (shapes outside, so that
+// the strategies compared at one shape run close in time).
+func RunSale(ctx context.Context, cfg SaleConfig) ([]SaleRow, error) {
+	switch {
+	case len(cfg.Specs) == 0 || len(cfg.Shapes) == 0:
+		return nil, fmt.Errorf("%w: no sale strategies or shapes", ErrInvalidConfig)
+	case cfg.Buyers < 1 || cfg.Processes < 1 || cfg.Segments < 1 || cfg.Duration <= 0:
+		return nil, fmt.Errorf("%w: buyers, processes, segments and duration must be positive", ErrInvalidConfig)
+	case len(cfg.Etcd) < cfg.Processes:
+		return nil, fmt.Errorf("%w: %d etcd clients for %d processes", ErrInvalidConfig, len(cfg.Etcd), cfg.Processes)
+	}
+	if cfg.AttemptTimeout == 0 {
+		cfg.AttemptTimeout = DefaultAttemptTimeout
+	}
+	if cfg.SetupTimeout == 0 {
+		cfg.SetupTimeout = 5 * DefaultSetupTimeout
+	}
+	var rows []SaleRow
+	for _, sh := range cfg.Shapes {
+		for _, spec := range cfg.Specs {
+			if ctx.Err() != nil {
+				return rows, context.Cause(ctx)
+			}
+			rows = append(rows, runSaleOne(ctx, &cfg, spec, sh))
+		}
+	}
+	return rows, context.Cause(ctx)
+}
+
+// truthSample is a sampled order: the revision before it started, and
+// where it was refused.
+type truthSample struct {
+	sku                 int
+	start, rev, remains int64
+}
+
+// saleBuyer is what one buyer saw.
+type saleBuyer struct {
+	served, refusals, releases, errors, unresolved int64
+	servedLat, refusalLat                          []time.Duration
+	firstRefusal                                   time.Time
+	firstErr                                       error
+	samples                                        []truthSample
+	sold                                           map[int]int64 // units held by its served, unreleased orders, per SKU
+}
+
+func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShape) (row SaleRow) {
+	row = SaleRow{Strategy: spec.Name, Shape: sh, Buyers: cfg.Buyers, Problems: []string{}}
+	fail := func(format string, args ...any) SaleRow {
+		row.Problems = append(row.Problems, fmt.Sprintf(format, args...))
+		return row
+	}
+	id := fmt.Sprintf("%s-%s-%08x", spec.Name, sh.Name, rand.Uint32())
+	p := SaleParams{Run: id, Shape: sh, Segments: cfg.Segments, Processes: cfg.Processes, Etcd: cfg.Etcd[:cfg.Processes], Prefix: cfg.Prefix + id + "/"}
+	s := spec.New()
+	defer func() {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.SetupTimeout)
+		defer cancel()
+		if err := s.Teardown(tctx); err != nil {
+			row.Problems = append(row.Problems, "teardown: "+err.Error())
+			row.OK = false
+		}
+	}()
+	sctx, cancel := context.WithTimeout(ctx, cfg.SetupTimeout)
+	err := s.Setup(sctx, p)
+	cancel()
+	if err != nil {
+		return fail("setup: %v", err)
+	}
+	tc, _ := s.(truthChecker)
+	picker := newSKUPicker(sh.SKUs, sh.Skew)
+	buyers := make([]saleBuyer, cfg.Buyers)
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	for b := range buyers {
+		wg.Go(func() {
+			sb := &buyers[b]
+			sb.sold = map[int]int64{}
+			r := rand.New(rand.NewPCG(uint64(b), rand.Uint64()))
+			proc := b % cfg.Processes
+			for n := 0; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
+				sku := picker.pick(r)
+				order := fmt.Sprintf("o-%s-%d-%d", id, b, n)
+				sample := tc != nil && cfg.TruthSample > 0 && seq.Add(1)%int64(cfg.TruthSample) == 0
+				var startRev int64
+				if sample {
+					if startRev, err = tc.Now(ctx, proc); err != nil {
+						sample = false
+					}
+				}
+				t0 := time.Now()
+				out, ok := saleAttempts(ctx, cfg, sb, func(actx context.Context) (OrderOutcome, error) { return s.Order(actx, proc, sku, order) })
+				lat := time.Since(t0)
+				switch {
+				case !ok:
+					sb.unresolved++
+				case out.Served:
+					sb.served++
+					sb.sold[sku]++
+					sb.servedLat = append(sb.servedLat, lat)
+					if sh.Release > 0 && r.Float64() < sh.Release {
+						if _, ok := saleAttempts(ctx, cfg, sb, func(actx context.Context) (OrderOutcome, error) {
+							return OrderOutcome{}, s.Release(actx, proc, sku, order)
+						}); ok {
+							sb.releases++
+							sb.sold[sku]--
+						}
+					}
+				default:
+					if sb.refusals == 0 {
+						sb.firstRefusal = t0
+					}
+					sb.refusals++
+					sb.refusalLat = append(sb.refusalLat, lat)
+					if sample {
+						sb.samples = append(sb.samples, truthSample{sku: sku, start: startRev, rev: out.Revision, remains: out.Remaining})
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	row.Seconds = elapsed.Seconds()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	row.Goroutines, row.HeapMiB = runtime.NumGoroutine(), float64(ms.HeapInuse)/(1<<20)
+
+	var served, refusals []time.Duration
+	first := time.Time{}
+	sold := map[int]int64{}
+	var samples []truthSample
+	for i := range buyers {
+		sb := &buyers[i]
+		row.Orders += sb.served
+		row.Refusals += sb.refusals
+		row.Releases += sb.releases
+		row.Errors += sb.errors
+		row.Unresolved += sb.unresolved
+		if sb.firstErr != nil && row.FirstError == "" {
+			row.FirstError = sb.firstErr.Error()
+		}
+		if sb.refusals > 0 && (first.IsZero() || sb.firstRefusal.Before(first)) {
+			first = sb.firstRefusal
+		}
+		served = append(served, sb.servedLat...)
+		refusals = append(refusals, sb.refusalLat...)
+		for k, v := range sb.sold {
+			sold[k] += v
+		}
+		samples = append(samples, sb.samples...)
+	}
+	slices.Sort(served)
+	slices.Sort(refusals)
+	row.ServedMs, row.RefusalMs = latencyOf(served), latencyOf(refusals)
+	row.OrdersPerSec = float64(row.Orders) / elapsed.Seconds()
+	if row.Refusals > 0 {
+		row.RefusalsPerSec = float64(row.Refusals) / time.Since(first).Seconds()
+	}
+	vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.SetupTimeout)
+	defer vcancel()
+	for _, smp := range samples {
+		row.TruthChecked++
+		have, err := tc.RemainingAt(vctx, smp.sku, smp.rev)
+		if err != nil {
+			row.Problems = append(row.Problems, fmt.Sprintf("check a refusal of %s at revision %d: %v", SKUName(smp.sku), smp.rev, err))
+			continue
+		}
+		if smp.rev < smp.start || have >= 1 || have != smp.remains {
+			row.Untrue++
+			if row.Untrue <= 3 {
+				row.Problems = append(row.Problems, fmt.Sprintf("refusal of %s not true: judged at revision %d (order started at %d), said %d left, the books held %d",
+					SKUName(smp.sku), smp.rev, smp.start, smp.remains, have))
+			}
+		}
+	}
+	books, err := s.Verify(vctx)
+	if err != nil {
+		return fail("verify: %v", err)
+	}
+	row.Problems = append(row.Problems, books.Problems...)
+	for k, v := range sold {
+		if k < len(books.Sold) && books.Sold[k] < v {
+			row.Problems = append(row.Problems, fmt.Sprintf("%s: the buyers hold %d units, the books record %d", SKUName(k), v, books.Sold[k]))
+		}
+	}
+	for k := range books.Sold {
+		if books.Sold[k] > books.Stock[k] {
+			row.Oversold += books.Sold[k] - books.Stock[k]
+		}
+	}
+	if row.Oversold > 0 {
+		row.Problems = append(row.Problems, fmt.Sprintf("oversold %d units", row.Oversold))
+	}
+	if row.Unresolved > 0 {
+		row.Problems = append(row.Problems, fmt.Sprintf("%d orders unresolved (first error: %s)", row.Unresolved, row.FirstError))
+	}
+	row.OK = len(row.Problems) == 0
+	return row
+}
+
+// saleAttempts tries f up to 3 times (the same order ID each time), each
+// attempt bounded by the attempt timeout; ok false when every attempt
+// failed.
+func saleAttempts(ctx context.Context, cfg *SaleConfig, sb *saleBuyer, f func(context.Context) (OrderOutcome, error)) (OrderOutcome, bool) {
+	for attempt := 0; attempt < 3; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, cfg.AttemptTimeout)
+		out, err := f(actx)
+		cancel()
+		if err == nil {
+			return out, true
+		}
+		sb.errors++
+		if sb.firstErr == nil {
+			sb.firstErr = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return OrderOutcome{}, false
+}

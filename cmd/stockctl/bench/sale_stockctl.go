@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
+	"github.com/stockctl/stockctl/rebalance"
+	"github.com/stockctl/stockctl/segments"
+)
+
+// StockctlSale is this project in a sale shape: one coordinator per
+// process, plain Allocate of 1 unit (no business step), the elected
+// rebalancer running in a process of its own, every SKU stocked as the
+// lock shapes' pure allocation is (a tenth in the segments, the rest in the
+// pool).
+func StockctlSale() SaleSpec {
+	return SaleSpec{Name: "stockctl", Title: "stockctl Allocate, no step", New: func() SaleStrategy { return &stockctlSale{} }}
+}
+
+// setupWorkers is how many SKUs are created (and audited) at once.
+const setupWorkers = 16
+
+type stockctlSale struct {
+	p           SaleParams
+	coords      []*coordinator.Coordinator
+	reb         *coordinator.Coordinator
+	stop        func()
+	rebFailures warnCounter
+}
+
+func (s *stockctlSale) Setup(ctx context.Context, p SaleParams) error {
+	s.p = p
+	for i := range p.Processes {
+		c, err := coordinator.New(p.Etcd[i], coordinator.WithPrefix(p.Prefix))
+		if err != nil {
+			return err
+		}
+		s.coords = append(s.coords, c)
+	}
+	reb, err := coordinator.New(p.Etcd[0], coordinator.WithPrefix(p.Prefix))
+	if err != nil {
+		return err
+	}
+	s.reb = reb
+	total := p.Shape.Stock
+	cfg := coordinator.SKUConfig{Total: total, Segments: p.Segments, InitialFill: total / initialFillShare,
+		RefillBatch: coordinator.DefaultRefillBatch(total, p.Segments)}
+	cfg.LowWatermark = max(1, cfg.RefillBatch/2)
+	if err := forEachSKU(ctx, p.Shape.SKUs, func(i int) error {
+		_, err := s.coords[0].CreateSKU(ctx, SKUName(i), cfg)
+		return err
+	}); err != nil {
+		return fmt.Errorf("create the SKUs: %w", err)
+	}
+	r, err := rebalance.New(reb, rebalance.Config{Identity: "bench-rebalancer", Logger: slog.New(&s.rebFailures)})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.Run(rctx) })
+	var once sync.Once
+	s.stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	return nil
+}
+
+// forEachSKU calls f for SKUs 0 to n-1, setupWorkers at a time; the first
+// error stops it.
+func forEachSKU(ctx context.Context, n int, f func(i int) error) error {
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for range min(setupWorkers, n) {
+		wg.Go(func() {
+			for i := range work {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range n {
+		mu.Lock()
+		stop := first != nil
+		mu.Unlock()
+		if stop || ctx.Err() != nil {
+			break
+		}
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return context.Cause(ctx)
+}
+
+func (s *stockctlSale) Order(ctx context.Context, process, sku int, order string) (OrderOutcome, error) {
+	_, err := s.coords[process].Allocate(ctx, SKUName(sku), order, 1, "")
+	var refused *coordinator.InsufficientStockError
+	switch {
+	case err == nil:
+		return OrderOutcome{Served: true}, nil
+	case errors.As(err, &refused):
+		return OrderOutcome{Revision: refused.Revision, Remaining: refused.Remaining}, nil
+	}
+	return OrderOutcome{}, err
+}
+
+func (s *stockctlSale) Release(ctx context.Context, process, sku int, order string) error {
+	_, err := s.coords[process].Release(ctx, SKUName(sku), order)
+	return err
+}
+
+func (s *stockctlSale) Now(ctx context.Context, process int) (int64, error) {
+	resp, err := s.p.Etcd[process].Get(ctx, s.p.Prefix+"bench-now", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+func (s *stockctlSale) RemainingAt(ctx context.Context, sku int, rev int64) (int64, error) {
+	k := engines.Of(s.coords[0]).Keys
+	resp, err := s.p.Etcd[0].Get(ctx, k.SKUStock(SKUName(sku)), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, kv := range resp.Kvs {
+		v, err := segments.DecodeCounter(string(kv.Key), kv.Value)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
+func (s *stockctlSale) Verify(ctx context.Context) (SaleBooks, error) {
+	if s.stop != nil {
+		s.stop() // the books must not move while they are read
+	}
+	n := s.p.Shape.SKUs
+	b := SaleBooks{Sold: make([]int64, n), Stock: make([]int64, n)}
+	var mu sync.Mutex
+	err := forEachSKU(ctx, n, func(i int) error {
+		a, err := s.coords[0].Audit(ctx, SKUName(i))
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		b.Sold[i], b.Stock[i] = a.Allocated, a.Total
+		if !a.OK {
+			b.Problems = append(b.Problems, fmt.Sprintf("%s: %v", SKUName(i), a.Problems))
+		}
+		return nil
+	})
+	if p := s.rebFailures.problem(); p != "" {
+		b.Problems = append(b.Problems, p)
+	}
+	return b, err
+}
+
+func (s *stockctlSale) Teardown(ctx context.Context) error {
+	if s.stop != nil {
+		s.stop()
+	}
+	var errs []error
+	for _, c := range append(s.coords, s.reb) {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	if len(s.p.Etcd) > 0 {
+		errs = append(errs, deletePrefix(ctx, s.p.Etcd[0], s.p.Prefix))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,322 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	_ "net/http/pprof"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/cmd/stockctl/bench"
+	"github.com/stockctl/stockctl/internal/embedetcd"
+)
+
+// saleFlags are bench's flags for the sale shapes (--sale).
+func saleFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.BoolFlag{Name: "sale", EnvVars: []string{"STOCKCTL_BENCH_SALE"},
+			Usage: "run the sale shapes instead of the lock shapes: sell-out storms, releases racing them, many SKUs (pure allocation)"},
+		&ucli.StringFlag{Name: "sale-shapes", EnvVars: []string{"STOCKCTL_BENCH_SALE_SHAPES"},
+			Usage: "with --sale: shapes to run, comma-separated (default all: storm, zero, storm-release, one, many, many-skewed)"},
+		&ucli.IntFlag{Name: "sale-skus", Value: bench.DefaultSaleSKUs, EnvVars: []string{"STOCKCTL_BENCH_SALE_SKUS"},
+			Usage: "with --sale: SKUs of the many-SKU shapes"},
+		&ucli.Int64Flag{Name: "sale-stock", Value: bench.DefaultStormStock, EnvVars: []string{"STOCKCTL_BENCH_SALE_STOCK"},
+			Usage: "with --sale: units of a storm's SKU (it sells out, the buyers go on ordering)"},
+		&ucli.Float64Flag{Name: "release", Value: bench.DefaultSaleRelease, EnvVars: []string{"STOCKCTL_BENCH_RELEASE"},
+			Usage: "with --sale: share of served orders released again in the storm-release shape"},
+		&ucli.Float64Flag{Name: "skew", Value: bench.DefaultSaleSkew, EnvVars: []string{"STOCKCTL_BENCH_SKEW"},
+			Usage: "with --sale: Zipf exponent of the SKUs' popularity in the many-skewed shape (a few hot, a long tail)"},
+		&ucli.IntFlag{Name: "sale-segments", Value: bench.DefaultSaleSegments, EnvVars: []string{"STOCKCTL_BENCH_SALE_SEGMENTS"},
+			Usage: "with --sale: segments of every SKU"},
+		&ucli.IntFlag{Name: "truth-sample", Value: bench.DefaultTruthSample,
+			Usage: "with --sale: check one refusal in this many against the books at its revision (0: none)"},
+	}
+}
+
+// saleReport is bench --sale's result (its -o json shape).
+type saleReport struct {
+	Config  saleConfig      `json:"config"`
+	Machine bench.Machine   `json:"machine"`
+	Rows    []bench.SaleRow `json:"rows"`
+	Targets []bench.Target  `json:"targets"`
+	OK      bool            `json:"ok"`
+	// Failures says which runs' checks failed.
+	Failures []string `json:"failures"`
+}
+
+type saleConfig struct {
+	Shapes          []bench.SaleShape `json:"shapes"`
+	Buyers          int               `json:"buyers"`
+	Processes       int               `json:"processes"`
+	Segments        int               `json:"segments"`
+	DurationSeconds float64           `json:"durationSeconds"`
+	Strategies      []string          `json:"strategies"`
+	Etcd            string            `json:"etcd"`
+	Redis           string            `json:"redis,omitempty"`
+	TruthSample     int               `json:"truthSample"`
+}
+
+func benchSaleAction(c *ucli.Context, g *globals) error {
+	b, err := readBenchConfig(c, g)
+	if err != nil {
+		return err
+	}
+	if addr := os.Getenv("STOCKCTL_BENCH_PPROF"); addr != "" {
+		// For finding where a run's time goes: go tool pprof http://ADDR/debug/pprof/...
+		if err := checkLoopback(addr); err != nil {
+			return usageError("invalid STOCKCTL_BENCH_PPROF %q: %v", addr, err)
+		}
+		go func() { _ = http.ListenAndServe(addr, nil) }()
+	}
+	shapes := bench.DefaultSaleShapes()
+	for i := range shapes {
+		switch {
+		case shapes[i].SKUs > 1:
+			shapes[i].SKUs = c.Int("sale-skus")
+		case shapes[i].Stock == bench.DefaultStormStock:
+			shapes[i].Stock = c.Int64("sale-stock")
+		}
+		if shapes[i].Release > 0 {
+			shapes[i].Release = c.Float64("release")
+		}
+		if shapes[i].Skew > 0 {
+			shapes[i].Skew = c.Float64("skew")
+		}
+	}
+	if shapes, err = bench.SelectSaleShapes(shapes, c.String("sale-shapes")); err != nil {
+		return usageError("invalid --sale-shapes: %v", err)
+	}
+	cfg := saleConfig{Shapes: shapes, Buyers: c.Int("buyers"), Processes: b.Processes, Segments: c.Int("sale-segments"),
+		DurationSeconds: b.duration.Seconds(), Etcd: b.Etcd, Redis: b.Redis, TruthSample: c.Int("truth-sample")}
+	if cfg.Buyers == 0 {
+		cfg.Buyers = bench.DefaultSaleBuyers
+	}
+	switch {
+	case cfg.Buyers < 1 || cfg.Buyers > maxBenchBuyers:
+		return usageError("invalid --buyers %d: must be between 1 and %d", cfg.Buyers, maxBenchBuyers)
+	case c.Int("sale-skus") < 1 || c.Int("sale-skus") > 100_000:
+		return usageError("invalid --sale-skus %d: must be between 1 and 100000", c.Int("sale-skus"))
+	case c.Int64("sale-stock") < 0:
+		return usageError("invalid --sale-stock %d: must not be negative", c.Int64("sale-stock"))
+	case c.Float64("release") < 0 || c.Float64("release") > 1:
+		return usageError("invalid --release %v: a share, from 0 to 1", c.Float64("release"))
+	case c.Float64("skew") < 0:
+		return usageError("invalid --skew %v: must not be negative", c.Float64("skew"))
+	case cfg.Segments < 1 || cfg.Segments > 1024:
+		return usageError("invalid --sale-segments %d: must be between 1 and 1024", cfg.Segments)
+	case cfg.TruthSample < 0:
+		return usageError("invalid --truth-sample %d: must not be negative", cfg.TruthSample)
+	}
+	specs := []bench.SaleSpec{bench.StockctlSale()}
+	if b.Redis != "" {
+		more, err := bench.RedisSaleSpecs(b.Redis)
+		if errors.Is(err, bench.ErrNoRedis) {
+			return usageError("--redis: this stockctl was built without the Redis peers; build the benchredis module's binary")
+		}
+		if err != nil {
+			return usageError("--redis: %v", err)
+		}
+		specs = append(specs, more...)
+	}
+	if specs, err = bench.SelectSale(specs, b.names); err != nil {
+		return usageError("invalid --strategies: %v", err)
+	}
+	for _, s := range specs {
+		cfg.Strategies = append(cfg.Strategies, s.Name)
+	}
+	ctx, stop := signalContext(c)
+	defer stop()
+	sctx, cancelSetup := g.boundedContext(ctx)
+	defer cancelSetup()
+	clients, closeEtcd, err := benchEtcd(sctx, g, b.noFsync, b.cluster, b.Processes)
+	if err != nil {
+		return err
+	}
+	defer closeEtcd()
+	cancelSetup()
+
+	prefix := strings.TrimSuffix(g.prefix, "/") + "/bench-" + time.Now().UTC().Format("20060102-150405") + "/"
+	report := saleReport{Config: cfg, Machine: bench.ReadMachine(), Failures: []string{}}
+	if g.output == outputTable {
+		fmt.Fprintf(c.App.Writer, "bench --sale: %s, %d buyers over %d processes, SKUs of %d segments, %v per run, etcd %s\n\n",
+			strings.Join(cfg.Strategies, ", "), cfg.Buyers, cfg.Processes, cfg.Segments, b.duration, cfg.Etcd)
+	}
+	rows, runErr := bench.RunSale(ctx, bench.SaleConfig{Specs: specs, Shapes: shapes, Buyers: cfg.Buyers, Processes: cfg.Processes,
+		Segments: cfg.Segments, Duration: b.duration, Etcd: clients, Prefix: prefix, AttemptTimeout: b.attemptTimeout, TruthSample: cfg.TruthSample})
+	report.Machine.LoadAvgEnd = bench.LoadAvg()
+	report.Rows = rows
+	if report.Rows == nil {
+		report.Rows = []bench.SaleRow{}
+	}
+	report.Targets = bench.SaleTargets(rows)
+	for _, r := range rows {
+		for _, p := range r.Problems {
+			report.Failures = append(report.Failures, fmt.Sprintf("%s at %s: %s", r.Strategy, r.Shape.Name, p))
+		}
+	}
+	report.OK = len(report.Failures) == 0 && runErr == nil
+	if err := show(c, g, report); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return failed(ctx, "run the bench", runErr)
+	}
+	if !report.OK {
+		return ucli.Exit(fmt.Errorf("bench failed: %s", strings.Join(report.Failures, "; ")), ExitFailure)
+	}
+	return nil
+}
+
+func (r saleReport) table() table {
+	var t table
+	m := r.Machine
+	t.add("MACHINE", fmt.Sprintf("%d CPUs (%s), %s, %s", m.CPUs, m.CPUModel, m.GoVersion, m.OS))
+	t.add("LOAD AVERAGE", fmt.Sprintf("%s before, %s after", m.LoadAvgStart, m.LoadAvgEnd))
+	t.add("ETCD", r.Config.Etcd)
+	t.header = []string{"SHAPE", "STRATEGY", "SKUS", "STOCK", "ORDERS/S", "REFUSALS/S", "SERVED P99", "REFUSAL P50", "REFUSAL P99",
+		"RELEASES", "ERRORS", "TRUTH", "GOROUTINES", "HEAP MiB", "CHECK"}
+	for _, row := range r.Rows {
+		stock := fmt.Sprint(row.Shape.Stock)
+		if row.Shape.Stock == bench.Plenty {
+			stock = "plenty"
+		}
+		truth := "-"
+		if row.TruthChecked > 0 {
+			truth = fmt.Sprintf("%d/%d untrue", row.Untrue, row.TruthChecked)
+		}
+		check := "ok"
+		if !row.OK {
+			check = "FAILED"
+		}
+		t.rows = append(t.rows, []string{row.Shape.Name, row.Strategy, fmt.Sprint(row.Shape.SKUs), stock,
+			fmt.Sprintf("%.0f", row.OrdersPerSec), fmt.Sprintf("%.0f", row.RefusalsPerSec), msText(row.ServedMs.P99),
+			msText(row.RefusalMs.P50), msText(row.RefusalMs.P99), fmt.Sprint(row.Releases), fmt.Sprint(row.Errors), truth,
+			fmt.Sprint(row.Goroutines), fmt.Sprintf("%.0f", row.HeapMiB), check})
+	}
+	t.notes = append(t.notes, "", "REFUSALS/S: from the first refusal to the end of the run (the storm after the sell-out);",
+		"TRUTH: sampled refusals checked against the books at their revision, which must be at or after the order's start;",
+		"GOROUTINES, HEAP: the whole bench process at the end of the run (its coordinators, etcd and buyers).")
+	for _, row := range r.Rows {
+		if row.FirstError != "" {
+			t.notes = append(t.notes, fmt.Sprintf("FIRST ERROR of %s at %s: %s", row.Strategy, row.Shape.Name, row.FirstError))
+		}
+	}
+	for _, tg := range r.Targets {
+		t.notes = append(t.notes, fmt.Sprintf("TARGET %s: %s (%s)", tg.Name, strings.ToUpper(tg.Status), tg.Detail))
+	}
+	for _, f := range r.Failures {
+		t.notes = append(t.notes, "FAILED: "+f)
+	}
+	return t
+}
+
+// benchEtcd connects one client per process (as separate processes would
+// have) to the bench's etcd: --endpoints, or an embedded one started here
+// in a temporary directory, a single member or a 3-member loopback cluster.
+// stop closes the clients and the embedded etcd.
+func benchEtcd(ctx context.Context, g *globals, noFsync bool, members, processes int) (clients []*clientv3.Client, stop func(), err error) {
+	var closers []func()
+	stop = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	endpoints := g.endpoints
+	if len(endpoints) == 0 {
+		dir, err := os.MkdirTemp("", "stockctl-bench-")
+		if err != nil {
+			return nil, stop, failed(ctx, "create a temporary directory for the bench's etcd", err)
+		}
+		closers = append(closers, func() { os.RemoveAll(dir) })
+		srvs, err := startBenchMembers(ctx, dir, noFsync, members)
+		for _, srv := range srvs {
+			closers = append(closers, srv.Close)
+			endpoints = append(endpoints, srv.Endpoints()...)
+		}
+		if err != nil {
+			return nil, stop, err
+		}
+	}
+	clients = make([]*clientv3.Client, processes)
+	closers = append(closers, func() {
+		for _, cl := range clients {
+			if cl != nil {
+				cl.Close()
+			}
+		}
+	})
+	for i := range clients {
+		if clients[i], err = dial(ctx, g, endpoints); err != nil {
+			return nil, stop, err
+		}
+	}
+	return clients, stop, nil
+}
+
+// startBenchMembers starts n embedded etcd members on loopback under dir:
+// one with ports of its own choosing, or a cluster whose peer ports are
+// chosen here (members must know each other's before they start) and
+// which start together (each waits for a quorum).
+func startBenchMembers(ctx context.Context, dir string, noFsync bool, n int) ([]*embedetcd.Server, error) {
+	if n == 1 {
+		srv, err := startEmbedded(ctx, embedetcd.Config{Dir: filepath.Join(dir, "m0"), UnsafeNoFsync: noFsync})
+		if err != nil {
+			return nil, err
+		}
+		return []*embedetcd.Server{srv}, nil
+	}
+	peers := make([]string, n)
+	var initial []string
+	for i := range peers {
+		port, err := freePort()
+		if err != nil {
+			return nil, failed(ctx, "pick a port for the bench's etcd cluster", err)
+		}
+		peers[i] = fmt.Sprintf("127.0.0.1:%d", port)
+		initial = append(initial, fmt.Sprintf("m%d=http://%s", i, peers[i]))
+	}
+	srvs := make([]*embedetcd.Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range srvs {
+		wg.Go(func() {
+			srvs[i], errs[i] = embedetcd.Start(ctx, embedetcd.Config{Dir: filepath.Join(dir, fmt.Sprintf("m%d", i)), Name: fmt.Sprintf("m%d", i),
+				PeerAddr: peers[i], InitialCluster: strings.Join(initial, ","), UnsafeNoFsync: noFsync})
+		})
+	}
+	wg.Wait()
+	var up []*embedetcd.Server
+	for _, s := range srvs {
+		if s != nil {
+			up = append(up, s)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return up, failed(ctx, "start the bench's 3-member etcd cluster", err)
+	}
+	return up, nil
+}
+
+// freePort is a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -1,0 +1,123 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Looks. When the segments this process holds cannot serve an order, the
+// order looks at its whole SKU: every counter and inbox, and whether its
+// order ID was used meanwhile, at one revision. That revision must be no
+// older than the order's start, so that a refusal made from it is true then
+// (a release, an expiry or a restock committed before the order began is
+// seen): it is a linearizable read sent after the order arrived.
+//
+// A look costs one read, and in a sold-out storm every order needs one. So
+// looks are shared, the way commits are: the orders of this process that
+// need a look at the same moment, of any SKU, are answered by one etcd
+// transaction (one range per SKU, one Get per order ID), sent after every
+// one of them arrived. Up to lookParallel such reads are in flight at once;
+// an order that arrives while they are waits for the next.
+
+// lookParallel is how many shared look reads may be in flight at once: one
+// more than one, so that an order arriving during a read waits for at most
+// about one read, not two.
+const lookParallel = 2
+
+// lookReq is one order's look.
+type lookReq struct {
+	sku   *skuInfo
+	order string // "" when no replay check is wanted
+	done  chan struct{}
+	snap  *snapshot        // shared by the orders of one read and SKU: read-only
+	claim *mvccpb.KeyValue // the order ID's claim, when it was used
+	err   error
+}
+
+// look reads sku's stock, and the claim of order (unless ""), at a
+// revision no older than the call, sharing the read with the other orders
+// of this process that look at the same moment. ctx bounds the wait.
+func (e *Engine) look(ctx context.Context, sku *skuInfo, order string) (*snapshot, *mvccpb.KeyValue, error) {
+	r := &lookReq{sku: sku, order: order, done: make(chan struct{})}
+	e.looks.Submit(r)
+	select {
+	case <-r.done:
+		return r.snap, r.claim, r.err
+	case <-ctx.Done():
+		return nil, nil, context.Cause(ctx)
+	}
+}
+
+// selectLooks takes the oldest looks that fit one transaction: a range per
+// distinct SKU and a Get per order ID count against max-txn-ops.
+func (e *Engine) selectLooks(queue []*lookReq) (batch, rest []*lookReq) {
+	skus := map[string]bool{}
+	ops := 0
+	rest = queue[:0]
+	for _, r := range queue {
+		n := 0
+		if !skus[r.sku.name] {
+			n++
+		}
+		if r.order != "" {
+			n++
+		}
+		if len(batch) > 0 && ops+n > e.cfg.MaxTxnOps {
+			rest = append(rest, r)
+			continue
+		}
+		ops += n
+		skus[r.sku.name] = true
+		batch = append(batch, r)
+	}
+	return batch, rest
+}
+
+// readLooks answers a batch of looks with one transaction (the batcher's
+// Commit). A read that fails answers every look of it with the error.
+func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
+	ctx, cancel := context.WithTimeout(bg, e.cfg.CommitTimeout)
+	defer cancel()
+	var ops []clientv3.Op
+	var skus []*skuInfo // in the order of their ranges in ops
+	seen := map[string]bool{}
+	for _, r := range batch {
+		if !seen[r.sku.name] {
+			seen[r.sku.name] = true
+			skus = append(skus, r.sku)
+			ops = append(ops, clientv3.OpGet(e.keys.SKUStock(r.sku.name), clientv3.WithPrefix()))
+		}
+	}
+	for _, r := range batch {
+		if r.order != "" {
+			ops = append(ops, clientv3.OpGet(e.keys.OrderID(r.order)))
+		}
+	}
+	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		for _, r := range batch {
+			r.err = fmt.Errorf("read stock: %w", err)
+			close(r.done)
+		}
+		return
+	}
+	snaps := make(map[string]*snapshot, len(skus))
+	errs := map[string]error{}
+	for i, info := range skus {
+		snaps[info.name], errs[info.name] = e.decodeSnapshot(info, resp.Header.Revision, resp.Responses[i].GetResponseRange().Kvs)
+	}
+	next := len(skus)
+	for _, r := range batch {
+		r.snap, r.err = snaps[r.sku.name], errs[r.sku.name]
+		if r.order != "" {
+			if kvs := resp.Responses[next].GetResponseRange().Kvs; len(kvs) > 0 {
+				r.claim = kvs[0]
+			}
+			next++
+		}
+		close(r.done)
+	}
+}
