@@ -78,6 +78,7 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 		FallbackWait:  o.fallbackWait,
 		ClaimWait:     o.homeWait,
 		TenureMaxHold: o.tenureMaxHold,
+		SellerIdle:    2 * o.tenureIdle,
 		MaxTxnOps:     o.maxTxnOps,
 		CommitTimeout: o.commitTimeout,
 		Logger:        o.logger,

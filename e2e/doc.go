@@ -4,6 +4,8 @@
 //
 //	paused_test.go     a holder frozen past its lease (Jepsen's scenario), fenced and unfenced
 //	killed_test.go     a separate OS process SIGKILLed while holding segment locks
+//	serve_killed_test.go one of two `stockctl serve` processes SIGKILLed mid-sale, its buyers
+//	                   retrying through the other (the built binary, gRPC clients)
 //	failover_test.go   the etcd leader stopped and restarted during a sale (3 members)
 //	partition_test.go  a client cut off from etcd by a blackholed proxy
 //	rebalancer_test.go the leading rebalancer's process killed or lease revoked mid-sale
@@ -11,7 +13,8 @@
 //	linear_test.go     a porcupine model of one SKU, checked on histories of the above
 //
 // The separate OS processes are this package's test binary re-executed in a
-// helper mode (see helper_test.go), so nothing extra is built. Every load loop
+// helper mode (see helper_test.go), and, for the API, the stockctl binary
+// built from this tree (serve_proc_test.go). Every load loop
 // is bounded in count and time and talks to 127.0.0.1 only.
 //
 // Run it with:

@@ -3,6 +3,7 @@ package segments
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -104,6 +105,7 @@ func (r *commitReq) finish(res placeResult) {
 // commitOrders commits batch, or answers each request of it (the
 // batcher's Commit).
 func (e *Engine) commitOrders(bg context.Context, batch []*commitReq) {
+	defer e.inflight.unmark(slices.Clone(batch))
 	for len(batch) > 0 {
 		batch = e.commitGroup(bg, batch)
 	}

@@ -17,18 +17,24 @@ const (
 	placeCmps, placePuts, placeGets = 2, 1, 1
 )
 
-// selectOrders is the committer's batch selection (the batcher's Select).
+// selectOrders is the committer's batch selection (the batcher's Select):
+// requests that share nothing with the commits in flight (inflight.go).
 func (e *Engine) selectOrders(queue []*commitReq) (batch, rest []*commitReq) {
-	return selectOrders(queue, e.cfg.MaxTxnOps)
+	f := &e.inflight
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	batch, rest = selectOrders(queue, e.cfg.MaxTxnOps, f.conflictsLocked)
+	f.markLocked(batch, 1)
+	return batch, rest
 }
 
 // selectOrders takes the oldest requests of queue that fit one transaction
 // (etcd's --max-txn-ops, limit, bounds compares, puts and reads
 // separately). Two requests for one order ID never share a batch (the
 // transaction would put its keys twice): the later one waits for the next,
-// where it finds the ID used. The first request always goes, whatever its
-// size.
-func selectOrders(queue []*commitReq, limit int) (batch, rest []*commitReq) {
+// where it finds the ID used. Requests for which busy is true stay queued.
+// The first request taken always goes, whatever its size.
+func selectOrders(queue []*commitReq, limit int, busy func(*commitReq) bool) (batch, rest []*commitReq) {
 	var cmps, puts, gets int
 	places := map[*placeState]bool{}
 	orders := map[string]bool{}
@@ -36,7 +42,7 @@ func selectOrders(queue []*commitReq, limit int) (batch, rest []*commitReq) {
 	rest = queue[:0]
 	full := false
 	for _, cr := range queue {
-		if full || orders[cr.req.order] {
+		if full || orders[cr.req.order] || (busy != nil && busy(cr)) {
 			rest = append(rest, cr)
 			continue
 		}

@@ -47,7 +47,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	}
 	// One place: 2 compares, 1 put and 1 read, plus per order 1, 2 and
 	// 1: the puts bound it, 2n + 1 <= 128.
-	batch, rest := selectOrders(queue, 128)
+	batch, rest := selectOrders(queue, 128, nil)
 	if len(batch) != 63 || len(rest) != 37 {
 		t.Fatalf("one place: %d in the batch, %d left; want 63, 37", len(batch), len(rest))
 	}
@@ -60,7 +60,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	for i := range 100 {
 		queue = append(queue, order(fmt.Sprint("o", i), newTestPlace(i, 10, 0).part(1)))
 	}
-	if batch, _ := selectOrders(queue, 128); len(batch) != 42 {
+	if batch, _ := selectOrders(queue, 128, nil); len(batch) != 42 {
 		t.Errorf("a place per order: %d in the batch; want 42", len(batch))
 	}
 	// Reservations put their index key; buyers add a compare, a put and a
@@ -72,7 +72,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 		cr.req.userKey = fmt.Sprint("/t/users/s/b", i%2)
 		queue = append(queue, cr)
 	}
-	if batch, _ := selectOrders(queue, 128); len(batch) != 41 {
+	if batch, _ := selectOrders(queue, 128, nil); len(batch) != 41 {
 		t.Errorf("reservations of two buyers: %d in the batch; want 41 (3n + 1 + 2 puts <= 128)", len(batch))
 	}
 	// The first request goes whatever its size.
@@ -80,7 +80,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	for i := range 70 { // 141 compares
 		big = append(big, newTestPlace(i, 10, 0).part(1))
 	}
-	if batch, _ := selectOrders([]*commitReq{order("big", big...), order("next", q.part(1))}, 128); len(batch) != 1 || batch[0].req.order != "big" {
+	if batch, _ := selectOrders([]*commitReq{order("big", big...), order("next", q.part(1))}, 128, nil); len(batch) != 1 || batch[0].req.order != "big" {
 		t.Errorf("an oversized first request: batch %d; want it alone", len(batch))
 	}
 }
@@ -88,7 +88,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 func TestSelectOrdersNeverTwoOfOneID(t *testing.T) {
 	p := newTestPlace(0, 10, 0)
 	queue := []*commitReq{order("a", p.part(1)), order("b", p.part(1)), order("a", p.part(1)), order("c", p.part(1))}
-	batch, rest := selectOrders(queue, 128)
+	batch, rest := selectOrders(queue, 128, nil)
 	if len(batch) != 3 || len(rest) != 1 || rest[0] != queue[2] {
 		t.Fatalf("batch %d, rest %d; want the second \"a\" alone left for the next batch", len(batch), len(rest))
 	}
@@ -227,5 +227,29 @@ func TestAbsorbedKeepsALaterDeposit(t *testing.T) {
 	q.st.absorbed(q.own, 10, 30)
 	if q.st.value != 10 || q.st.inbox != 0 || q.st.inMod != 30 {
 		t.Errorf("cache after a plain absorb: counter %d inbox %d@%d; want 10, 0@30", q.st.value, q.st.inbox, q.st.inMod)
+	}
+}
+
+// With a commit in flight, the next batch takes only requests that share
+// no place, buyer or order ID with it (they go when it is answered), and
+// none when everything waiting conflicts.
+func TestSelectOrdersBesideACommitInFlight(t *testing.T) {
+	e := testEngine(t)
+	hot, cold := newTestPlace(0, 100, 0), newTestPlace(1, 100, 0)
+	first := []*commitReq{order("a", hot.part(1))}
+	if batch, _ := e.selectOrders(first); len(batch) != 1 {
+		t.Fatalf("an empty committer took %d", len(batch))
+	}
+	queue := []*commitReq{order("b", hot.part(1)), order("c", cold.part(1)), order("a", cold.part(1))}
+	batch, rest := e.selectOrders(queue)
+	if len(batch) != 1 || batch[0].req.order != "c" || len(rest) != 2 {
+		t.Fatalf("beside a commit on place 0 of order a: took %d (first %v); want order c alone", len(batch), batch)
+	}
+	if batch, _ := e.selectOrders(rest); len(batch) != 0 {
+		t.Fatalf("everything waiting conflicts with commits in flight, yet %d were taken", len(batch))
+	}
+	e.inflight.unmark(first)
+	if batch, _ := e.selectOrders(rest); len(batch) != 1 || batch[0].req.order != "b" {
+		t.Fatalf("after the first commit, took %v; want order b (order a's ID is still in flight)", batch)
 	}
 }

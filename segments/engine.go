@@ -28,6 +28,9 @@ type Config struct {
 	// TenureMaxHold bounds how long a process keeps a segment another
 	// process waits for.
 	TenureMaxHold time.Duration
+	// SellerIdle: a SKU's seller unused this long, holding no segment, is
+	// evicted with its caches (0: never).
+	SellerIdle time.Duration
 	// MaxTxnOps is etcd's --max-txn-ops.
 	MaxTxnOps int
 	// CommitTimeout bounds one group commit's round trips.
@@ -59,8 +62,16 @@ type Engine struct {
 	skus    map[string]*skuInfo
 	places  map[placeID]*placeState
 	sellers map[string]*seller
+	reaping bool // the reaper of idle sellers runs
+	// metasLoading is closed when the first read of every SKU's meta ends;
+	// metasLoaded says it succeeded (then a miss reads one meta).
+	metasLoading chan struct{}
+	metasLoaded  bool
+
+	lockWatch *lockWatch
 
 	commits  batch.Batcher[*commitReq]
+	inflight inflight  // what the group commits in flight hold
 	users    userCache // buyers' counters (per-user limits), as the committer knows them
 	confirms batch.Batcher[*confirmReq]
 	looks    batch.Batcher[*lookReq]
@@ -86,7 +97,8 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		places:  make(map[placeID]*placeState),
 		sellers: make(map[string]*seller),
 	}
-	e.commits = batch.Batcher[*commitReq]{Go: bg.Go, Select: e.selectOrders, Commit: e.commitOrders,
+	e.lockWatch = newLockWatch(e)
+	e.commits = batch.Batcher[*commitReq]{Parallel: commitParallel, Go: bg.Go, Select: e.selectOrders, Commit: e.commitOrders,
 		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
 	e.confirms = batch.Batcher[*confirmReq]{Go: bg.Go, Select: e.selectConfirms, Commit: e.commitConfirms,
 		Fail: func(r *confirmReq) { r.answer(0, lock.ErrClosed) }}
@@ -119,10 +131,32 @@ type placeID struct {
 	place Place
 }
 
-// sku returns what never changes about a SKU, from the cache or etcd.
+// sku returns what never changes about a SKU, from the cache or etcd. The
+// first miss reads every SKU's meta record at once (up to metaPrefetch of
+// them): in a sale of many SKUs, a process's first order of each would
+// otherwise cost a read of its own.
 func (e *Engine) sku(ctx context.Context, name string) (*skuInfo, error) {
 	e.mu.Lock()
 	info := e.skus[name]
+	loading, loaded := e.metasLoading, e.metasLoaded
+	if info == nil && !loaded && loading == nil {
+		loading = make(chan struct{})
+		e.metasLoading = loading
+		e.mu.Unlock()
+		e.prefetchMetas(ctx)
+		close(loading)
+		e.mu.Lock()
+		info = e.skus[name]
+	} else if info == nil && loading != nil {
+		e.mu.Unlock()
+		select {
+		case <-loading:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+		e.mu.Lock()
+		info = e.skus[name]
+	}
 	e.mu.Unlock()
 	if info != nil {
 		return info, nil
@@ -131,11 +165,40 @@ func (e *Engine) sku(ctx context.Context, name string) (*skuInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	info = &skuInfo{name: name, segments: meta.Segments, refillBatch: meta.RefillBatch, perUserLimit: meta.PerUserLimit}
+	info = infoOf(name, meta)
 	e.mu.Lock()
 	e.skus[name] = info
 	e.mu.Unlock()
 	return info, nil
+}
+
+// metaPrefetch bounds the meta records read at once into the SKU cache.
+const metaPrefetch = 50_000
+
+// prefetchMetas reads the meta records of every SKU (up to metaPrefetch)
+// into the cache; a failure leaves the cache to per-SKU reads.
+func (e *Engine) prefetchMetas(ctx context.Context) {
+	resp, err := e.kv.Get(ctx, e.keys.MetaPrefix(), clientv3.WithPrefix(), clientv3.WithLimit(metaPrefetch))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.metasLoading = nil
+	if err != nil {
+		return
+	}
+	e.metasLoaded = true
+	for _, kv := range resp.Kvs {
+		name, err := e.keys.ParseMeta(string(kv.Key))
+		if err != nil {
+			continue
+		}
+		if m, err := DecodeMeta(string(kv.Key), kv.Value); err == nil && !m.Creating && e.skus[name] == nil {
+			e.skus[name] = infoOf(name, m)
+		}
+	}
+}
+
+func infoOf(name string, m Meta) *skuInfo {
+	return &skuInfo{name: name, segments: m.Segments, refillBatch: m.RefillBatch, perUserLimit: m.PerUserLimit}
 }
 
 // Meta reads sku's meta record and its mod revision. A SKU still being

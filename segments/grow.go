@@ -89,9 +89,18 @@ func (s *seller) growWhere(ctx context.Context, home int, want func(i int) bool)
 	s.mu.Unlock()
 
 	for _, i := range free[:min(len(free), 3)] {
-		h, err := s.acquire(ctx, s.qs[i], true)
+		// The segment's counter and inbox are read in the transaction
+		// that takes its lock: its cache is ready without a read of its
+		// own (a SKU's first order in this process costs one write).
+		st := s.sts[i]
+		s.e.locks.Ref(s.qs[i])
+		h, answers, err := s.qs[i].AcquireReading(ctx, true, st.reads())
 		if err != nil {
+			s.e.locks.Unref(s.qs[i])
 			continue // taken meanwhile
+		}
+		if answers != nil {
+			_ = st.fill(h.Own(), answers) // an undecodable value: ensure reports it
 		}
 		_ = h.Unlock(s.e.bg.Ctx()) // kept as an idle tenure
 		return true

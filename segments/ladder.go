@@ -68,6 +68,7 @@ func (e *Engine) sell(ctx context.Context, req *allocReq, home int) (*Allocation
 	if err != nil {
 		return nil, err
 	}
+	defer s.release()
 	lostRetries := 0
 	r := s.serve(ctx, req, home) // rungs 1 to 4
 	for {

@@ -14,21 +14,30 @@ import (
 	"github.com/stockctl/stockctl/internal/lock"
 )
 
+// engineTestConfig is what a test may change of etcdEngine's defaults.
+type engineTestConfig struct {
+	tenureIdle, sellerIdle time.Duration
+}
+
 // etcdEngine is an engine on a real embedded etcd, with the coordinator's
-// defaults, closed at the end of the test.
-func etcdEngine(tb testing.TB) *Engine {
+// defaults (but for what opts change), closed at the end of the test.
+func etcdEngine(tb testing.TB, opts ...func(*engineTestConfig)) *Engine {
 	tb.Helper()
-	client := etcdtest.NewSingle(tb).Client(tb)
+	tc := engineTestConfig{tenureIdle: 10 * time.Second, sellerIdle: 20 * time.Second}
+	for _, o := range opts {
+		o(&tc)
+	}
+	client := etcdtest.NewSingle(tb, etcdtest.WithNoFsync()).Client(tb)
 	bg := background.NewGroup()
 	kv := etcdcall.KV(client)
 	locks := lock.New(client, kv, bg, lock.Config{SessionTTL: 10 * time.Second, CohortMaxHandoffs: 32,
-		CohortMaxHold: 100 * time.Millisecond, ReleaseTimeout: 5 * time.Second, TenureIdle: time.Second})
+		CohortMaxHold: 100 * time.Millisecond, ReleaseTimeout: 5 * time.Second, TenureIdle: tc.tenureIdle})
 	space, err := keys.New("/b/")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	e := NewEngine(client, kv, locks, bg, Config{Keys: space, FallbackWait: 50 * time.Millisecond, ClaimWait: time.Second,
-		TenureMaxHold: 250 * time.Millisecond, MaxTxnOps: 128, CommitTimeout: 10 * time.Second})
+		TenureMaxHold: 250 * time.Millisecond, SellerIdle: tc.sellerIdle, MaxTxnOps: 128, CommitTimeout: 10 * time.Second})
 	tb.Cleanup(func() {
 		_, _ = locks.Close()
 		bg.Stop()

@@ -107,21 +107,33 @@ func (st *placeState) ensure(ctx context.Context, e *Engine, own *lock.Ownership
 	if ok, err := check(); ok || err != nil {
 		return err
 	}
+	resp, err := e.kv.Txn(ctx).Then(st.reads()...).Commit()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", st.key, err)
+	}
+	return st.fill(own, resp.Responses)
+}
+
+// reads are the Gets that fill the cache: the counter, and a segment's
+// inbox.
+func (st *placeState) reads() []clientv3.Op {
 	ops := []clientv3.Op{clientv3.OpGet(st.key)}
 	if st.inKey != "" {
 		ops = append(ops, clientv3.OpGet(st.inKey))
 	}
-	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return fmt.Errorf("read %s: %w", st.key, err)
-	}
-	v, mod, err := decodeCounterKV(st.key, resp.Responses[0].GetResponseRange())
+	return ops
+}
+
+// fill makes the cache valid under own from the answers to reads, read
+// while own's key was held (or in the transaction that took it).
+func (st *placeState) fill(own *lock.Ownership, rs []*pb.ResponseOp) error {
+	v, mod, err := decodeCounterKV(st.key, rs[0].GetResponseRange())
 	if err != nil {
 		return err
 	}
 	var in, inMod int64
 	if st.inKey != "" {
-		if in, inMod, err = decodeCounterKV(st.inKey, resp.Responses[1].GetResponseRange()); err != nil {
+		if in, inMod, err = decodeCounterKV(st.inKey, rs[1].GetResponseRange()); err != nil {
 			return err
 		}
 	}

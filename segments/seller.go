@@ -68,6 +68,11 @@ type seller struct {
 
 	lastLook atomic.Pointer[snapshot] // this process's last look at the SKU (a hint)
 	climbing atomic.Int64             // orders climbing the dry rungs now (a pull's size)
+
+	// Guarded by the engine's mu: uses taken and not given back, and when
+	// the last one was.
+	users    int
+	lastUsed time.Time
 }
 
 // slotWaiter is an order with a step waiting for a free slot.
@@ -76,15 +81,19 @@ type slotWaiter struct {
 	wake chan struct{} // buffered: a signal is never lost
 }
 
-// seller returns the SKU's seller, starting it on first use.
+// seller returns the SKU's seller, made on first use, with a use taken:
+// the caller gives it back with release when its order is done. A seller
+// nobody used for SellerIdle, holding no segment, is evicted (reap), so
+// that an idle SKU costs this process nothing but its cached meta.
 func (e *Engine) seller(info *skuInfo) (*seller, error) {
 	e.mu.Lock()
-	s := e.sellers[info.name]
-	e.mu.Unlock()
-	if s != nil {
+	if s := e.sellers[info.name]; s != nil {
+		s.users++
+		e.mu.Unlock()
 		return s, nil
 	}
-	s = &seller{e: e, sku: info, viewed: make(chan struct{}), timers: map[int]*time.Timer{}}
+	e.mu.Unlock()
+	s := &seller{e: e, sku: info, viewed: make(chan struct{}), timers: map[int]*time.Timer{}}
 	for i := range info.segments {
 		q, err := e.locks.Queue(e.keys.SegmentLock(info.name, i), lock.KindSegment)
 		if err != nil {
@@ -99,6 +108,7 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 	}
 	e.mu.Lock()
 	if old := e.sellers[info.name]; old != nil {
+		old.users++
 		e.mu.Unlock()
 		for _, q := range s.qs {
 			e.locks.Unref(q)
@@ -106,12 +116,25 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 		return old, nil
 	}
 	e.sellers[info.name] = s
+	s.users = 1
+	if !e.reaping {
+		e.reaping = true
+		e.bg.Go(e.reap)
+	}
 	e.mu.Unlock()
 	for _, q := range s.qs {
 		q.SetRetain(s.wakeHead)
 	}
-	e.bg.Go(s.watch)
+	e.lockWatch.register(s)
 	return s, nil
+}
+
+// release gives back a use taken by Engine.seller.
+func (s *seller) release() {
+	s.e.mu.Lock()
+	s.users--
+	s.lastUsed = time.Now()
+	s.e.mu.Unlock()
 }
 
 // heldCount counts the segments this process holds (and is not giving up).

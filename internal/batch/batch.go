@@ -22,7 +22,9 @@ type Batcher[T any] struct {
 	Go func(func(ctx context.Context)) bool
 	// Select takes the oldest requests that fit one transaction out of
 	// queue: it returns the batch and what stays queued, in order. It runs
-	// under the batcher's mutex: it must not block.
+	// under the batcher's mutex: it must not block. With Parallel > 1 it
+	// may take none (what waits conflicts with batches in flight); it must
+	// take some when no batch is in flight.
 	Select func(queue []T) (batch, rest []T)
 	// Commit sends batch and answers every request of it (or hands some
 	// back with Submit); it runs on the committing goroutine, under ctx,
@@ -67,7 +69,9 @@ func (b *Batcher[T]) loop(ctx context.Context) {
 }
 
 // next takes the next batch, or returns nil and ends the calling
-// goroutine's turn when nothing waits.
+// goroutine's turn when nothing waits, or nothing that waits can go now
+// (Select took none: what waits is for a batch in flight, whose goroutine
+// takes it next).
 func (b *Batcher[T]) next() []T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -76,6 +80,10 @@ func (b *Batcher[T]) next() []T {
 		return nil
 	}
 	batch, rest := b.Select(b.queue)
+	if len(batch) == 0 {
+		b.running--
+		return nil
+	}
 	// rest reuses the queue's array: clear what it no longer holds, so
 	// answered requests can be collected.
 	var zero T

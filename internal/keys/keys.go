@@ -259,6 +259,10 @@ func (s Space) ParseStock(key string) (StockKey, error) {
 // the segments).
 func (s Space) StockLocks(sku string) string { return s.prefix + "stocklocks/" + sku + "/" }
 
+// StockLocksPrefix is the prefix of every SKU's place locks (one watch of
+// it sees every segment lock of the prefix).
+func (s Space) StockLocksPrefix() string { return s.prefix + "stocklocks/" }
+
 // StockLockKey is a parsed waiter key of a place's lock.
 type StockLockKey struct {
 	SKU   string

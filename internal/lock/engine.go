@@ -335,6 +335,14 @@ func (e *Engine) Acquire(ctx context.Context, pfx, kind string, wait time.Durati
 	return h, nil
 }
 
+// QueueCount is how many lock queues the engine keeps (tests: an idle
+// process keeps none).
+func (e *Engine) QueueCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.queues)
+}
+
 // LocalWaiters is the number of this process's goroutines queued for the
 // lock under pfx (tests observe queueing with it instead of sleeping).
 func (e *Engine) LocalWaiters(pfx string) int {

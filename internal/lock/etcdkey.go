@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockctl/stockctl/internal/background"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -42,7 +43,11 @@ import (
 // oldest. With noWait it returns ErrLocked instead of waiting. On error no
 // key is left behind (or, if etcd cannot be reached, its removal is retried
 // in the background until the session ends).
-func (e *Engine) lockKey(ctx context.Context, sess *concurrency.Session, pfx string, noWait bool) (*Ownership, error) {
+//
+// reads, if any, are read in the same transaction as the key's put: their
+// answers are returned when the key was the oldest at once (no wait), and
+// are then as of the revision the lock was taken (nil otherwise).
+func (e *Engine) lockKey(ctx context.Context, sess *concurrency.Session, pfx string, noWait bool, reads []clientv3.Op) (*Ownership, []*pb.ResponseOp, error) {
 	key := pfx + strconv.FormatInt(int64(sess.Lease()), 16)
 	// The put must not be cut short by the caller's ctx (a wait budget
 	// expires all the time under load): a put abandoned in flight may still
@@ -51,59 +56,62 @@ func (e *Engine) lockKey(ctx context.Context, sess *concurrency.Session, pfx str
 	// forever. So the put runs on its own bounded ctx, and the caller's ctx
 	// is checked once its outcome is known.
 	pctx, cancelPut := context.WithTimeout(e.bg.Ctx(), e.cfg.ReleaseTimeout)
-	myRev, ownerRev, err := e.putWaiterKey(pctx, sess, pfx, key)
+	myRev, ownerRev, answers, err := e.putWaiterKey(pctx, sess, pfx, key, reads)
 	cancelPut()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cause := context.Cause(ctx); cause != nil {
 		_ = e.removeKey(e.bg.Ctx(), sess, key, myRev)
-		return nil, cause
+		return nil, nil, cause
 	}
 	if ownerRev != myRev {
+		answers = nil // as of before the wait: not the holder's
 		if noWait {
 			_ = e.removeKey(e.bg.Ctx(), sess, key, myRev)
-			return nil, ErrLocked
+			return nil, nil, ErrLocked
 		}
 		if err := e.waitPredecessors(ctx, sess, pfx, key, myRev); err != nil {
 			_ = e.removeKey(e.bg.Ctx(), sess, key, myRev)
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	octx, cancel := context.WithCancelCause(context.Background())
-	return &Ownership{sess: sess, key: key, rev: myRev, acquired: time.Now(), ctx: octx, cancel: cancel}, nil
+	return &Ownership{sess: sess, key: key, rev: myRev, acquired: time.Now(), ctx: octx, cancel: cancel}, answers, nil
 }
 
 // putWaiterKey puts key under the session's lease and returns its create
-// revision and the create revision of the oldest key under pfx, in one
-// round trip. A key of ours left over from a failed delete is removed first:
-// reusing it would hand its old fencing token to a new holder.
-func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pfx, key string) (myRev, ownerRev int64, err error) {
+// revision and the create revision of the oldest key under pfx, and the
+// answers to reads, in one round trip. A key of ours left over from a
+// failed delete is removed first: reusing it would hand its old fencing
+// token to a new holder.
+func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pfx, key string, reads []clientv3.Op) (myRev, ownerRev int64, answers []*pb.ResponseOp, err error) {
+	ops := append([]clientv3.Op{clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
+		clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)}, reads...)
 	for attempt := 0; attempt < 3; attempt++ {
 		resp, err := e.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
-				clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)).
+			Then(ops...).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
 			// The put may or may not have been applied: clean up by reading.
 			e.scrubKey(sess, pfx, key)
-			return 0, 0, fmt.Errorf("put lock key %s: %w", key, sessionErr(sess, err))
+			return 0, 0, nil, fmt.Errorf("put lock key %s: %w", key, sessionErr(sess, err))
 		}
 		if !resp.Succeeded {
 			stale := resp.Responses[0].GetResponseRange().Kvs
 			if len(stale) > 0 {
 				if err := e.removeKey(ctx, sess, key, stale[0].CreateRevision); err != nil {
-					return 0, 0, err
+					return 0, 0, nil, err
 				}
 			}
 			continue
 		}
 		owner := resp.Responses[1].GetResponseRange().Kvs
-		return resp.Header.Revision, owner[0].CreateRevision, nil
+		return resp.Header.Revision, owner[0].CreateRevision, resp.Responses[2:], nil
 	}
-	return 0, 0, fmt.Errorf("put lock key %s: a stale key of this session keeps reappearing", key)
+	return 0, 0, nil, fmt.Errorf("put lock key %s: a stale key of this session keeps reappearing", key)
 }
 
 // waitPredecessors waits until no key under pfx is older than myRev.

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
@@ -98,29 +100,39 @@ type turn struct {
 // ctx's cause, ErrSessionLost, ErrClosed, ErrLocked (noWait), or an etcd
 // error.
 func (q *Queue) Acquire(ctx context.Context, noWait bool) (*Hold, error) {
-	if q.e.metrics == nil {
-		return q.acquireTurn(ctx, noWait)
-	}
-	start := time.Now()
-	h, err := q.acquireTurn(ctx, noWait)
-	q.e.metrics.lockWaited(q.kind, time.Since(start), err)
+	h, _, err := q.AcquireReading(ctx, noWait, nil)
 	return h, err
 }
 
-func (q *Queue) acquireTurn(ctx context.Context, noWait bool) (*Hold, error) {
+// AcquireReading is Acquire that also reads reads in the transaction that
+// puts the lock's key: when the key was put and was the oldest at once,
+// their answers are returned, as of the revision the lock was taken (a
+// cache filled from them is valid under the hold, as if read right after).
+// When the hold came otherwise (a local handoff, a wait), answers is nil.
+func (q *Queue) AcquireReading(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*pb.ResponseOp, error) {
+	if q.e.metrics == nil {
+		return q.acquireTurn(ctx, noWait, reads)
+	}
+	start := time.Now()
+	h, answers, err := q.acquireTurn(ctx, noWait, reads)
+	q.e.metrics.lockWaited(q.kind, time.Since(start), err)
+	return h, answers, err
+}
+
+func (q *Queue) acquireTurn(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*pb.ResponseOp, error) {
 	q.mu.Lock()
 	if h := q.takeIdleLocked(); h != nil {
 		q.mu.Unlock()
-		return h, nil
+		return h, nil, nil
 	}
 	if q.holder == nil && q.own == nil && !q.busy && q.waiters.Len() == 0 {
 		q.busy = true
 		q.mu.Unlock()
-		return q.acquireEtcd(ctx, noWait)
+		return q.acquireEtcd(ctx, noWait, reads)
 	}
 	if noWait {
 		q.mu.Unlock()
-		return nil, ErrLocked
+		return nil, nil, ErrLocked
 	}
 	w := &waiter{ready: make(chan turn, 1)}
 	w.elem = q.waiters.PushBack(w)
@@ -128,7 +140,8 @@ func (q *Queue) acquireTurn(ctx context.Context, noWait bool) (*Hold, error) {
 
 	select {
 	case t := <-w.ready:
-		return q.take(ctx, t)
+		h, err := q.take(ctx, t)
+		return h, nil, err
 	case <-ctx.Done():
 	}
 	q.mu.Lock()
@@ -136,13 +149,13 @@ func (q *Queue) acquireTurn(ctx context.Context, noWait bool) (*Hold, error) {
 		q.waiters.Remove(w.elem)
 		w.elem = nil
 		q.mu.Unlock()
-		return nil, context.Cause(ctx)
+		return nil, nil, context.Cause(ctx)
 	}
 	q.mu.Unlock()
 	// We were dequeued at the moment we gave up: pass the turn on, or the
 	// waiters behind us would wait for nobody.
 	q.decline(<-w.ready)
-	return nil, context.Cause(ctx)
+	return nil, nil, context.Cause(ctx)
 }
 
 func (q *Queue) take(ctx context.Context, t turn) (*Hold, error) {
@@ -152,7 +165,8 @@ func (q *Queue) take(ctx context.Context, t turn) (*Hold, error) {
 	case t.h != nil:
 		return t.h, nil
 	}
-	return q.acquireEtcd(ctx, false)
+	h, _, err := q.acquireEtcd(ctx, false, nil)
+	return h, err
 }
 
 func (q *Queue) decline(t turn) {
@@ -168,8 +182,9 @@ func (q *Queue) decline(t turn) {
 	}
 }
 
-// acquireEtcd acquires the etcd key. The caller has the turn (busy is set).
-func (q *Queue) acquireEtcd(ctx context.Context, noWait bool) (*Hold, error) {
+// acquireEtcd acquires the etcd key, reading reads with its put (see
+// AcquireReading). The caller has the turn (busy is set).
+func (q *Queue) acquireEtcd(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*pb.ResponseOp, error) {
 	sess, err := q.e.Session(ctx)
 	if err == nil {
 		q.mu.Lock()
@@ -177,8 +192,9 @@ func (q *Queue) acquireEtcd(ctx context.Context, noWait bool) (*Hold, error) {
 		q.mu.Unlock()
 	}
 	var own *Ownership
+	var answers []*pb.ResponseOp
 	if err == nil {
-		own, err = q.e.lockKey(ctx, sess, q.pfx, noWait)
+		own, answers, err = q.e.lockKey(ctx, sess, q.pfx, noWait, reads)
 	}
 
 	q.mu.Lock()
@@ -192,11 +208,11 @@ func (q *Queue) acquireEtcd(ctx context.Context, noWait bool) (*Hold, error) {
 	}
 	if err != nil {
 		q.grantNextLocked()
-		return nil, err
+		return nil, nil, err
 	}
 	q.own = own
 	q.e.metrics.handoff(q.kind, viaEtcd)
-	return q.newHoldLocked(), nil
+	return q.newHoldLocked(), answers, nil
 }
 
 // grantNextLocked gives the head waiter the turn to acquire, if the lock is free.

@@ -188,3 +188,12 @@ func (own *Ownership) stopIdleLocked() {
 		own.idleTimer = nil
 	}
 }
+
+// Idle reports whether q holds nothing and nobody waits on it: no key (or
+// none being acquired or released), no holder, no waiter. The stock layer
+// forgets a seller whose queues are all idle.
+func (q *Queue) Idle() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.own == nil && q.holder == nil && !q.busy && q.waiters.Len() == 0
+}

@@ -121,24 +121,7 @@ func (s *stockctl) Setup(ctx context.Context, p Params) error {
 		return err
 	}
 	s.reb = reb
-	// A quarter more than the run can take, so that it never sells out.
-	// With a step, the SKU is stocked as a sale is: a few batches in each
-	// segment and the rest in the pool, so that segments keep running low
-	// and the rebalancer (and the sellers' pulls) keep them stocked during
-	// the run; the refill figures measure that. Pure allocation sells tens
-	// of thousands a second: a tenth of the stock starts in the segments
-	// and refills are a quarter of an even share, so that its figure is
-	// the allocations', not the refills'.
-	total := p.Units + p.Units/4 + int64(p.Segments)
-	cfg := coordinator.SKUConfig{Total: total, Segments: p.Segments}
-	if p.Step != nil {
-		cfg.RefillBatch, cfg.LowWatermark = saleRefillBatch, saleLowWatermark
-		cfg.InitialFill = min(total, int64(p.Segments)*saleRefillBatch)
-	} else {
-		cfg.RefillBatch = coordinator.DefaultRefillBatch(total, p.Segments)
-		cfg.LowWatermark = max(1, cfg.RefillBatch/2)
-		cfg.InitialFill = total / initialFillShare
-	}
+	cfg := skuConfig(p)
 	if _, err := s.coords[0].CreateSKU(ctx, benchSKU, cfg); err != nil {
 		return fmt.Errorf("create the SKU: %w", err)
 	}
@@ -161,6 +144,28 @@ func (s *stockctl) Setup(ctx context.Context, p Params) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return context.Cause(ctx)
+}
+
+// skuConfig is the run's SKU. A quarter more than the run can take, so
+// that it never sells out. With a step, the SKU is stocked as a sale is: a
+// few batches in each segment and the rest in the pool, so that segments
+// keep running low and the rebalancer (and the sellers' pulls) keep them
+// stocked during the run; the refill figures measure that. Pure allocation
+// sells tens of thousands a second: a tenth of the stock starts in the
+// segments and refills are a quarter of an even share, so that its figure
+// is the allocations', not the refills'.
+func skuConfig(p Params) coordinator.SKUConfig {
+	total := p.Units + p.Units/4 + int64(p.Segments)
+	cfg := coordinator.SKUConfig{Total: total, Segments: p.Segments}
+	if p.Step != nil {
+		cfg.RefillBatch, cfg.LowWatermark = saleRefillBatch, saleLowWatermark
+		cfg.InitialFill = min(total, int64(p.Segments)*saleRefillBatch)
+	} else {
+		cfg.RefillBatch = coordinator.DefaultRefillBatch(total, p.Segments)
+		cfg.LowWatermark = max(1, cfg.RefillBatch/2)
+		cfg.InitialFill = total / initialFillShare
+	}
+	return cfg
 }
 
 // Coordinators are the run's coordinators, one per process (for probes).

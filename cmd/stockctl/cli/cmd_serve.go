@@ -9,41 +9,55 @@ import (
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/embedetcd"
+	"github.com/stockctl/stockctl/service"
 )
 
-// DefaultListen is where serve's etcd listens for clients: etcd's usual
-// client port, on loopback.
+// DefaultListen is where serve's embedded etcd listens for clients: etcd's
+// usual client port, on loopback.
 const DefaultListen = "127.0.0.1:2379"
 
 func serveCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "serve",
-		Usage: "run an embedded etcd on a loopback address, plus the rebalancer, until interrupted",
-		Description: "Other stockctl processes share it with --endpoints http://ADDRESS (or STOCKCTL_ENDPOINTS).\n" +
-			"Data lives in --data-dir. Only loopback addresses are accepted: the embedded etcd has no TLS\n" +
-			"or authentication configured; use a real etcd cluster for anything else.",
-		ArgsUsage: "[--listen 127.0.0.1:2379]",
-		Flags: []ucli.Flag{
+		Usage: "serve stockctl's network API (gRPC, gRPC-Web, HTTP/JSON) and run the elected rebalancer, until interrupted",
+		Description: "Serves the stockctl.v1 API (docs/api.md) on --api-addr for services in any language, and runs a\n" +
+			"rebalancer candidate: of several serve processes sharing an etcd, one rebalancer leads.\n" +
+			"With --endpoints (and --cacert/--cert/--key, --user, --prefix) it uses that etcd cluster, which any\n" +
+			"number of serve processes may share. Without, it starts an embedded etcd on --listen (loopback only,\n" +
+			"no TLS or authentication) with its data in --data-dir; other stockctl processes share it with\n" +
+			"--endpoints http://ADDRESS (or STOCKCTL_ENDPOINTS).\n" +
+			"The API may listen beyond loopback only with TLS (--api-cert, --api-key) and client authentication\n" +
+			"(--api-tokens and/or --api-client-ca); serve refuses otherwise (exit 2) and names what is missing.\n" +
+			"SIGTERM or ^C: health turns NOT_SERVING, streams end, calls in flight get 10 s, locks held for\n" +
+			"remote callers are released, then the coordinator's locks and lease.",
+		ArgsUsage: "[--api-addr 127.0.0.1:7070] [--listen 127.0.0.1:2379]",
+		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "listen", Value: DefaultListen, EnvVars: []string{"STOCKCTL_LISTEN"},
-				Usage: "loopback host:port for etcd's clients"},
+				Usage: "loopback host:port for the embedded etcd's clients (not with --endpoints)"},
 			identityFlag(),
 			metricsAddrFlag(),
-		},
+		}, apiFlags()...),
 		Action: serveAction,
 	}
 }
 
-// serveView says where serve's etcd is.
+// serveView says where serve's etcd and API are.
 type serveView struct {
 	Endpoints []string `json:"endpoints"`
-	DataDir   string   `json:"dataDir"`
-	Prefix    string   `json:"prefix"`
+	// DataDir is the embedded etcd's; "" with --endpoints.
+	DataDir string `json:"dataDir"`
+	Prefix  string `json:"prefix"`
+	// API is the API's base URL: http://HOST:PORT, or https:// with TLS.
+	API string `json:"api"`
 }
 
 func (v serveView) table() table {
 	var t table
+	t.add("API", v.API)
 	t.add("ETCD", strings.Join(v.Endpoints, ","))
-	t.add("DATA DIR", v.DataDir)
+	if v.DataDir != "" {
+		t.add("DATA DIR", v.DataDir)
+	}
 	t.add("PREFIX", v.Prefix)
 	t.notes = append(t.notes, fmt.Sprintf("other processes: export STOCKCTL_ENDPOINTS=%s", strings.Join(v.Endpoints, ",")))
 	return t
@@ -58,15 +72,24 @@ func serveAction(c *ucli.Context) error {
 		return usageError("serve takes no arguments, got %q", c.Args().Slice())
 	}
 	listen := c.String("listen")
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return usageError("invalid --listen %q: want host:port", listen)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return usageError("invalid --listen %q: must be a loopback address (127.0.0.1, ::1 or localhost)", listen)
-	}
 	if len(g.endpoints) > 0 {
-		return usageError("serve runs its own etcd and cannot use --endpoints; to run only the rebalancer against a cluster, use `stockctl --endpoints ... rebalance --watch`")
+		if c.IsSet("listen") {
+			return usageError("--listen is the embedded etcd's address: with --endpoints serve uses that etcd and starts none")
+		}
+	} else {
+		host, _, err := net.SplitHostPort(listen)
+		if err != nil {
+			return usageError("invalid --listen %q: want host:port", listen)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return usageError("invalid --listen %q: must be a loopback address (127.0.0.1, ::1 or localhost)", listen)
+		}
+	}
+	// Everything the API needs is read and checked before anything starts:
+	// a bad flag is exit 2 with nothing listening.
+	api, err := readAPIFlags(c)
+	if err != nil {
+		return err
 	}
 
 	metrics, err := startMetrics(c, c.App.ErrWriter)
@@ -78,27 +101,54 @@ func serveAction(c *ucli.Context) error {
 	defer stop()
 	sctx, cancel := g.boundedContext(ctx)
 	defer cancel()
-	srv, err := startEmbedded(sctx, embedetcd.Config{Dir: g.dataDir, ClientAddr: listen})
-	if err != nil {
-		return err
-	}
-	defer srv.Close()
-	// The rebalancer connects like any other client would.
-	sg := *g
-	sg.endpoints = srv.Endpoints()
 	var opts []coordinator.Option
 	if reg := metrics.registerer(); reg != nil {
 		opts = append(opts, coordinator.WithMetrics(reg))
 	}
-	cn, err := connect(sctx, c, &sg, opts...)
-	if err != nil {
-		return err
+	view := serveView{Prefix: g.prefix}
+	var cn *conn
+	if len(g.endpoints) > 0 {
+		view.Endpoints = g.endpoints
+		if cn, err = connect(sctx, c, g, opts...); err != nil {
+			return err
+		}
+	} else {
+		embedded, err := startEmbedded(sctx, embedetcd.Config{Dir: g.dataDir, ClientAddr: listen})
+		if err != nil {
+			return err
+		}
+		defer embedded.Close() // after cn.Close
+		view.Endpoints, view.DataDir = embedded.Endpoints(), g.dataDir
+		// The coordinator connects like any other client would.
+		sg := *g
+		sg.endpoints = embedded.Endpoints()
+		if cn, err = connect(sctx, c, &sg, opts...); err != nil {
+			return err
+		}
 	}
-	defer cn.Close()
+	defer cn.Close() // after the API's Close
 	cancel()
+
+	api.cfg.Registerer = metrics.registerer()
+	api.cfg.Logger = g.logger(c.App.ErrWriter)
+	apiSrv, err := service.New(cn.coord, api.cfg)
+	if err != nil {
+		return failed(ctx, "set up the API", err)
+	}
+	// Deferred after cn.Close, so it runs first: the locks held for
+	// remote callers are released while the coordinator is still there.
+	defer apiSrv.Close()
+	ln, err := net.Listen("tcp", api.addr)
+	if err != nil {
+		return ucli.Exit(fmt.Errorf("failed to listen for the API on %s: %w (another stockctl serve? give --api-addr another port; 127.0.0.1:0 picks a free one)",
+			api.addr, err), ExitFailure)
+	}
+	view.API = api.scheme() + ln.Addr().String()
 	// One line of JSON: the moves that follow are one JSON object a line.
-	if err := showLine(c, g, serveView{Endpoints: srv.Endpoints(), DataDir: g.dataDir, Prefix: g.prefix}); err != nil {
+	if err := showLine(c, g, view); err != nil {
+		_ = ln.Close()
 		return err
 	}
-	return runRebalancer(ctx, c, cn, newMovePrinter(c.App.Writer, g.output), metrics.registerer())
+	fmt.Fprintf(c.App.ErrWriter, "api on %s (gRPC, gRPC-Web, Connect and JSON over HTTP; %s)\n", view.API, api.describe())
+	return runService(ctx, c, cn, apiSrv, ln, newMovePrinter(c.App.Writer, g.output), metrics.registerer())
 }

@@ -80,7 +80,7 @@ func startServe(t *testing.T, identity string, extra ...string) *servedEtcd {
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	t.Cleanup(cancel)
-	args := append([]string{"--data-dir", s.dir, "serve", "--listen", s.addr, "--identity", identity}, extra...)
+	args := append([]string{"--data-dir", s.dir, "serve", "--listen", s.addr, "--api-addr", "127.0.0.1:0", "--identity", identity}, extra...)
 	go func() { s.done <- runCtx(ctx, &s.out, &s.errOut, args...) }()
 	etcdtest.WaitFor(t, "serve to start", 30*time.Second, func() bool {
 		return strings.Contains(s.out.String(), "export STOCKCTL_ENDPOINTS=http://"+s.addr)

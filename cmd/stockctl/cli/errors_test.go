@@ -61,8 +61,11 @@ func TestBadInputsExit2AndChangeNothing(t *testing.T) {
 		{"lock bad name", []string{"lock", "a/b", "--", "true"}, "invalid lock NAME"},
 		{"lock child flags before --", []string{"lock", "l1", "ls", "-l"}, "put the command to run after --"},
 		{"rebalance without sku", []string{"rebalance"}, "missing SKU argument"},
-		{"serve non-loopback", []string{"serve", "--listen", "0.0.0.0:2379"}, "must be a loopback address"},
-		{"serve with endpoints", []string{"serve"}, "cannot use --endpoints"},
+		{"serve --listen with endpoints", []string{"serve", "--listen", "127.0.0.1:2379"}, "with --endpoints serve uses that etcd"},
+		{"serve bad api addr", []string{"serve", "--api-addr", "7070"}, "invalid --api-addr"},
+		{"serve api key without cert", []string{"serve", "--api-key", "k.pem"}, "--api-cert and --api-key must be given together"},
+		{"serve public api", []string{"serve", "--api-addr", "0.0.0.0:7070"}, "refusing --api-addr 0.0.0.0:7070"},
+		{"serve api inflight", []string{"serve", "--api-max-inflight", "0"}, "invalid --api-max-inflight 0"},
 		{"demo bad qty range", []string{"demo", "--min-qty", "3", "--max-qty", "2"}, "invalid --min-qty 3 / --max-qty 2"},
 		{"demo argument", []string{"demo", "now"}, "demo takes no arguments"},
 	} {

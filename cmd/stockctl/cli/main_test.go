@@ -22,6 +22,10 @@ var shared struct {
 	client    *clientv3.Client
 }
 
+// testTempDir is removed after the tests: what they build or keep for
+// the whole test binary goes there (the built stockctl).
+var testTempDir string
+
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
@@ -33,6 +37,11 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	if testTempDir, err = os.MkdirTemp("", "stockctl-cli-test-bin-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(testTempDir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv, err := embedetcd.Start(ctx, embedetcd.Config{Dir: dir, UnsafeNoFsync: true})

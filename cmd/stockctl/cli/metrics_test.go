@@ -38,7 +38,7 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 }
 
 // sample is the value of the series of fam whose labels include labels
-// (counters, gauges), or false.
+// (counters, gauges; a histogram's count), or false.
 func sample(fams map[string]*dto.MetricFamily, name string, labels map[string]string) (float64, bool) {
 	f := fams[name]
 	if f == nil {
@@ -60,6 +60,8 @@ next:
 			return m.GetCounter().GetValue(), true
 		case m.Gauge != nil:
 			return m.GetGauge().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
 		}
 	}
 	return 0, false

@@ -245,7 +245,7 @@ func startServeProcess(t *testing.T, bin string, env []string, addr string) {
 	t.Helper()
 	var out, errOut syncBuffer
 	cmd := exec.Command(bin, "--data-dir", filepath.Join(t.TempDir(), "served.etcd"), "serve", "--listen", addr,
-		"--identity", "tmux-rebalancer")
+		"--api-addr", "127.0.0.1:0", "--identity", "tmux-rebalancer")
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, &out, &errOut
 	// The kernel kills serve if the test binary dies without cleaning up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

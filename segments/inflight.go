@@ -1,0 +1,66 @@
+package segments
+
+import "sync"
+
+// Group commits in flight. A place's next commit is planned on its
+// previous one's outcome (the counter as committed), so a place is in one
+// transaction in flight at a time. Transactions whose places, buyers and
+// order IDs are disjoint can be in flight together: with many SKUs a
+// process's orders rarely share a place, and commitParallel transactions
+// of ~40 orders each, in flight together, let etcd fold them into one
+// fsync as it does for several processes' commits. On one hot SKU the
+// batches share their places and go one after another, as before.
+
+// commitParallel is how many group commits a process may have in flight.
+const commitParallel = 2
+
+// inflight is what the group commits in flight hold.
+type inflight struct {
+	mu     sync.Mutex
+	places map[*placeState]int
+	users  map[string]int
+	orders map[string]int
+}
+
+// conflicts reports whether cr shares a place, a buyer or its order ID with
+// a commit in flight. The caller holds f.mu.
+func (f *inflight) conflictsLocked(cr *commitReq) bool {
+	if f.orders[cr.req.order] > 0 || (cr.req.userKey != "" && f.users[cr.req.userKey] > 0) {
+		return true
+	}
+	for _, p := range cr.parts {
+		if f.places[p.st] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// mark and unmark add a batch to what is in flight, and take it off.
+func (f *inflight) markLocked(batch []*commitReq, d int) {
+	if f.places == nil {
+		f.places, f.users, f.orders = map[*placeState]int{}, map[string]int{}, map[string]int{}
+	}
+	for _, cr := range batch {
+		f.orders[cr.req.order] += d
+		if f.orders[cr.req.order] == 0 {
+			delete(f.orders, cr.req.order)
+		}
+		if k := cr.req.userKey; k != "" {
+			if f.users[k] += d; f.users[k] == 0 {
+				delete(f.users, k)
+			}
+		}
+		for _, p := range cr.parts {
+			if f.places[p.st] += d; f.places[p.st] == 0 {
+				delete(f.places, p.st)
+			}
+		}
+	}
+}
+
+func (f *inflight) unmark(batch []*commitReq) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.markLocked(batch, -1)
+}

@@ -1,0 +1,173 @@
+package segments
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/background"
+	"github.com/stockctl/stockctl/internal/keys"
+)
+
+// The lock watch. Every seller needs to see who holds and who waits for
+// its SKU's segment locks (the fair share, the yield policy). One watch per
+// process covers every SKU's segment lock keys: it keeps the keys that
+// exist (a process holds a handful per SKU it sells, none for an idle one)
+// and hands each change to the seller of its SKU, if this process has one.
+// A SKU therefore costs no goroutine and no etcd watch of its own, and a
+// seller made for a new SKU takes its view from the watch without a read.
+
+// lockWatch is the process's one watch of the segment lock keys.
+type lockWatch struct {
+	e *Engine
+
+	// mu guards everything below, and is taken before a seller's mu
+	// (never the other way round).
+	mu      sync.Mutex
+	started bool
+	ready   bool                          // the keys are as of a full read plus every event since
+	keys    map[string]map[string]lockKey // SKU → key → what it is
+	sellers map[string]*seller            // SKU → its seller, to hand changes to
+	index   map[string]keys.StockLockKey  // key → parsed
+}
+
+func newLockWatch(e *Engine) *lockWatch {
+	return &lockWatch{e: e, keys: map[string]map[string]lockKey{}, sellers: map[string]*seller{}, index: map[string]keys.StockLockKey{}}
+}
+
+// register gives s its view and hands it every change from now on; it
+// starts the watch on first use. s's viewed closes once its view is real.
+func (w *lockWatch) register(s *seller) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sellers[s.sku.name] = s
+	if !w.started {
+		w.started = true
+		w.e.bg.Go(w.run)
+	}
+	if w.ready {
+		w.fillLocked(s)
+	}
+}
+
+// unregister stops handing changes to s (it is being evicted).
+func (w *lockWatch) unregister(s *seller) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sellers[s.sku.name] == s {
+		delete(w.sellers, s.sku.name)
+	}
+}
+
+// fillLocked copies the SKU's keys into s's view and marks it viewed.
+func (w *lockWatch) fillLocked(s *seller) {
+	s.mu.Lock()
+	for i := range s.view {
+		clear(s.view[i])
+	}
+	for key, k := range w.keys[s.sku.name] {
+		if p := w.index[key]; p.Index < len(s.view) {
+			s.view[p.Index][key] = k
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.viewed:
+	default:
+		close(s.viewed)
+	}
+}
+
+// run keeps the keys: a full read, then a watch from the revision after it;
+// when the watch breaks (compaction, a lost connection), again.
+func (w *lockWatch) run(ctx context.Context) {
+	pfx := w.e.keys.StockLocksPrefix()
+	for ctx.Err() == nil {
+		resp, err := w.e.kv.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			if !background.Sleep(ctx, 100*time.Millisecond) {
+				return
+			}
+			continue
+		}
+		w.mu.Lock()
+		clear(w.keys)
+		clear(w.index)
+		for _, kv := range resp.Kvs {
+			w.applyLocked(kv, false)
+		}
+		w.ready = true
+		sellers := make([]*seller, 0, len(w.sellers))
+		for _, s := range w.sellers {
+			w.fillLocked(s)
+			sellers = append(sellers, s)
+		}
+		w.mu.Unlock()
+		for _, s := range sellers {
+			s.react()
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		for wr := range w.e.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
+			if wr.Err() != nil || wr.CompactRevision != 0 {
+				break
+			}
+			w.mu.Lock()
+			touched := map[*seller]bool{}
+			for _, ev := range wr.Events {
+				if s := w.applyLocked(ev.Kv, ev.Type == mvccpb.DELETE); s != nil {
+					touched[s] = true
+				}
+			}
+			w.mu.Unlock()
+			for s := range touched {
+				s.react()
+			}
+		}
+		cancel()
+		w.mu.Lock()
+		w.ready = false
+		w.mu.Unlock()
+	}
+}
+
+// applyLocked records one key's change, in the keys and in the view of its
+// SKU's seller, and returns that seller (nil if none).
+func (w *lockWatch) applyLocked(kv *mvccpb.KeyValue, deleted bool) *seller {
+	key := string(kv.Key)
+	k, err := w.e.keys.ParseStockLock(key)
+	if err != nil || k.Kind != keys.KindSegment {
+		return nil
+	}
+	s := w.sellers[k.SKU]
+	if deleted {
+		if m := w.keys[k.SKU]; m != nil {
+			delete(m, key)
+			if len(m) == 0 {
+				delete(w.keys, k.SKU)
+			}
+		}
+		delete(w.index, key)
+	} else {
+		m := w.keys[k.SKU]
+		if m == nil {
+			m = map[string]lockKey{}
+			w.keys[k.SKU] = m
+		}
+		m[key] = lockKey{rev: kv.CreateRevision, lease: k.Lease}
+		w.index[key] = k
+	}
+	if s == nil || k.Index >= len(s.view) {
+		return nil
+	}
+	s.mu.Lock()
+	if deleted {
+		delete(s.view[k.Index], key)
+	} else {
+		s.view[k.Index][key] = lockKey{rev: kv.CreateRevision, lease: k.Lease}
+	}
+	s.mu.Unlock()
+	return s
+}

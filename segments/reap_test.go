@@ -1,0 +1,61 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// A SKU ordered once and then left alone costs the process nothing after a
+// while: its segment is given back (TenureIdle), then its seller, lock
+// queues, place caches and lock-watch entries are forgotten (SellerIdle);
+// only its cached meta stays. Ordering it again works as the first time.
+func TestIdleSellersAreForgotten(t *testing.T) {
+	e := etcdEngine(t, func(c *engineTestConfig) { c.tenureIdle, c.sellerIdle = 100*time.Millisecond, 200*time.Millisecond })
+	ctx := t.Context()
+	const n = 20
+	for i := range n {
+		if _, err := e.CreateSKU(ctx, fmt.Sprint("idle-", i), SKUConfig{Total: 10, Segments: 4, InitialFill: 10}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Allocate(ctx, fmt.Sprint("idle-", i), fmt.Sprint("o-", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.sellerCount(); got != n {
+		t.Fatalf("%d sellers after the orders; want %d", got, n)
+	}
+	etcdtest.WaitFor(t, "the idle sellers to be forgotten", 30*time.Second, func() bool {
+		sellers, places, keys, queues := e.footprint()
+		return sellers == 0 && places == 0 && keys == 0 && queues == 0
+	})
+	if _, err := e.Allocate(ctx, "idle-3", "o-again", 1, ""); err != nil {
+		t.Fatalf("an order after the seller was forgotten: %v", err)
+	}
+	if st, err := e.Status(ctx, "idle-3"); err != nil || st.Remaining() != 8 {
+		t.Fatalf("status after two orders: %+v, %v; want 8 left", st, err)
+	}
+}
+
+func (e *Engine) sellerCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.sellers)
+}
+
+// footprint counts what the engine keeps per SKU: sellers, place caches,
+// segment lock keys seen by the lock watch, and the lock engine's queues.
+func (e *Engine) footprint() (sellers, places, keys, queues int) {
+	e.mu.Lock()
+	sellers, places = len(e.sellers), len(e.places)
+	e.mu.Unlock()
+	e.lockWatch.mu.Lock()
+	keys = len(e.lockWatch.index)
+	e.lockWatch.mu.Unlock()
+	return sellers, places, keys, e.locks.QueueCount()
+}
+
+var _ = context.Background

@@ -1,0 +1,43 @@
+package service_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
+)
+
+// Small answers go out uncompressed even to a client that accepts gzip
+// (compressing a hundred bytes costs CPU and saves nothing); large ones
+// (a Status of many segments) are compressed.
+func TestCompressOnlyLargeAnswers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	createSKU(t, e.grpcStock(t), &stockctlv1.CreateSKURequest{Sku: "wide", Total: 100_000, Segments: 512, InitialFill: 100_000})
+	encoding := func(method, body string) string {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx(t), http.MethodPost, e.url+"/stockctl.v1.StockService/"+method, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept-Encoding", "gzip") // set by hand: the transport does not decompress
+		res, err := httpClient(t, false, "").Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if _, err := io.Copy(io.Discard, res.Body); err != nil || res.StatusCode != http.StatusOK {
+			t.Fatalf("%s: HTTP %d, %v", method, res.StatusCode, err)
+		}
+		return res.Header.Get("Content-Encoding")
+	}
+	if enc := encoding("Allocate", `{"sku":"wide","order":"o-1","qty":1}`); enc != "" {
+		t.Errorf("an Allocate answer went out with Content-Encoding %q", enc)
+	}
+	if enc := encoding("Status", `{"sku":"wide"}`); enc != "gzip" {
+		t.Errorf("a Status of 512 segments went out with Content-Encoding %q, want gzip", enc)
+	}
+}
