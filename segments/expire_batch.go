@@ -82,7 +82,7 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 		n := 0
 		for ; n < len(batch); n++ {
 			o := batch[n].o
-			dc, do, dr := 1, 2, 0
+			dc, do, dr := 1, 2, 1 // its record: compared, written, read again
 			fresh := map[string]bool{}
 			for _, p := range o.Parts {
 				k := e.keys.Inbox(info.name, p.Place.Index())
@@ -121,8 +121,9 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 	return out, left, nil
 }
 
-// expireChunk expires chunk in one transaction; ok false means a compare
-// failed (nothing changed) and the fence still holds.
+// expireChunk expires chunk in one transaction; ok false means a record
+// changed since it was read or a compare failed (nothing changed), and the
+// fence still holds.
 func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrder, fence []clientv3.Cmp) ([]Expiry, bool, error) {
 	give := map[string]int64{}
 	take := map[string]int64{}
@@ -145,13 +146,28 @@ func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrde
 			take[k] += d.o.Qty
 		}
 	}
-	reads := make([]clientv3.Op, len(counters))
-	for i, k := range counters {
-		reads[i] = clientv3.OpGet(k)
+	// The counters are read with the order records, at one revision: a
+	// record changed since readDue (a late Confirm expired it, a Cancel
+	// returned it) has already taken its units off its buyer's counter,
+	// which would then look too small for the chunk. Such a chunk goes back
+	// for one at a time, like one whose commit failed; only a counter
+	// inconsistent with unchanged records is corrupt.
+	reads := make([]clientv3.Op, 0, len(counters)+len(chunk))
+	for _, k := range counters {
+		reads = append(reads, clientv3.OpGet(k))
+	}
+	for _, d := range chunk {
+		reads = append(reads, clientv3.OpGet(string(d.kv.Key), clientv3.WithKeysOnly()))
 	}
 	cur, err := e.kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, false, err
+	}
+	for i, d := range chunk {
+		rec := cur.Responses[len(counters)+i].GetResponseRange().GetKvs()
+		if len(rec) == 0 || rec[0].ModRevision != d.kv.ModRevision {
+			return nil, false, nil
+		}
 	}
 	cmps := append([]clientv3.Cmp(nil), fence...)
 	var ops []clientv3.Op
@@ -163,7 +179,8 @@ func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrde
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", mod))
 		switch q, isUser := take[k]; {
 		case isUser && v < q:
-			return nil, false, fmt.Errorf("%w: buyer counter %s holds %d, less than its expiring reservations' %d", ErrCorrupt, k, v, q)
+			return nil, false, fmt.Errorf("%w: buyer counter %s holds %d, less than its expiring reservations' %d (read at revision %d)",
+				ErrCorrupt, k, v, q, cur.Header.Revision)
 		case isUser && v == q:
 			ops = append(ops, clientv3.OpDelete(k))
 		case isUser:

@@ -42,6 +42,10 @@ import (
 // lock or session (each start-over deducted nothing).
 const maxLostRetries = 3
 
+// poolPulls is how many pulls an order at rung 5 takes part in while the
+// pool holds its quantity (others' orders may take what one brought).
+const poolPulls = 3
+
 // maxRelooks is how many fresh looks an order takes, at rung 5, while the
 // stock it needs is only in segments other processes hold, before it waits
 // for one of their locks: those processes are selling it, and a look is
@@ -109,18 +113,23 @@ func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, 
 		for _, p := range cands {
 			if p.IsPool() {
 				// The pool is moved into a segment this process holds and
-				// sold there; a step order does not wait for the pool's
-				// lock here (only a gather may hold it through a step).
-				ok, err := s.pullFromPool(ctx, req.qty, home)
-				if err != nil {
-					return failed(err)
-				}
-				if ok {
+				// sold there, a pull serving every order of the moment; a
+				// step order does not wait for the pool's lock here (only
+				// a gather may hold it through a step), and a plain one
+				// only when this process can hold no segment to pull into.
+				for range poolPulls {
+					ok, err := s.pullFromPool(ctx, req.qty, home)
+					if err != nil {
+						return failed(err)
+					}
+					if !ok {
+						break
+					}
 					if r := s.serve(ctx, req, home); r.kind != resShort {
 						return r
 					}
 				}
-				if req.step != nil {
+				if req.step != nil || s.pullTarget(home) >= 0 {
 					continue
 				}
 			}

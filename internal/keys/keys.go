@@ -23,6 +23,9 @@
 //	                                 that keys sort by deadline (value: the qty)
 //	P users/<sku>/<buyer>            units a buyer holds of sku (confirmed and live
 //	                                 reserved), kept only for SKUs with a per-user limit
+//	P deliveries/<sku>/<delivery>    the record of one restock (its qty, the total
+//	                                 and pool after it)
+//	P deliveryid/<delivery>          global delivery-ID claim (value: the SKU)
 //
 // Segment indices are written with four decimal digits so that keys sort in
 // index order (the maximum segment count is 1024).
@@ -181,6 +184,25 @@ func (s Space) ParseUser(sku, key string) (string, error) {
 		return "", fmt.Errorf("keys: %q is not a user key of %q", key, sku)
 	}
 	return b, nil
+}
+
+// Deliveries is the prefix of sku's delivery (restock) records.
+func (s Space) Deliveries(sku string) string { return s.prefix + "deliveries/" + sku + "/" }
+
+// Delivery is the record of delivery id of sku.
+func (s Space) Delivery(sku, id string) string { return s.Deliveries(sku) + id }
+
+// DeliveryID is the global claim of delivery id: delivery IDs are unique
+// across SKUs, as order IDs are.
+func (s Space) DeliveryID(id string) string { return s.prefix + "deliveryid/" + id }
+
+// ParseDelivery returns the delivery ID of a key under Deliveries(sku).
+func (s Space) ParseDelivery(sku, key string) (string, error) {
+	id, ok := strings.CutPrefix(key, s.Deliveries(sku))
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return "", fmt.Errorf("keys: %q is not a delivery key of %q", key, sku)
+	}
+	return id, nil
 }
 
 func index(i int) string {
