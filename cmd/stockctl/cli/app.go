@@ -57,6 +57,7 @@ func commands() []*ucli.Command {
 		restockCommand(),
 		statusCommand(),
 		auditCommand(),
+		ordersCommand(),
 		rebalanceCommand(),
 		lockCommand(),
 		serveCommand(),
