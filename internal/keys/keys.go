@@ -153,6 +153,19 @@ func deadlineDigits(ns int64) string {
 	return strings.Repeat("0", max(0, DeadlineDigits-len(d))) + d
 }
 
+// ReservationsPrefix is the prefix of every SKU's reservation index keys.
+func (s Space) ReservationsPrefix() string { return s.prefix + "reservations/" }
+
+// ReservationSKU is the SKU of a key under ReservationsPrefix.
+func (s Space) ReservationSKU(key string) (string, error) {
+	rest, ok := strings.CutPrefix(key, s.ReservationsPrefix())
+	sku, _, found := strings.Cut(rest, "/")
+	if !ok || !found || sku == "" {
+		return "", fmt.Errorf("keys: %q is not a reservation key", key)
+	}
+	return sku, nil
+}
+
 // ParseReservation returns the deadline (unix nanoseconds) and the order of
 // a key under Reservations(sku).
 func (s Space) ParseReservation(sku, key string) (int64, string, error) {
