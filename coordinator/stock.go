@@ -180,15 +180,15 @@ func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released,
 	return c.stock.Cancel(ctx, sku, order)
 }
 
-// Release returns an order's stock to the places it came from and marks the
-// order released, in one transaction: a segment's units go to its inbox
-// (which counts as the segment's stock at once), the pool's to the pool. It
-// takes no segment lock, so it never waits for, nor disturbs, the processes
-// selling from those segments; it takes the pool's lock only for an order
-// that took from the pool. Releasing again reports Released false and
-// returns nothing; an order that was never allocated is ErrOrderNotFound.
-// The order ID stays used: allocating it again replays the (released) first
-// result.
+// Release returns an order's stock and marks the order released, in one
+// transaction: every part goes to a segment's inbox (which counts as the
+// segment's stock at once): a segment's part to that segment, a part that
+// came from the pool to the segment the order's ID routes to (stock is
+// fungible; the rebalancer drains back what a segment does not sell). It
+// takes no lock, so it never waits for, nor disturbs, the processes selling
+// or pulling. Releasing again reports Released false and returns nothing;
+// an order that was never allocated is ErrOrderNotFound. The order ID stays
+// used: allocating it again replays the (released) first result.
 //
 // A live reservation can be released (as Cancel does); a confirmed one too
 // (a paid order returned). A reservation that expired is *ExpiredError: its

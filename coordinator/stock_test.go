@@ -225,8 +225,11 @@ func TestFallbackOrder(t *testing.T) {
 	route := routeKeyFor(t, 4, 0)
 	want := []string{"seg/0", "seg/0", "seg/0", "seg/1", "seg/2", "seg/3"}
 	pool := []int64{2, 1, 0, 0, 0, 0} // after each order
+	// Orders with a step hold their segments (plain orders of a SKU this
+	// process holds nothing of are sold directly: TestDirectOrders).
+	noop := func(context.Context) error { return nil }
 	for i, w := range want {
-		a, err := c.Allocate(ctx, "fb", fmt.Sprintf("o%d", i), 1, route)
+		a, err := c.AllocateFunc(ctx, "fb", fmt.Sprintf("o%d", i), 1, route, noop)
 		if err != nil {
 			t.Fatalf("order %d: %v", i, err)
 		}

@@ -307,7 +307,10 @@ func TestIdleTenureReleased(t *testing.T) {
 	raw := etcd.Client(t)
 	ctx := t.Context()
 	mustCreate(t, c, "idle", coordinator.SKUConfig{Total: 10, Segments: 2, InitialFill: 10})
-	if _, err := c.Allocate(ctx, "idle", "o1", 1, ""); err != nil {
+	// An order with a step takes a tenure (a plain one of a SKU this
+	// process holds nothing of is sold directly, without a lock).
+	noop := func(context.Context) error { return nil }
+	if _, err := c.AllocateFunc(ctx, "idle", "o1", 1, "", noop); err != nil {
 		t.Fatal(err)
 	}
 	if n := countKeys(t, raw, engines.Of(c).Keys.StockLocks("idle")); n != 1 {
@@ -318,7 +321,7 @@ func TestIdleTenureReleased(t *testing.T) {
 		t.Fatalf("still holding %v", h)
 	}
 	// And sells again from a new tenure.
-	if _, err := c.Allocate(ctx, "idle", "o2", 1, ""); err != nil {
+	if _, err := c.AllocateFunc(ctx, "idle", "o2", 1, "", noop); err != nil {
 		t.Fatal(err)
 	}
 	mustAudit(t, c, "idle")

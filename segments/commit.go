@@ -32,11 +32,17 @@ import (
 // commitPart is the units an order takes from one place, reserved under
 // the lock key own of the place's queue q (and pinned there: a tenure is not
 // released while the commit is pending).
+//
+// A direct part (direct.go) holds no lock: its place's lock prefix is what
+// its commit compares empty.
 type commitPart struct {
 	st  *placeState
 	q   *lock.Queue
 	own *lock.Ownership
 	qty int64
+
+	direct  bool
+	lockPfx string
 }
 
 // reservePart reserves qty on st under own and pins own; it reports false
@@ -54,6 +60,10 @@ func reservePart(q *lock.Queue, own *lock.Ownership, st *placeState, qty int64) 
 
 // cancel gives back a part that will not be committed.
 func (p commitPart) cancel() {
+	if p.direct {
+		p.st.unreserveDirect(p.qty)
+		return
+	}
 	p.st.unreserve(p.own, p.qty)
 	p.q.Unpin(p.own)
 }

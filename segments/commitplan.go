@@ -14,8 +14,15 @@ import (
 // (absorb.go).
 const (
 	orderCmps, orderPuts, orderGets = 1, 2, 1
-	placeCmps, placePuts, placeGets = 2, 1, 1
 )
+
+// opCost is what one place costs a transaction: compares, puts, and reads
+// in its Else branch.
+type opCost struct{ cmps, puts, gets int }
+
+// heldPlaceCost is a held place's (commit.go); a direct place costs more
+// (directPlaceCost).
+var heldPlaceCost = opCost{cmps: 2, puts: 1, gets: 1}
 
 // selectOrders is the committer's batch selection (the batcher's Select):
 // requests that share nothing with the commits in flight (inflight.go).
@@ -23,7 +30,7 @@ func (e *Engine) selectOrders(queue []*commitReq) (batch, rest []*commitReq) {
 	f := &e.inflight
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	batch, rest = selectOrders(queue, e.cfg.MaxTxnOps, f.conflictsLocked)
+	batch, rest = selectOrders(queue, e.cfg.MaxTxnOps, heldPlaceCost, f.conflictsLocked)
 	f.markLocked(batch, 1)
 	return batch, rest
 }
@@ -33,8 +40,9 @@ func (e *Engine) selectOrders(queue []*commitReq) (batch, rest []*commitReq) {
 // separately). Two requests for one order ID never share a batch (the
 // transaction would put its keys twice): the later one waits for the next,
 // where it finds the ID used. Requests for which busy is true stay queued.
-// The first request taken always goes, whatever its size.
-func selectOrders(queue []*commitReq, limit int, busy func(*commitReq) bool) (batch, rest []*commitReq) {
+// The first request taken always goes, whatever its size. Each distinct
+// place costs place.
+func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commitReq) bool) (batch, rest []*commitReq) {
 	var cmps, puts, gets int
 	places := map[*placeState]bool{}
 	orders := map[string]bool{}
@@ -58,7 +66,7 @@ func selectOrders(queue []*commitReq, limit int, busy func(*commitReq) bool) (ba
 		for _, p := range cr.parts {
 			if !places[p.st] {
 				fresh = append(fresh, p.st)
-				nc, np, ng = nc+placeCmps, np+placePuts, ng+placeGets
+				nc, np, ng = nc+place.cmps, np+place.puts, ng+place.gets
 			}
 		}
 		if len(batch) > 0 && (cmps+nc > limit || puts+np > limit || gets+ng > limit) {

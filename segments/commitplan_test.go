@@ -47,7 +47,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	}
 	// One place: 2 compares, 1 put and 1 read, plus per order 1, 2 and
 	// 1: the puts bound it, 2n + 1 <= 128.
-	batch, rest := selectOrders(queue, 128, nil)
+	batch, rest := selectOrders(queue, 128, heldPlaceCost, nil)
 	if len(batch) != 63 || len(rest) != 37 {
 		t.Fatalf("one place: %d in the batch, %d left; want 63, 37", len(batch), len(rest))
 	}
@@ -60,7 +60,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	for i := range 100 {
 		queue = append(queue, order(fmt.Sprint("o", i), newTestPlace(i, 10, 0).part(1)))
 	}
-	if batch, _ := selectOrders(queue, 128, nil); len(batch) != 42 {
+	if batch, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 42 {
 		t.Errorf("a place per order: %d in the batch; want 42", len(batch))
 	}
 	// Reservations put their index key; buyers add a compare, a put and a
@@ -72,7 +72,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 		cr.req.userKey = fmt.Sprint("/t/users/s/b", i%2)
 		queue = append(queue, cr)
 	}
-	if batch, _ := selectOrders(queue, 128, nil); len(batch) != 41 {
+	if batch, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 41 {
 		t.Errorf("reservations of two buyers: %d in the batch; want 41 (3n + 1 + 2 puts <= 128)", len(batch))
 	}
 	// The first request goes whatever its size.
@@ -80,7 +80,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	for i := range 70 { // 141 compares
 		big = append(big, newTestPlace(i, 10, 0).part(1))
 	}
-	if batch, _ := selectOrders([]*commitReq{order("big", big...), order("next", q.part(1))}, 128, nil); len(batch) != 1 || batch[0].req.order != "big" {
+	if batch, _ := selectOrders([]*commitReq{order("big", big...), order("next", q.part(1))}, 128, heldPlaceCost, nil); len(batch) != 1 || batch[0].req.order != "big" {
 		t.Errorf("an oversized first request: batch %d; want it alone", len(batch))
 	}
 }
@@ -88,7 +88,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 func TestSelectOrdersNeverTwoOfOneID(t *testing.T) {
 	p := newTestPlace(0, 10, 0)
 	queue := []*commitReq{order("a", p.part(1)), order("b", p.part(1)), order("a", p.part(1)), order("c", p.part(1))}
-	batch, rest := selectOrders(queue, 128, nil)
+	batch, rest := selectOrders(queue, 128, heldPlaceCost, nil)
 	if len(batch) != 3 || len(rest) != 1 || rest[0] != queue[2] {
 		t.Fatalf("batch %d, rest %d; want the second \"a\" alone left for the next batch", len(batch), len(rest))
 	}

@@ -71,10 +71,13 @@ type Engine struct {
 	lockWatch *lockWatch
 
 	commits  batch.Batcher[*commitReq]
-	inflight inflight  // what the group commits in flight hold
-	users    userCache // buyers' counters (per-user limits), as the committer knows them
-	confirms batch.Batcher[*confirmReq]
-	looks    batch.Batcher[*lookReq]
+	inflight inflight // what the group commits in flight hold
+	// directs and directInflight: the same for direct orders (direct.go).
+	directs        batch.Batcher[*commitReq]
+	directInflight inflight
+	users          userCache // buyers' counters (per-user limits), as the committer knows them
+	confirms       batch.Batcher[*confirmReq]
+	looks          batch.Batcher[*lookReq]
 }
 
 // NewEngine returns an engine making its calls through kv (the client's KV
@@ -99,6 +102,8 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 	}
 	e.lockWatch = newLockWatch(e)
 	e.commits = batch.Batcher[*commitReq]{Parallel: commitParallel, Go: bg.Go, Select: e.selectOrders, Commit: e.commitOrders,
+		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
+	e.directs = batch.Batcher[*commitReq]{Parallel: commitParallel, Go: bg.Go, Select: e.selectDirects, Commit: e.commitDirects,
 		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
 	e.confirms = batch.Batcher[*confirmReq]{Go: bg.Go, Select: e.selectConfirms, Commit: e.commitConfirms,
 		Fail: func(r *confirmReq) { r.answer(0, lock.ErrClosed) }}

@@ -30,7 +30,8 @@ import (
 //     (gather.go): the pool by a pull into a held segment, and for an order
 //     without a step under the pool's own lock; a segment under its lock,
 //     waited for at most FallbackWait; when the stock is only in segments
-//     other processes hold, a fresh look first, twice, for they sell it.
+//     other processes hold, fresh looks first (maxRelooks), for they sell
+//     it.
 //  6. gather: several places at once, locked in the global order and taken
 //     from in one transaction, each lock waited for at most FallbackWait.
 //
@@ -119,7 +120,7 @@ func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, 
 				// a gather may hold it through a step), and a plain one
 				// only when this process can hold no segment to pull into.
 				for range poolPulls {
-					ok, err := s.pullFromPool(ctx, req.qty, home)
+					ok, err := s.pullFromPool(ctx, req, home)
 					if err != nil {
 						return failed(err)
 					}
@@ -170,7 +171,10 @@ type rungActions interface {
 	// can now give the order's quantity.
 	lookAt(ctx context.Context, req *allocReq) (snap *snapshot, r placeResult, final bool)
 	heldCanGive(qty int64) bool
-	pullFromPool(ctx context.Context, qty int64, home int) (bool, error)
+	// directCanGive: the order may be sold directly (direct.go) and the
+	// look found it a segment for that.
+	directCanGive(req *allocReq, home int) bool
+	pullFromPool(ctx context.Context, req *allocReq, home int) (bool, error)
 	growInto(ctx context.Context, home int, snap *snapshot, qty int64) bool
 }
 
@@ -198,10 +202,10 @@ func (d *dryRungs) climb(ctx context.Context, a rungActions, req *allocReq, home
 			if d.snap, r, final = a.lookAt(ctx, req); final {
 				return r, false
 			}
-			ok = a.heldCanGive(req.qty)
+			ok = a.heldCanGive(req.qty) || a.directCanGive(req, home)
 		case rungPull:
 			if d.snap.pool > 0 {
-				ok, err = a.pullFromPool(ctx, req.qty, home)
+				ok, err = a.pullFromPool(ctx, req, home)
 			}
 		case rungGrow:
 			ok = a.growInto(ctx, home, d.snap, req.qty)
@@ -231,6 +235,7 @@ type placeResult struct {
 	alloc *Allocation
 	err   error
 	snap  *snapshot // resShort from the dry rungs: the order's look
+	raced bool      // resShort of a direct order: another writer moved or took its segment
 }
 
 func served(a *Allocation) placeResult { return placeResult{kind: resServed, alloc: a} }

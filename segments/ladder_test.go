@@ -26,7 +26,9 @@ func (f *fakeRungs) lookAt(context.Context, *allocReq) (*snapshot, placeResult, 
 
 func (f *fakeRungs) heldCanGive(int64) bool { return f.found[rungLook] }
 
-func (f *fakeRungs) pullFromPool(context.Context, int64, int) (bool, error) {
+func (f *fakeRungs) directCanGive(*allocReq, int) bool { return false }
+
+func (f *fakeRungs) pullFromPool(context.Context, *allocReq, int) (bool, error) {
 	f.taken = append(f.taken, rungPull)
 	return f.found[rungPull], f.err[rungPull]
 }

@@ -56,6 +56,9 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 			}
 			continue
 		}
+		if r, ok := s.tryDirect(ctx, req, home); ok && r.kind != resShort {
+			return r
+		}
 		s.climbing.Add(1)
 		r, again := dry.climb(ctx, s, req, home)
 		s.climbing.Add(-1)

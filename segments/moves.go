@@ -152,6 +152,7 @@ func (e *Engine) refillChunk(ctx context.Context, sku string, pool *heldPlace, t
 				if st.token != 0 {
 					st.seeInboxLocked(in, resp.Header.Revision)
 				}
+				st.seeDirectInboxLocked(in, resp.Header.Revision)
 				st.mu.Unlock()
 			}
 			return moved, resp.Header.Revision, nil
@@ -193,7 +194,14 @@ func (e *Engine) Drain(ctx context.Context, sku string, seg int, wait time.Durat
 	if err != nil {
 		return 0, 0, fmt.Errorf("drain %s segment %d: %w", sku, seg, err)
 	}
-	defer sp.unlock()
+	defer func() {
+		// A drained segment is empty: a seller of this process keeping
+		// its key as a tenure would sell nothing from it, and would keep
+		// other processes from selling it directly (direct.go).
+		q, own := sp.h.Queue(), sp.h.Own()
+		sp.unlock()
+		q.Yield(own)
+	}()
 	// Orders of this process that ran their step there are still being
 	// committed: let them land before taking everything.
 	if err := sp.st.quiesce(ctx, sp.h.Own()); err != nil {

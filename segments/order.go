@@ -16,6 +16,10 @@ type allocReq struct {
 	// ttl > 0 makes the order a reservation (Reserve).
 	ttl   time.Duration
 	buyer string
+	// routed: the order named a route key, so its home segment is the
+	// one it prefers (direct orders too, direct.go).
+	routed bool
+	home   int
 	// userKey is the buyer's counter, when the SKU has a per-user limit.
 	userKey string
 	// deadline is set by the committer when it builds the order record of
@@ -76,8 +80,9 @@ func (e *Engine) allocate(ctx context.Context, verb, sku, order string, qty int6
 	}
 	home := rand.IntN(info.segments)
 	if routeKey != "" {
-		home = Route(routeKey, info.segments)
+		home, req.routed = Route(routeKey, info.segments), true
 	}
+	req.home = home
 	a, err := e.sell(ctx, req, home)
 	if err != nil {
 		return nil, orderErr(verb, sku, order, err)

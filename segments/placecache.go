@@ -52,6 +52,10 @@ type placeState struct {
 	stale    bool  // a commit's outcome is unknown: load before the next
 	frozen   bool  // a direct write is waiting for pending commits to end
 	quiet    chan struct{}
+
+	// direct is the cache of direct orders (direct.go), which hold no
+	// lock: apart from the above, which is valid only under a lock key.
+	direct directState
 }
 
 // placeState returns the cache of a place, made on first use.

@@ -26,6 +26,9 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 	if t := snap.total(); t < req.qty {
 		return snap, failed(&InsufficientStockError{SKU: s.sku.name, Want: req.qty, Remaining: t, Revision: snap.rev}), true
 	}
+	if req.step == nil && s.heldCount() == 0 {
+		s.chooseDirect(snap, req.qty, s.directStart(req, req.home))
+	}
 	for i, q := range s.qs {
 		if own, _ := q.Tenure(); own == nil {
 			continue
@@ -67,21 +70,27 @@ func (s *seller) looksSoldOut(qty int64) bool {
 }
 
 // pullFromPool moves stock from the pool into the inbox of a held segment
-// (home if held), enough for qty and at least a refill batch, in one short
-// transaction under the pool's lock (only a lock holder writes a counter),
-// so that an order never holds the pool through its step. One pull runs at
-// a time per seller: an order that finds one running waits for it instead
-// of queueing for another (a storm of orders must not queue one pool-lock
-// round trip each), then reports whether the held segments can give qty;
-// a pull that finds that another pull already brought enough moves
-// nothing. It reports whether the held segments can now give qty.
-func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, error) {
+// (home if held), enough for the order and at least a refill batch, in one
+// short transaction under the pool's lock (only a lock holder writes a
+// counter), so that an order never holds the pool through its step. A
+// process holding no segment of the SKU pulls, for an order it may sell
+// directly (direct.go), into the inbox of a segment nobody holds (anyone
+// may add to an inbox) and sells from it directly; otherwise it first
+// takes a segment. One pull runs at a time per seller: an order that finds
+// one running waits for it instead of queueing for another (a storm of
+// orders must not queue one pool-lock round trip each), then reports
+// whether it can be served now; a pull that finds that another pull already
+// brought enough moves nothing. It reports whether the order can be served
+// now from a held segment or directly.
+func (s *seller) pullFromPool(ctx context.Context, req *allocReq, home int) (bool, error) {
+	qty := req.qty
+	canGive := func() bool { return s.heldCanGive(qty) || s.directCanGive(req, home) }
 	s.mu.Lock()
 	if running := s.pulling; running != nil {
 		s.mu.Unlock()
 		select {
 		case <-running:
-			return s.heldCanGive(qty), nil
+			return canGive(), nil
 		case <-ctx.Done():
 			return false, context.Cause(ctx)
 		}
@@ -95,10 +104,16 @@ func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, e
 		s.mu.Unlock()
 		close(done)
 	}()
-	if s.heldCanGive(qty) {
+	if canGive() {
 		return true, nil // another pull (or a refill) got here first
 	}
 	target := s.pullTarget(home)
+	direct := false
+	if target < 0 && s.directEligible(req) {
+		if target = s.freeSegment(s.directStart(req, home)); target >= 0 {
+			direct = true
+		}
+	}
 	if target < 0 && s.grow(ctx, home) {
 		// No segment held to pull into: take one (the pool's stock is
 		// sold from segments); it may hold enough by itself.
@@ -131,6 +146,11 @@ func (s *seller) pullFromPool(ctx context.Context, qty int64, home int) (bool, e
 	}
 	if moved[target] == 0 {
 		return false, nil
+	}
+	if direct {
+		// Refill recorded the new inbox in the segment's direct cache.
+		s.directIdx.Store(int32(target))
+		return s.directCanGive(req, home), nil
 	}
 	// Refill recorded the new inbox in the segment's cache.
 	st, own := s.sts[target], s.qs[target]

@@ -12,17 +12,19 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Release returns an order's stock to the places it came from and marks the
-// order released, in one transaction: a segment's units go to its inbox
-// (which counts as the segment's stock at once, see Refill), the pool's to
-// the pool. It takes no segment lock (only a segment's lock holder writes
-// its counter, and anyone may add to its inbox), so it never waits for, nor
-// disturbs, the processes selling from those segments; it takes the pool's
-// lock only for an order that took from the pool. The transaction commits
-// only if the order record and every key it adds to are as read. Releasing again reports
-// Released false and returns nothing; an order that was never allocated is
-// ErrOrderNotFound. The order ID stays used: allocating it again replays the
-// (released) first result.
+// Release returns an order's stock and marks the order released, in one
+// transaction: every part goes to a segment's inbox (which counts as the
+// segment's stock at once, see Refill): a segment's part to that segment's
+// inbox, a part that came from the pool to the inbox of the segment the
+// order's ID routes to (stock is fungible; the rebalancer drains into the
+// pool what a segment does not sell). It takes no lock at all (only a
+// segment's lock holder writes its counter, and anyone may add to its
+// inbox), so it never waits for, nor disturbs, the processes selling from
+// those segments or pulling from the pool. The transaction commits only if
+// the order record and every key it adds to are as read. Releasing again
+// reports Released false and returns nothing; an order that was never
+// allocated is ErrOrderNotFound. The order ID stays used: allocating it
+// again replays the (released) first result.
 //
 // A live reservation can be released (as Cancel does); a confirmed one too
 // (a paid order returned). A reservation that expired is *ExpiredError: its

@@ -65,9 +65,15 @@ type seller struct {
 	pulling  chan struct{}        // a pull from the pool runs; closed when it ends
 	growing  chan struct{}        // a growth runs; closed when it ends
 	timers   map[int]*time.Timer  // contended segments kept for now
+	// Direct orders (direct.go): races lost since racesFrom, and the salt
+	// of directHome (bumped by each).
+	races      int
+	racesFrom  time.Time
+	directSalt int
 
-	lastLook atomic.Pointer[snapshot] // this process's last look at the SKU (a hint)
-	climbing atomic.Int64             // orders climbing the dry rungs now (a pull's size)
+	lastLook  atomic.Pointer[snapshot] // this process's last look at the SKU (a hint)
+	directIdx atomic.Int32             // the segment of direct orders (direct.go); -1: none
+	climbing  atomic.Int64             // orders climbing the dry rungs now (a pull's size)
 
 	// Guarded by the engine's mu: uses taken and not given back, and when
 	// the last one was.
@@ -94,6 +100,7 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 	}
 	e.mu.Unlock()
 	s := &seller{e: e, sku: info, viewed: make(chan struct{}), timers: map[int]*time.Timer{}}
+	s.directIdx.Store(-1)
 	for i := range info.segments {
 		q, err := e.locks.Queue(e.keys.SegmentLock(info.name, i), lock.KindSegment)
 		if err != nil {

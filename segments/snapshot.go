@@ -19,7 +19,10 @@ type snapshot struct {
 	// inbox and inMod are each segment's inbox and its ModRevision (0:
 	// absent), for the caches of the segments this process holds.
 	inbox, inMod []int64
-	orderKV      *mvccpb.KeyValue
+	// cnt and cntMod are each segment's counter and its ModRevision, for
+	// direct orders (direct.go).
+	cnt, cntMod []int64
+	orderKV     *mvccpb.KeyValue
 }
 
 func (s *snapshot) total() int64 {
@@ -87,7 +90,8 @@ func (e *Engine) snapshot(ctx context.Context, sku *skuInfo, order string) (*sna
 // its SKUStock prefix.
 func (e *Engine) decodeSnapshot(sku *skuInfo, rev int64, kvs []*mvccpb.KeyValue) (*snapshot, error) {
 	n := sku.segments
-	s := &snapshot{rev: rev, segs: make([]int64, n), inbox: make([]int64, n), inMod: make([]int64, n)}
+	s := &snapshot{rev: rev, segs: make([]int64, n), inbox: make([]int64, n), inMod: make([]int64, n),
+		cnt: make([]int64, n), cntMod: make([]int64, n)}
 	for _, kv := range kvs {
 		k, v, err := e.decodeStockKV(sku, kv)
 		if err != nil {
@@ -101,6 +105,7 @@ func (e *Engine) decodeSnapshot(sku *skuInfo, rev int64, kvs []*mvccpb.KeyValue)
 			s.inbox[k.Index], s.inMod[k.Index] = v, kv.ModRevision
 		default:
 			s.segs[k.Index] += v
+			s.cnt[k.Index], s.cntMod[k.Index] = v, kv.ModRevision
 		}
 	}
 	return s, nil

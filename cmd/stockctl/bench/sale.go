@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -252,4 +251,3 @@ func SelectSale(specs []SaleSpec, names []string) ([]SaleSpec, error) {
 	return out, nil
 }
 
-var errRefused = errors.New("refused")

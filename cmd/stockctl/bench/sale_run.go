@@ -29,6 +29,9 @@ type SaleConfig struct {
 	SetupTimeout   time.Duration
 	// TruthSample: one order in this many is checked (0: none).
 	TruthSample int
+	// Counter, when set, counts the etcd requests of the clients in Etcd
+	// (their interceptor): each row reports its run's.
+	Counter *EtcdCounter
 }
 
 // SaleRow is one strategy's run at one sale shape.
@@ -59,11 +62,15 @@ type SaleRow struct {
 	Untrue       int `json:"untrue"`
 	// Goroutines and HeapMiB of the whole bench process at the end of the
 	// run (its coordinators, etcd and buyers), after a GC.
-	Goroutines int      `json:"goroutines"`
-	HeapMiB    float64  `json:"heapMiB"`
-	Oversold   int64    `json:"oversold"`
-	OK         bool     `json:"ok"`
-	Problems   []string `json:"problems"`
+	Goroutines int     `json:"goroutines"`
+	HeapMiB    float64 `json:"heapMiB"`
+	// Etcd are the etcd requests the strategy sent during the run (its
+	// coordinators and rebalancer, or nothing for a non-etcd strategy),
+	// when counted.
+	Etcd     *EtcdCounts `json:"etcd,omitempty"`
+	Oversold int64       `json:"oversold"`
+	OK       bool        `json:"ok"`
+	Problems []string    `json:"problems"`
 }
 
 // RunSale runs every sale strategy at every shape (shapes outside, so that
@@ -138,6 +145,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	tc, _ := s.(truthChecker)
 	picker := newSKUPicker(sh.SKUs, sh.Skew)
 	buyers := make([]saleBuyer, cfg.Buyers)
+	counted := cfg.Counter.Snapshot()
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	var wg sync.WaitGroup
@@ -154,7 +162,8 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 				sample := tc != nil && cfg.TruthSample > 0 && seq.Add(1)%int64(cfg.TruthSample) == 0
 				var startRev int64
 				if sample {
-					if startRev, err = tc.Now(ctx, proc); err != nil {
+					var err error
+					if startRev, err = tc.Now(Uncounted(ctx), proc); err != nil {
 						sample = false
 					}
 				}
@@ -192,6 +201,10 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	wg.Wait()
 	elapsed := time.Since(start)
 	row.Seconds = elapsed.Seconds()
+	if cfg.Counter != nil && tc != nil {
+		c := cfg.Counter.Snapshot().Sub(counted)
+		row.Etcd = &c
+	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -228,7 +241,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	if row.Refusals > 0 {
 		row.RefusalsPerSec = float64(row.Refusals) / time.Since(first).Seconds()
 	}
-	vctx, vcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.SetupTimeout)
+	vctx, vcancel := context.WithTimeout(Uncounted(context.WithoutCancel(ctx)), cfg.SetupTimeout)
 	defer vcancel()
 	for _, smp := range samples {
 		row.TruthChecked++

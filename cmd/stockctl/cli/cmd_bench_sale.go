@@ -15,6 +15,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/stockctl/stockctl/cmd/stockctl/bench"
 	"github.com/stockctl/stockctl/internal/embedetcd"
@@ -137,7 +138,8 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 	defer stop()
 	sctx, cancelSetup := g.boundedContext(ctx)
 	defer cancelSetup()
-	clients, closeEtcd, err := benchEtcd(sctx, g, b.noFsync, b.cluster, b.Processes)
+	counter := &bench.EtcdCounter{}
+	clients, closeEtcd, err := benchEtcd(sctx, g, b.noFsync, b.cluster, b.Processes, grpc.WithChainUnaryInterceptor(counter.Interceptor()))
 	if err != nil {
 		return err
 	}
@@ -151,7 +153,7 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 			strings.Join(cfg.Strategies, ", "), cfg.Buyers, cfg.Processes, cfg.Segments, b.duration, cfg.Etcd)
 	}
 	rows, runErr := bench.RunSale(ctx, bench.SaleConfig{Specs: specs, Shapes: shapes, Buyers: cfg.Buyers, Processes: cfg.Processes,
-		Segments: cfg.Segments, Duration: b.duration, Etcd: clients, Prefix: prefix, AttemptTimeout: b.attemptTimeout, TruthSample: cfg.TruthSample})
+		Segments: cfg.Segments, Duration: b.duration, Etcd: clients, Prefix: prefix, AttemptTimeout: b.attemptTimeout, TruthSample: cfg.TruthSample, Counter: counter})
 	report.Machine.LoadAvgEnd = bench.LoadAvg()
 	report.Rows = rows
 	if report.Rows == nil {
@@ -183,7 +185,7 @@ func (r saleReport) table() table {
 	t.add("LOAD AVERAGE", fmt.Sprintf("%s before, %s after", m.LoadAvgStart, m.LoadAvgEnd))
 	t.add("ETCD", r.Config.Etcd)
 	t.header = []string{"SHAPE", "STRATEGY", "SKUS", "STOCK", "ORDERS/S", "REFUSALS/S", "SERVED P99", "REFUSAL P50", "REFUSAL P99",
-		"RELEASES", "ERRORS", "TRUTH", "GOROUTINES", "HEAP MiB", "CHECK"}
+		"RELEASES", "ERRORS", "TRUTH", "ETCD W/ORDER", "ETCD R/ORDER", "GOROUTINES", "HEAP MiB", "CHECK"}
 	for _, row := range r.Rows {
 		stock := fmt.Sprint(row.Shape.Stock)
 		if row.Shape.Stock == bench.Plenty {
@@ -193,6 +195,10 @@ func (r saleReport) table() table {
 		if row.TruthChecked > 0 {
 			truth = fmt.Sprintf("%d/%d untrue", row.Untrue, row.TruthChecked)
 		}
+		writes, reads := "-", "-"
+		if n := row.Orders + row.Refusals; row.Etcd != nil && n > 0 {
+			writes, reads = fmt.Sprintf("%.3f", float64(row.Etcd.Writes)/float64(n)), fmt.Sprintf("%.3f", float64(row.Etcd.Reads)/float64(n))
+		}
 		check := "ok"
 		if !row.OK {
 			check = "FAILED"
@@ -200,10 +206,12 @@ func (r saleReport) table() table {
 		t.rows = append(t.rows, []string{row.Shape.Name, row.Strategy, fmt.Sprint(row.Shape.SKUs), stock,
 			fmt.Sprintf("%.0f", row.OrdersPerSec), fmt.Sprintf("%.0f", row.RefusalsPerSec), msText(row.ServedMs.P99),
 			msText(row.RefusalMs.P50), msText(row.RefusalMs.P99), fmt.Sprint(row.Releases), fmt.Sprint(row.Errors), truth,
-			fmt.Sprint(row.Goroutines), fmt.Sprintf("%.0f", row.HeapMiB), check})
+			writes, reads, fmt.Sprint(row.Goroutines), fmt.Sprintf("%.0f", row.HeapMiB), check})
 	}
 	t.notes = append(t.notes, "", "REFUSALS/S: from the first refusal to the end of the run (the storm after the sell-out);",
 		"TRUTH: sampled refusals checked against the books at their revision, which must be at or after the order's start;",
+		"ETCD W/ORDER, R/ORDER: etcd write requests (each an fsynced transaction when it commits) and read requests the",
+		"  strategy's coordinators and rebalancer sent during the run, per order answered (served or refused);",
 		"GOROUTINES, HEAP: the whole bench process at the end of the run (its coordinators, etcd and buyers).")
 	for _, row := range r.Rows {
 		if row.FirstError != "" {
@@ -223,7 +231,7 @@ func (r saleReport) table() table {
 // have) to the bench's etcd: --endpoints, or an embedded one started here
 // in a temporary directory, a single member or a 3-member loopback cluster.
 // stop closes the clients and the embedded etcd.
-func benchEtcd(ctx context.Context, g *globals, noFsync bool, members, processes int) (clients []*clientv3.Client, stop func(), err error) {
+func benchEtcd(ctx context.Context, g *globals, noFsync bool, members, processes int, opts ...grpc.DialOption) (clients []*clientv3.Client, stop func(), err error) {
 	var closers []func()
 	stop = func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -260,7 +268,7 @@ func benchEtcd(ctx context.Context, g *globals, noFsync bool, members, processes
 		}
 	})
 	for i := range clients {
-		if clients[i], err = dial(ctx, g, endpoints); err != nil {
+		if clients[i], err = dial(ctx, g, endpoints, opts...); err != nil {
 			return nil, stop, err
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	ucli "github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/embedetcd"
@@ -85,7 +86,7 @@ func startEmbedded(ctx context.Context, cfg embedetcd.Config) (*embedetcd.Server
 
 // dial connects a client to endpoints and checks, within --dial-timeout,
 // that etcd answers (and accepts the credentials) under the prefix.
-func dial(ctx context.Context, g *globals, endpoints []string) (*clientv3.Client, error) {
+func dial(ctx context.Context, g *globals, endpoints []string, opts ...grpc.DialOption) (*clientv3.Client, error) {
 	who := "etcd at " + strings.Join(endpoints, ",")
 	if g.user != "" {
 		who += " as user " + g.user
@@ -100,7 +101,8 @@ func dial(ctx context.Context, g *globals, endpoints []string) (*clientv3.Client
 		Password:    g.password,
 		// The client logs every retry at warn level; stockctl reports the
 		// errors that matter itself.
-		Logger: zap.NewNop(),
+		Logger:      zap.NewNop(),
+		DialOptions: opts,
 	})
 	if err != nil {
 		return nil, failed(dctx, "connect to "+who, err)

@@ -313,7 +313,9 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer coord.Close()
-	a, err := coord.Allocate(t.Context(), "ev", "o1", 3, "k")
+	// An order with a step holds its segment (a plain one of a SKU this
+	// process holds nothing of would be sold without a lock).
+	a, err := coord.AllocateFunc(t.Context(), "ev", "o1", 3, "k", func(context.Context) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
