@@ -1,0 +1,146 @@
+package lock
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/stockctl/stockctl/internal/keys"
+)
+
+// The key watch: one watch per process over each of the named locks'
+// prefixes (Config.WatchPrefixes), for as long as its session lives, rather
+// than one watch per hold. It tells
+//   - a queue holding a key that the key was deleted (by someone running
+//     `etcdctl del`, or by its lease's expiry before this process's
+//     keepalive noticed): the holds under the key end at once with ErrLost,
+//     and Done fires, instead of only when the session ends (maybe never);
+//   - a read-write lock's shared queue that an exclusive key was created
+//     (a writer queued): its keys older than the writer close to joiners.
+//
+// It starts with the session's first named key, from the revision at which
+// that key was last seen (an unsynced watch catches up from there). A key
+// acquired later whose last sighting predates the watch's start is checked
+// once with a read. On compaction (history lost) every held key is checked
+// with a read and the watch goes on from the compaction.
+
+// keyWatch is the state of the engine's key watch. Guarded by Engine.mu.
+type keyWatch struct {
+	sess  *concurrency.Session // the session it runs for; nil: none
+	start int64                // its first revision
+}
+
+// watchOwned makes sure the key watch covers own's key.
+func (e *Engine) watchOwned(own *Ownership) {
+	if started, from := e.watchSession(own.sess, own.seenRev+1); !started && from > own.seenRev+1 {
+		e.bg.Go(func(ctx context.Context) { e.checkOwned(ctx, own) })
+	}
+}
+
+// watchSession starts the key watch of sess from revision from, unless it
+// runs already; then it returns the revision it started from.
+func (e *Engine) watchSession(sess *concurrency.Session, from int64) (started bool, start int64) {
+	if len(e.cfg.WatchPrefixes) == 0 {
+		return false, 0
+	}
+	e.mu.Lock()
+	if e.closed || isDone(sess.Done()) {
+		e.mu.Unlock()
+		return false, 0
+	}
+	if e.kw.sess == sess {
+		start = e.kw.start
+		e.mu.Unlock()
+		return false, start
+	}
+	e.kw = keyWatch{sess: sess, start: from}
+	e.mu.Unlock()
+	for _, pfx := range e.cfg.WatchPrefixes {
+		e.bg.Go(func(ctx context.Context) { e.runKeyWatch(ctx, sess, pfx, from) })
+	}
+	return true, from
+}
+
+// runKeyWatch watches the keys under pfx from revision rev until the
+// session or the engine ends.
+func (e *Engine) runKeyWatch(ctx context.Context, sess *concurrency.Session, pfx string, rev int64) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(sess.Ctx(), cancel)
+	defer stop()
+	for wctx.Err() == nil {
+		for wr := range e.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(rev)) {
+			if wr.CompactRevision != 0 {
+				e.checkAllOwned(wctx)
+				rev = wr.CompactRevision
+				break
+			}
+			if wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				e.keyEvent(ev)
+			}
+			rev = max(rev, wr.Header.Revision+1)
+		}
+		select {
+		case <-wctx.Done():
+		case <-time.After(100 * time.Millisecond): // a broken watch: do not spin
+		}
+	}
+}
+
+// keyEvent hands one event to the queue it concerns.
+func (e *Engine) keyEvent(ev *clientv3.Event) {
+	e.mu.Lock()
+	closed := e.closed // Close's revocation deletes every key: not a loss
+	e.mu.Unlock()
+	if closed {
+		return
+	}
+	key := string(ev.Kv.Key)
+	pfx := queuePrefix(key)
+	switch {
+	case ev.Type == clientv3.EventTypeDelete:
+		if q := e.lookup(pfx); q != nil {
+			q.keyGone(key, ev.Kv.ModRevision)
+		}
+	case ev.IsCreate():
+		// An exclusive key's queue prefix is the lock's; its shared
+		// queue, if any, lives in the shared subdirectory.
+		if q, ok := e.lookup(pfx + keys.SharedDir).(*sharedQueue); ok {
+			q.writerQueued(ev.Kv.CreateRevision)
+		}
+	}
+}
+
+// checkOwned loses own if its key is gone (for a key the watch may have
+// missed the deletion of).
+func (e *Engine) checkOwned(ctx context.Context, own *Ownership) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
+	defer cancel()
+	resp, err := e.kv.Get(ctx, own.key, clientv3.WithKeysOnly())
+	if err != nil || (len(resp.Kvs) > 0 && resp.Kvs[0].CreateRevision == own.rev) {
+		return // gone or not, the session's end still tells
+	}
+	if q := e.lookup(queuePrefix(own.key)); q != nil {
+		q.keyGone(own.key, resp.Header.Revision)
+	}
+}
+
+// checkAllOwned checks every key the engine's queues hold.
+func (e *Engine) checkAllOwned(ctx context.Context) {
+	e.mu.Lock()
+	qs := make([]lockQueue, 0, len(e.queues))
+	for _, q := range e.queues {
+		qs = append(qs, q)
+	}
+	e.mu.Unlock()
+	for _, q := range qs {
+		for _, own := range q.owned() {
+			e.checkOwned(ctx, own)
+		}
+	}
+}
