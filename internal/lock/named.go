@@ -194,3 +194,16 @@ func (e *Engine) Describe(pfx string) string {
 	}
 	return s
 }
+
+// SharedJoinable reports whether a shared acquisition of the lock under
+// lockPfx would join this process's open shared key now (tests: a writer
+// queued behind it closes it).
+func (e *Engine) SharedJoinable(lockPfx string) bool {
+	q, ok := e.lookup(lockPfx + keys.SharedDir).(*sharedQueue)
+	if !ok {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.open != nil && q.admitsLocked(q.open)
+}
