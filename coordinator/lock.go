@@ -120,6 +120,9 @@ func (c *Coordinator) acquire(ctx context.Context, verb, name string, kind LockK
 	h, err := c.locks.AcquireNamed(ctx, spec)
 	switch {
 	case errors.Is(err, lock.ErrLimitMismatch):
+		if le, ok := errors.AsType[*lock.LimitError](err); ok {
+			le.Name = name
+		}
 		return nil, fmt.Errorf("%s %q: %w: %w", verb, name, ErrConflict, err)
 	case errors.Is(err, lock.ErrModeHeld):
 		return nil, fmt.Errorf("%s %q: %w: %w", verb, name, ErrInvalidArgument, err)

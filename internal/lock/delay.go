@@ -84,7 +84,7 @@ func (e *Engine) settleDelay(ctx context.Context, sess *concurrency.Session, ds 
 	resp, err := e.kv.Txn(wctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).Then(ops...).Commit()
 	cancel()
 	if err != nil {
-		return "", fmt.Errorf("lock-delay records of %s: %w", key, sessionErr(sess, err))
+		return "", fmt.Errorf("lock-delay records of %s: %w", key, e.sessionErr(sess, err))
 	}
 	if !resp.Succeeded {
 		return "", ErrSessionLost // only its lease's end removes our key

@@ -41,6 +41,7 @@ var ErrLimitMismatch = errors.New("coordinator: semaphore limit mismatch")
 // their keys). Nothing was written. A semaphore's limit can change only
 // once nobody holds or waits for it.
 type LimitError struct {
+	Name       string // the semaphore's name (set by the coordinator)
 	Want, Have int
 }
 

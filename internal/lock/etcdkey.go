@@ -146,7 +146,7 @@ func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pf
 		if err != nil {
 			// The put may or may not have been applied: clean up by reading.
 			e.scrubKey(sess, pfx, key)
-			return putResult{}, fmt.Errorf("put lock key %s: %w", key, sessionErr(sess, err))
+			return putResult{}, fmt.Errorf("put lock key %s: %w", key, e.sessionErr(sess, err))
 		}
 		if !resp.Succeeded {
 			stale := resp.Responses[0].GetResponseRange().Kvs
@@ -263,6 +263,25 @@ func (e *Engine) waitWatch(ctx context.Context, key string, opts []clientv3.OpOp
 	return nil
 }
 
+// withSession runs acquire under the live session (starting one if need
+// be), and once more under a new one if etcd answered that the first one's
+// lease is gone: its put wrote nothing, and the lease may have been found
+// gone just now (its keys' deletion ended this process's holds before its
+// keepalive noticed). ctx bounds the session's start.
+func (e *Engine) withSession(ctx context.Context, acquire func(*concurrency.Session) (*Ownership, error)) (*concurrency.Session, *Ownership, error) {
+	for attempt := 0; ; attempt++ {
+		sess, err := e.Session(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		own, err := acquire(sess)
+		if err != nil && attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
+			continue
+		}
+		return sess, own, err
+	}
+}
+
 // waitErr turns an error of a wait under wctx into the error to report:
 // the session's loss, the caller's ctx cause, or err itself.
 func waitErr(wctx context.Context, err error) error {
@@ -274,12 +293,17 @@ func waitErr(wctx context.Context, err error) error {
 
 // sessionErr reports a failed round trip as ErrSessionLost when the session
 // ended meanwhile (the likely reason for the failure). etcd's "lease not
-// found" proves the lease is gone: the session is ended at once (Orphan
-// stops its keepalive, which closes Done and runs the loss handling), not
-// when its keepalive notices, so that the next call starts a new one
-// instead of failing the same way.
-func sessionErr(sess *concurrency.Session, err error) error {
+// found" proves the lease is gone: the session is retired at once (the
+// next Session call starts a new one) and ended (Orphan stops its
+// keepalive, which closes Done and runs the loss handling), not when its
+// keepalive notices, so that the next call does not fail the same way.
+func (e *Engine) sessionErr(sess *concurrency.Session, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		e.mu.Lock()
+		if e.sess == sess {
+			e.sess = nil
+		}
+		e.mu.Unlock()
 		sess.Orphan()
 		return fmt.Errorf("%w: %w", ErrSessionLost, err)
 	}

@@ -63,7 +63,7 @@ func (e *Engine) lockSem(ctx context.Context, sess *concurrency.Session, q *semQ
 	cancelPut()
 	if err != nil {
 		e.scrubKey(sess, q.pfx, key)
-		return nil, fmt.Errorf("put semaphore key %s: %w", key, sessionErr(sess, err))
+		return nil, fmt.Errorf("put semaphore key %s: %w", key, e.sessionErr(sess, err))
 	}
 	rs := resp.Responses
 	if !resp.Succeeded {

@@ -177,16 +177,12 @@ func (q *Queue) decline(t turn) {
 
 // acquireEtcd acquires the etcd key. The caller has the turn (busy is set).
 func (q *Queue) acquireEtcd(ctx context.Context, noWait bool) (*Hold, error) {
-	sess, err := q.e.Session(ctx)
-	if err == nil {
+	sess, own, err := q.e.withSession(ctx, func(sess *concurrency.Session) (*Ownership, error) {
 		q.mu.Lock()
 		q.busySess = sess
 		q.mu.Unlock()
-	}
-	var own *Ownership
-	if err == nil {
-		own, err = q.e.lockKey(ctx, sess, q, noWait)
-	}
+		return q.e.lockKey(ctx, sess, q, noWait)
+	})
 
 	q.mu.Lock()
 	q.busy, q.busySess = false, nil

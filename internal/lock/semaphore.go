@@ -112,16 +112,14 @@ func (q *semQueue) decline(t turn) {
 // acquireEtcd puts a key and waits for a permit in etcd. turn says the
 // caller has the process's turn, which it passes on when done.
 func (q *semQueue) acquireEtcd(ctx context.Context, limit int, noWait, turn bool) (*Hold, error) {
-	sess, err := q.e.Session(ctx)
-	var own *Ownership
-	if err == nil {
+	sess, own, err := q.e.withSession(ctx, func(sess *concurrency.Session) (*Ownership, error) {
 		if turn {
 			q.mu.Lock()
 			q.busySess = sess
 			q.mu.Unlock()
 		}
-		own, err = q.e.lockSem(ctx, sess, q, limit, noWait)
-	}
+		return q.e.lockSem(ctx, sess, q, limit, noWait)
+	})
 	q.mu.Lock()
 	q.acquiring--
 	if turn {

@@ -146,14 +146,12 @@ func (q *sharedQueue) joinLocked(k *sharedKey) *Hold {
 
 // acquireKey puts and waits for a key of the caller's own, k.
 func (q *sharedQueue) acquireKey(ctx context.Context, k *sharedKey, noWait bool) (*Hold, error) {
-	sess, err := q.e.Session(ctx)
-	var own *Ownership
-	if err == nil {
+	sess, own, err := q.e.withSession(ctx, func(sess *concurrency.Session) (*Ownership, error) {
 		q.mu.Lock()
 		k.sess = sess
 		q.mu.Unlock()
-		own, err = q.e.lockShared(ctx, sess, q, k, noWait)
-	}
+		return q.e.lockShared(ctx, sess, q, k, noWait)
+	})
 	q.mu.Lock()
 	delete(q.pending, k)
 	if err == nil && isDone(sess.Done()) {
@@ -365,7 +363,7 @@ func (e *Engine) lockShared(ctx context.Context, sess *concurrency.Session, q *s
 	cancelPut()
 	if err != nil {
 		e.scrubKey(sess, q.pfx, key)
-		return nil, fmt.Errorf("put lock key %s: %w", key, sessionErr(sess, err))
+		return nil, fmt.Errorf("put lock key %s: %w", key, e.sessionErr(sess, err))
 	}
 	put := putResult{rev: resp.Header.Revision, blocked: len(resp.Responses[1].GetResponseRange().Kvs) > 0,
 		records: resp.Responses[2].GetResponseRange().Count > 0}
