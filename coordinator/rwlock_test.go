@@ -369,3 +369,50 @@ func lockAll(ctx context.Context, cs []*coordinator.Coordinator, kind coordinato
 	}
 	return out, nil
 }
+
+// Invariant: Locks lists holders and waiters by the protocol's rules, at
+// one revision.
+func TestLocksListing(t *testing.T) {
+	etcd := etcdtest.NewSingle(t)
+	cs := newCoordinators(t, etcd, 3)
+	raw := etcd.Client(t)
+	ctx := t.Context()
+
+	r, err := cs[0].RLock(ctx, "listed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { // an exclusive waiter behind the reader
+		if l, err := cs[1].Lock(ctx, "listed"); err == nil {
+			_ = l.Unlock(ctx)
+		}
+	}()
+	p, err := cs[2].AcquirePermit(ctx, "pool", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if l, err := cs[0].AcquirePermit(ctx, "pool", 1); err == nil {
+			_ = l.Unlock(ctx)
+		}
+	}()
+	etcdtest.WaitFor(t, "both waiters", 20*time.Second, func() bool {
+		return countKeys(t, raw, engines.Of(cs[0]).Keys.Lock("listed")) == 2 &&
+			countKeys(t, raw, engines.Of(cs[0]).Keys.Semaphore("pool")) == 2
+	})
+	ls, rev, err := cs[0].Locks(ctx)
+	if err != nil || rev == 0 || len(ls) != 2 {
+		t.Fatalf("Locks = %+v, %d, %v", ls, rev, err)
+	}
+	lk, sem := ls[0], ls[1]
+	if lk.Name != "listed" || lk.Semaphore || len(lk.Holders) != 1 || lk.Holders[0].Kind != coordinator.KindShared ||
+		lk.Holders[0].Key != r.Key() || len(lk.Waiters) != 1 || lk.Waiters[0].Kind != coordinator.KindExclusive {
+		t.Fatalf("lock listed as %+v", lk)
+	}
+	if sem.Name != "pool" || !sem.Semaphore || sem.Limit != 1 || len(sem.Holders) != 1 || sem.Holders[0].Key != p.Key() ||
+		len(sem.Waiters) != 1 || sem.Holders[0].Revision >= sem.Waiters[0].Revision {
+		t.Fatalf("semaphore listed as %+v", sem)
+	}
+	_ = r.Unlock(ctx)
+	_ = p.Unlock(ctx)
+}
