@@ -47,10 +47,10 @@ type helperConfig struct {
 	// Permit mode: Permits goroutines each take a permit of semaphore Sem
 	// (limit Limit), put a history marker under Markers (lease-bound,
 	// fenced), print "HOLD <marker>" and hold until killed.
-	Sem      string
-	Limit    int
-	Permits  int
-	Markers  string
+	Sem     string
+	Limit   int
+	Permits int
+	Markers string
 	// MaxLifeSec bounds the helper's life: it exits by itself if nobody
 	// killed it by then.
 	MaxLifeSec int
