@@ -173,7 +173,9 @@ func BenchmarkKindHandoffLatency(b *testing.B) {
 			func(ctx context.Context) (func() error, error) {
 				return lockOf(cs[0].AcquirePermit(ctx, "handoff-sem", 10))
 			},
-			func(ctx context.Context) (*coordinator.Lock, error) { return cs[1].AcquirePermit(ctx, "handoff-sem", 10) }},
+			func(ctx context.Context) (*coordinator.Lock, error) {
+				return cs[1].AcquirePermit(ctx, "handoff-sem", 10)
+			}},
 	}
 	p50 := map[string]time.Duration{}
 	for _, k := range kinds {

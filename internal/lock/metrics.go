@@ -80,7 +80,7 @@ func NewMetrics() *Metrics {
 		}),
 		lateRenewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stockctl_session_late_renewals_total",
-			Help: "Session keepalives answered more than half the TTL after the previous one (a step towards losing the session).",
+			Help: "Session keepalives answered late: more than halfway from the longest healthy gap (granted TTL/3 + 0.5 s) to the granted TTL after the previous one (a step towards losing the session).",
 		}),
 	}
 }

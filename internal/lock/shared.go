@@ -130,8 +130,13 @@ func (q *sharedQueue) admitsLocked(k *sharedKey) bool {
 	if k.noJoin || k.closed || c.CohortMaxHandoffs == 0 {
 		return false
 	}
+	// Holds granted and promised (waiting) stay below the token sequence's
+	// bound, so that every hold's token is its own.
 	own := k.own
-	return own == nil || (own.ctx.Err() == nil && own.handoffs < MaxCohortHandoffs && time.Since(own.acquired) < c.CohortMaxHold)
+	if own == nil {
+		return k.waiting < MaxCohortHandoffs
+	}
+	return own.ctx.Err() == nil && own.handoffs+k.waiting < MaxCohortHandoffs && time.Since(own.acquired) < c.CohortMaxHold
 }
 
 // joinLocked makes a hold of k's acquired key for the caller: a local
