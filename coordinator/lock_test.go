@@ -691,12 +691,13 @@ func TestOptionsValidated(t *testing.T) {
 	etcd := etcdtest.NewSingle(t)
 	cli := etcd.Client(t)
 	for name, opt := range map[string]coordinator.Option{
-		"ttl below a second":  coordinator.WithSessionTTL(500 * time.Millisecond),
-		"ttl not whole":       coordinator.WithSessionTTL(1500 * time.Millisecond),
-		"negative cohort":     coordinator.WithCohort(-1, time.Second),
-		"empty prefix":        coordinator.WithPrefix(""),
-		"zero release budget": coordinator.WithReleaseTimeout(0),
-		"nil logger":          coordinator.WithLogger(nil),
+		"ttl below a second":   coordinator.WithSessionTTL(500 * time.Millisecond),
+		"ttl not whole":        coordinator.WithSessionTTL(1500 * time.Millisecond),
+		"negative cohort":      coordinator.WithCohort(-1, time.Second),
+		"cohort beyond tokens": coordinator.WithCohort(coordinator.MaxCohortHandoffs+1, time.Second),
+		"empty prefix":         coordinator.WithPrefix(""),
+		"zero release budget":  coordinator.WithReleaseTimeout(0),
+		"nil logger":           coordinator.WithLogger(nil),
 	} {
 		if _, err := coordinator.New(cli, opt); !errors.Is(err, coordinator.ErrInvalidArgument) {
 			t.Errorf("%s: New returned %v, want ErrInvalidArgument", name, err)

@@ -82,8 +82,11 @@ func (e *Engine) runKeyWatch(ctx context.Context, sess *concurrency.Session, pfx
 			}
 			for _, ev := range wr.Events {
 				e.keyEvent(ev)
+				// A rewatch starts after the last event seen; events seen
+				// twice are harmless (keyGone and writerQueued are
+				// idempotent).
+				rev = max(rev, ev.Kv.ModRevision+1)
 			}
-			rev = max(rev, wr.Header.Revision+1)
 		}
 		select {
 		case <-wctx.Done():
