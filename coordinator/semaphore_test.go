@@ -211,7 +211,10 @@ func TestSemaphoreLocalHandoffAndRevoke(t *testing.T) {
 		// The first of them waits in etcd (the process's turn), the others
 		// locally.
 		etcdtest.WaitFor(t, "the goroutine to queue", 20*time.Second, func() bool {
-			return cs[0].LocalPermitWaiters("one") == i || (i == 0 && countKeys(t, raw, engines.Of(cs[0]).Keys.Semaphore("one")) == 2)
+			if i == 0 {
+				return countKeys(t, raw, engines.Of(cs[0]).Keys.Semaphore("one")) == 2
+			}
+			return cs[0].LocalPermitWaiters("one") == i
 		})
 	}
 	last := first
