@@ -299,12 +299,7 @@ func waitErr(wctx context.Context, err error) error {
 // keepalive notices, so that the next call does not fail the same way.
 func (e *Engine) sessionErr(sess *concurrency.Session, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		e.mu.Lock()
-		if e.sess == sess {
-			e.sess = nil
-		}
-		e.mu.Unlock()
-		sess.Orphan()
+		e.retireSession(sess)
 		return fmt.Errorf("%w: %w", ErrSessionLost, err)
 	}
 	if isDone(sess.Done()) {

@@ -2,21 +2,31 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/stockctl/stockctl/internal/etcdcall"
 	"github.com/stockctl/stockctl/internal/keys"
 )
 
 // The key watch: one watch per process over each of the named locks'
 // prefixes (Config.WatchPrefixes), for as long as its session lives, rather
 // than one watch per hold. It tells
-//   - a queue holding a key that the key was deleted (by someone running
-//     `etcdctl del`, or by its lease's expiry before this process's
-//     keepalive noticed): the holds under the key end at once with ErrLost,
-//     and Done fires, instead of only when the session ends (maybe never);
+//   - a queue holding a key that the key was deleted: the holds under the
+//     key end with ErrLost, and Done fires, instead of only when the session
+//     ends (never, if someone ran `etcdctl del` on a live session's key).
+//     One read of the key's lease tells the two causes apart: if the lease
+//     is gone too (it expired or was revoked before this process's keepalive
+//     noticed), the whole session is ended at once, as its keepalive would
+//     have: every hold under it is lost, its waiters fail with
+//     ErrSessionLost, and the next acquisition starts a new session. If the
+//     lease lives (the key alone was deleted), only that key's holds are
+//     lost, and the queue's waiters take their turn in etcd anew;
 //   - a read-write lock's shared queue that an exclusive key was created
 //     (a writer queued): its keys older than the writer close to joiners.
 //
@@ -108,7 +118,11 @@ func (e *Engine) keyEvent(ev *clientv3.Event) {
 	switch {
 	case ev.Type == clientv3.EventTypeDelete:
 		if q := e.lookup(pfx); q != nil {
-			q.keyGone(key, ev.Kv.ModRevision)
+			for _, own := range q.owned() {
+				if own.key == key && own.rev < ev.Kv.ModRevision {
+					e.bg.Go(func(ctx context.Context) { e.keyDeleted(ctx, q, own, ev.Kv.ModRevision) })
+				}
+			}
 		}
 	case ev.IsCreate():
 		// An exclusive key's queue prefix is the lock's; its shared
@@ -119,17 +133,37 @@ func (e *Engine) keyEvent(ev *clientv3.Event) {
 	}
 }
 
-// checkOwned loses own if its key is gone (for a key the watch may have
+// keyDeleted ends what the deletion of own's key (queue q, at revision
+// rev) ends: the whole session if its lease is gone too, else the key's
+// holds (see above).
+func (e *Engine) keyDeleted(ctx context.Context, q lockQueue, own *Ownership, rev int64) {
+	var ttl *clientv3.LeaseTimeToLiveResponse
+	err := etcdcall.Run(ctx, func(ctx context.Context) (err error) {
+		ctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
+		defer cancel()
+		ttl, err = e.client.TimeToLive(ctx, own.sess.Lease())
+		return err
+	})
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && ttl.TTL < 0) {
+		e.log.Warn("etcd session lost: a lock key of its lease was deleted and the lease is gone",
+			"key", own.key, "lease", fmt.Sprintf("%x", int64(own.sess.Lease())))
+		e.retireSession(own.sess)
+		return
+	}
+	q.keyGone(own.key, rev)
+}
+
+// checkOwned ends own if its key is gone (for a key the watch may have
 // missed the deletion of).
 func (e *Engine) checkOwned(ctx context.Context, own *Ownership) {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
 	defer cancel()
-	resp, err := e.kv.Get(ctx, own.key, clientv3.WithKeysOnly())
+	resp, err := e.kv.Get(rctx, own.key, clientv3.WithKeysOnly())
 	if err != nil || (len(resp.Kvs) > 0 && resp.Kvs[0].CreateRevision == own.rev) {
 		return // gone or not, the session's end still tells
 	}
 	if q := e.lookup(queuePrefix(own.key)); q != nil {
-		q.keyGone(own.key, resp.Header.Revision)
+		e.keyDeleted(ctx, q, own, resp.Header.Revision)
 	}
 }
 

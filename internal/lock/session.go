@@ -175,6 +175,19 @@ func (e *Engine) watchRenewals(s *concurrency.Session, granted time.Duration) {
 	})
 }
 
+// retireSession ends sess, whose lease etcd says is gone, at once: the
+// next Session call starts a new one, and Orphan stops its keepalive, which
+// closes its Done and so runs sessionEnded (every hold under it lost, its
+// waiters failed).
+func (e *Engine) retireSession(sess *concurrency.Session) {
+	e.mu.Lock()
+	if e.sess == sess {
+		e.sess = nil
+	}
+	e.mu.Unlock()
+	sess.Orphan()
+}
+
 func (e *Engine) revokeInBackground(id clientv3.LeaseID) {
 	e.bg.Go(func(ctx context.Context) {
 		ctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
