@@ -40,11 +40,30 @@ import (
 type keyWatch struct {
 	sess  *concurrency.Session // the session it runs for; nil: none
 	start int64                // its first revision
+	// deleted is the revision of the latest deletion seen of each key, for
+	// a key acquired just as it was deleted: its queue did not own it yet
+	// when the event came, so watchOwned looks here once it does. Emptied
+	// when it grows past maxDeleted.
+	deleted map[string]int64
 }
 
-// watchOwned makes sure the key watch covers own's key.
+// maxDeleted bounds keyWatch.deleted: keys are per session, so a map of
+// this size covers seconds of deletions at any rate seen here.
+const maxDeleted = 4096
+
+// watchOwned makes sure the key watch covers own's key, which its queue
+// owns now.
 func (e *Engine) watchOwned(own *Ownership) {
-	if started, from := e.watchSession(own.sess, own.seenRev+1); !started && from > own.seenRev+1 {
+	started, from := e.watchSession(own.sess, own.seenRev+1)
+	e.mu.Lock()
+	deleted := e.kw.deleted[own.key]
+	e.mu.Unlock()
+	switch {
+	case deleted > own.rev: // deleted before its queue owned it
+		if q := e.lookup(queuePrefix(own.key)); q != nil {
+			e.bg.Go(func(ctx context.Context) { e.keyDeleted(ctx, q, own, deleted) })
+		}
+	case !started && from > own.seenRev+1: // the watch started after the key's last sighting
 		e.bg.Go(func(ctx context.Context) { e.checkOwned(ctx, own) })
 	}
 }
@@ -65,7 +84,7 @@ func (e *Engine) watchSession(sess *concurrency.Session, from int64) (started bo
 		e.mu.Unlock()
 		return false, start
 	}
-	e.kw = keyWatch{sess: sess, start: from}
+	e.kw = keyWatch{sess: sess, start: from, deleted: map[string]int64{}}
 	e.mu.Unlock()
 	for _, pfx := range e.cfg.WatchPrefixes {
 		e.bg.Go(func(ctx context.Context) { e.runKeyWatch(ctx, sess, pfx, from) })
@@ -117,6 +136,14 @@ func (e *Engine) keyEvent(ev *clientv3.Event) {
 	pfx := queuePrefix(key)
 	switch {
 	case ev.Type == clientv3.EventTypeDelete:
+		// Recorded before the queue is asked: a key installed after this
+		// finds the record (watchOwned), one installed before is owned.
+		e.mu.Lock()
+		if e.kw.deleted == nil || len(e.kw.deleted) >= maxDeleted {
+			e.kw.deleted = map[string]int64{}
+		}
+		e.kw.deleted[key] = ev.Kv.ModRevision
+		e.mu.Unlock()
 		if q := e.lookup(pfx); q != nil {
 			for _, own := range q.owned() {
 				if own.key == key && own.rev < ev.Kv.ModRevision {

@@ -48,9 +48,8 @@ type sharedQueue struct {
 
 // sharedKey is one shared key of this process. Guarded by its queue's mu.
 type sharedKey struct {
-	rev     int64      // create revision, once put
-	own     *Ownership // once acquired
-	sess    *concurrency.Session
+	rev     int64         // create revision, once put
+	own     *Ownership    // once acquired
 	done    chan struct{} // closed when the acquisition ends
 	err     error         // the acquisition's error, once done
 	noJoin  bool          // a TryLock(0): nobody waits with it
@@ -86,7 +85,7 @@ func (q *sharedQueue) acquire(ctx context.Context, noWait bool) (*Hold, error) {
 		}
 		k.waiting++
 		q.mu.Unlock()
-		h, err, retry := q.waitWith(ctx, k)
+		h, retry, err := q.waitWith(ctx, k)
 		if !retry {
 			return h, err
 		}
@@ -96,7 +95,7 @@ func (q *sharedQueue) acquire(ctx context.Context, noWait bool) (*Hold, error) {
 // waitWith waits for k's acquisition and joins it; retry says that k
 // failed for its own acquirer's reasons (its ctx, a lost key): the caller
 // tries again.
-func (q *sharedQueue) waitWith(ctx context.Context, k *sharedKey) (*Hold, error, bool) {
+func (q *sharedQueue) waitWith(ctx context.Context, k *sharedKey) (h *Hold, retry bool, err error) {
 	select {
 	case <-k.done:
 	case <-ctx.Done():
@@ -107,21 +106,21 @@ func (q *sharedQueue) waitWith(ctx context.Context, k *sharedKey) (*Hold, error,
 		release := q.idleLocked(k)
 		q.mu.Unlock()
 		q.drop(release)
-		return nil, context.Cause(ctx), false
+		return nil, false, context.Cause(ctx)
 	}
 	if k.err == nil && k.own.ctx.Err() == nil {
 		h := q.joinLocked(k)
 		q.mu.Unlock()
-		return h, nil, false
+		return h, false, nil
 	}
-	err := k.err
+	err = k.err
 	release := q.idleLocked(k)
 	q.mu.Unlock()
 	q.drop(release)
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrSessionLost) {
-		return nil, err, false
+		return nil, false, err
 	}
-	return nil, nil, true
+	return nil, true, nil
 }
 
 // admitsLocked reports whether an arrival may join k.
@@ -152,9 +151,6 @@ func (q *sharedQueue) joinLocked(k *sharedKey) *Hold {
 // acquireKey puts and waits for a key of the caller's own, k.
 func (q *sharedQueue) acquireKey(ctx context.Context, k *sharedKey, noWait bool) (*Hold, error) {
 	sess, own, err := q.e.withSession(ctx, func(sess *concurrency.Session) (*Ownership, error) {
-		q.mu.Lock()
-		k.sess = sess
-		q.mu.Unlock()
 		return q.e.lockShared(ctx, sess, q, k, noWait)
 	})
 	q.mu.Lock()
