@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockctl/stockctl/internal/background"
 	"github.com/stockctl/stockctl/internal/keys"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -121,13 +122,20 @@ func (e *Engine) finishAcquire(ctx context.Context, sess *concurrency.Session, k
 		acquired: time.Now(), ctx: octx, cancel: cancel}, nil
 }
 
-// delayCount is the op that says whether lock-delay records exist under
-// delayPfx; with no delayPfx, a read of nothing.
-func delayCount(delayPfx string) clientv3.Op {
+// withDelayCount appends to ops the read that says whether lock-delay
+// records exist under delayPfx; without a delayPfx (stock locks) nothing:
+// a read outside the lock's own keys could be refused to a user whose etcd
+// role covers only the prefix.
+func withDelayCount(delayPfx string, ops ...clientv3.Op) []clientv3.Op {
 	if delayPfx == "" {
-		return clientv3.OpGet("\x00", clientv3.WithCountOnly())
+		return ops
 	}
-	return clientv3.OpGet(delayPfx, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	return append(ops, clientv3.OpGet(delayPfx, clientv3.WithPrefix(), clientv3.WithCountOnly()))
+}
+
+// hasRecords reads the answer of withDelayCount's read, the i-th op.
+func hasRecords(rs []*etcdserverpb.ResponseOp, i int) bool {
+	return len(rs) > i && rs[i].GetResponseRange().Count > 0
 }
 
 // putWaiterKey puts key under the session's lease and learns, in the same
@@ -138,9 +146,8 @@ func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pf
 	for attempt := 0; attempt < 3; attempt++ {
 		resp, err := e.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
-				clientv3.OpGet(pfx, clientv3.WithFirstCreate()...),
-				delayCount(delayPfx)).
+			Then(withDelayCount(delayPfx, clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
+				clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))...).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
@@ -159,8 +166,7 @@ func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pf
 		}
 		owner := resp.Responses[1].GetResponseRange().Kvs
 		rev := resp.Header.Revision
-		return putResult{rev: rev, blocked: owner[0].CreateRevision != rev,
-			records: resp.Responses[2].GetResponseRange().Count > 0}, nil
+		return putResult{rev: rev, blocked: owner[0].CreateRevision != rev, records: hasRecords(resp.Responses, 2)}, nil
 	}
 	return putResult{}, fmt.Errorf("put lock key %s: a stale key of this session keeps reappearing", key)
 }
@@ -178,7 +184,7 @@ func (e *Engine) waitPredecessors(ctx context.Context, sess *concurrency.Session
 	for {
 		resp, err := e.kv.Txn(wctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-			Then(pred.youngest(myRev-1), delayCount(delayPfx)).
+			Then(withDelayCount(delayPfx, pred.youngest(myRev-1))...).
 			Commit()
 		if err != nil {
 			return 0, false, waitErr(wctx, err)
@@ -189,7 +195,7 @@ func (e *Engine) waitPredecessors(ctx context.Context, sess *concurrency.Session
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
-			return resp.Header.Revision, resp.Responses[1].GetResponseRange().Count > 0, nil
+			return resp.Header.Revision, hasRecords(resp.Responses, 1), nil
 		}
 		if err := e.waitDelete(wctx, string(kvs[0].Key), kvs[0].CreateRevision, resp.Header.Revision); err != nil {
 			return 0, false, waitErr(wctx, err)

@@ -45,11 +45,9 @@ func (e *Engine) lockSem(ctx context.Context, sess *concurrency.Session, q *semQ
 	lim := strconv.Itoa(limit)
 	byCreate := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}
-	put := []clientv3.Op{
+	put := withDelayCount(q.delayPfx,
 		clientv3.OpPut(key, lim, clientv3.WithLease(sess.Lease())),
-		clientv3.OpGet(q.pfx, byCreate...),
-		delayCount(q.delayPfx),
-	}
+		clientv3.OpGet(q.pfx, byCreate...))
 	// On its own bounded ctx, as lockKey's put.
 	pctx, cancelPut := context.WithTimeout(e.bg.Ctx(), e.cfg.ReleaseTimeout)
 	resp, err := e.kv.Txn(pctx).
@@ -81,7 +79,7 @@ func (e *Engine) lockSem(ctx context.Context, sess *concurrency.Session, q *semQ
 	if cause := context.Cause(ctx); cause != nil {
 		return fail(cause)
 	}
-	kvs, records := rs[1].GetResponseRange().Kvs, rs[2].GetResponseRange().Count > 0
+	kvs, records := rs[1].GetResponseRange().Kvs, hasRecords(rs, 2)
 	seen := myRev
 	if position(kvs, myRev) >= limit {
 		if noWait {
@@ -170,7 +168,7 @@ func (e *Engine) waitPermit(ctx context.Context, sess *concurrency.Session, q *s
 		}
 		resp, err := e.kv.Txn(wctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-			Then(clientv3.OpGet(q.pfx, byCreate...), delayCount(q.delayPfx)).
+			Then(withDelayCount(q.delayPfx, clientv3.OpGet(q.pfx, byCreate...))...).
 			Commit()
 		if err != nil {
 			return 0, false, waitErr(wctx, err)
@@ -180,7 +178,7 @@ func (e *Engine) waitPermit(ctx context.Context, sess *concurrency.Session, q *s
 		}
 		kvs, readRev = resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision
 		if position(kvs, myRev) < limit {
-			return readRev, resp.Responses[1].GetResponseRange().Count > 0, nil
+			return readRev, hasRecords(resp.Responses, 1), nil
 		}
 	}
 }

@@ -356,18 +356,17 @@ func (e *Engine) lockShared(ctx context.Context, sess *concurrency.Session, q *s
 	writers := older{from: q.lockPfx, opts: []clientv3.OpOption{clientv3.WithRange(keys.ExclusiveEnd(q.lockPfx))}}
 	// On its own bounded ctx, as lockKey's put.
 	pctx, cancelPut := context.WithTimeout(e.bg.Ctx(), e.cfg.ReleaseTimeout)
-	resp, err := e.kv.Txn(pctx).Then(
+	resp, err := e.kv.Txn(pctx).Then(withDelayCount(q.delayPfx,
 		clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
 		writers.youngest(0), // every exclusive key is older than ours
-		delayCount(q.delayPfx),
-	).Commit()
+	)...).Commit()
 	cancelPut()
 	if err != nil {
 		e.scrubKey(sess, q.pfx, key)
 		return nil, fmt.Errorf("put lock key %s: %w", key, e.sessionErr(sess, err))
 	}
 	put := putResult{rev: resp.Header.Revision, blocked: len(resp.Responses[1].GetResponseRange().Kvs) > 0,
-		records: resp.Responses[2].GetResponseRange().Count > 0}
+		records: hasRecords(resp.Responses, 2)}
 	q.putDone(k, put.rev)
 	e.watchSession(sess, put.rev+1) // writers queued behind it close it to joiners
 	return e.finishAcquire(ctx, sess, key, put, writers, noWait,
