@@ -70,6 +70,8 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 		CohortMaxHold:     o.cohortMaxHold,
 		ReleaseTimeout:    o.releaseTimeout,
 		TenureIdle:        o.tenureIdle,
+		LockDelay:         o.lockDelay,
+		WatchPrefixes:     []string{space.LocksPrefix(), space.SemaphoresPrefix()},
 		Logger:            o.logger,
 		Metrics:           lm,
 	})

@@ -15,12 +15,22 @@
 // round trip, within the bounds of WithCohort. Locks are reentrant through
 // the holder's context (Lock.Context, Lock.Bind).
 //
+// RLock and TryRLock take the same named lock shared (a read-write lock):
+// shared holders hold it together, never beside an exclusive one, and a
+// shared request that comes after a queued exclusive one waits for it.
+// AcquirePermit and TryAcquirePermit take one of the limit permits of a
+// named semaphore. Both return a Lock with every guarantee below.
+// WithLockDelay keeps a lock lost without release from everyone for a while,
+// for resources that cannot check a fencing token. Locks lists holders and
+// waiters.
+//
 // A held lock can be lost (the process paused past its lease, or was cut
-// off from etcd). Lock.Done and Lock.Context say so once this process
-// notices; to make writes safe regardless, write in a transaction fenced by
-// the lock (Lock.Txn, or Lock.IsOwner in your own If): etcd applies it only
-// while the lock is really held. Lock.Token is a fencing token for stores
-// outside etcd.
+// off from etcd, or its key was deleted). Lock.Done and Lock.Context say so
+// once this process notices; to make writes safe regardless, write in a
+// transaction fenced by the lock (Lock.Txn, or Lock.IsOwner in your own If):
+// etcd applies it only while the lock is really held. Lock.Token is a
+// fencing token for stores outside etcd, larger for every hold than for any
+// hold before it.
 //
 // # Segmented stock
 //
@@ -58,15 +68,21 @@
 // are rebalance.Rebalancer.Collector). Label values are fixed sets, except
 // the stock gauges' SKU and place, bounded by MetricsMaxSKUs.
 //
-//	stockctl_lock_wait_seconds{lock,outcome}        histogram: waits for a lock; lock is segment, pool
-//	                                                or named; outcome acquired, busy, timeout, canceled,
-//	                                                lost or error
+//	stockctl_lock_wait_seconds{lock,outcome}        histogram: waits for a lock; lock is segment, pool,
+//	                                                named (exclusive named locks), shared or semaphore;
+//	                                                outcome acquired, busy, timeout, canceled, lost or
+//	                                                error
+//	stockctl_lock_hold_seconds{lock,end}            histogram: how long holds of named locks lasted; lock
+//	                                                is named, shared or semaphore; end released or lost
+//	stockctl_lock_holders{lock}                     gauge: holds of named locks in progress in this process
+//	stockctl_lock_delays_total{lock}                acquisitions that waited out a lock-delay
 //	stockctl_lock_handoffs_total{lock,via}          locks passed to a holder: via local (another goroutine
 //	                                                of this process, no etcd write) or etcd (from another
 //	                                                process, or free)
 //	stockctl_sessions_started_total                 etcd sessions (leases) started
 //	stockctl_session_losses_total                   sessions lost in use (every lock held under one lost)
-//	stockctl_session_late_renewals_total            keepalives answered over TTL/2 after the previous one
+//	stockctl_session_late_renewals_total            keepalives answered late: more than halfway from the
+//	                                                longest healthy gap (granted TTL/3 + 0.5 s) to the TTL
 //	stockctl_allocations_total{op,outcome,source}   orders taking stock: op allocate (Allocate,
 //	                                                AllocateFunc) or reserve; outcome served, replayed,
 //	                                                insufficient, limit_exceeded, conflict or error;

@@ -25,7 +25,20 @@ var (
 	// ErrLocked is returned by TryLock when the lock stayed held by someone
 	// else for the whole wait budget. No key is left behind.
 	ErrLocked = lock.ErrLocked
+	// ErrModeHeld is returned by Lock called with a ctx that carries a
+	// shared hold of the same lock, and by RLock with one that carries an
+	// exclusive hold: either would wait for its own caller. It also matches
+	// ErrInvalidArgument.
+	ErrModeHeld = lock.ErrModeHeld
+	// ErrLimitMismatch is returned by AcquirePermit asked with a limit other
+	// than the one the semaphore's holders and waiters use. It also matches
+	// ErrConflict; the error is a *LimitMismatchError. Nothing was written.
+	ErrLimitMismatch = lock.ErrLimitMismatch
 )
+
+// LimitMismatchError is the error of an AcquirePermit whose limit (Want)
+// differs from the semaphore's (Have).
+type LimitMismatchError = lock.LimitError
 
 // Stock errors. Each is wrapped with the SKU (and order) it concerns; test
 // for them with errors.Is.
@@ -42,7 +55,8 @@ var (
 	// ErrOrderNotFound: no allocation was made with this order ID.
 	ErrOrderNotFound = segments.ErrOrderNotFound
 	// ErrConflict: the SKU already exists, or the order ID was already used
-	// with a different SKU or quantity.
+	// with a different SKU or quantity; or a semaphore is held with another
+	// limit (ErrLimitMismatch).
 	ErrConflict = segments.ErrConflict
 	// ErrCorrupt: a stored value does not decode. Nothing was written. The
 	// error is a *segments.CorruptError naming the key.

@@ -134,3 +134,72 @@ func ExampleCoordinator_Reserve() {
 	// limit: true
 	// allocated: 2 reserved: 0
 }
+
+// A read-write lock: readers hold it together, a writer alone, and a
+// reader that comes after a queued writer waits for it.
+func ExampleCoordinator_RLock() {
+	eps, stop := exampleEtcd()
+	defer stop()
+	client := mustClient(eps)
+	defer client.Close()
+	c, err := coordinator.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	r1, err := c.RLock(ctx, "catalog")
+	if err != nil {
+		log.Fatal(err)
+	}
+	r2, err := c.RLock(ctx, "catalog") // another reader: at once
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = c.TryLock(ctx, "catalog", 0) // a writer: busy while readers hold
+	fmt.Println("writer while reading:", err != nil && errors.Is(err, coordinator.ErrLocked))
+	fmt.Println("each reader has its own token:", r1.Token() != r2.Token())
+	_ = r1.Unlock(ctx)
+	_ = r2.Unlock(ctx)
+	w, err := c.Lock(ctx, "catalog")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("the writer's token is larger:", w.Token() > r2.Token())
+	_ = w.Unlock(ctx)
+	// Output:
+	// writer while reading: true
+	// each reader has its own token: true
+	// the writer's token is larger: true
+}
+
+// A semaphore of 2: a third permit waits; its limit is stored with it.
+func ExampleCoordinator_AcquirePermit() {
+	eps, stop := exampleEtcd()
+	defer stop()
+	client := mustClient(eps)
+	defer client.Close()
+	c, err := coordinator.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	for range 2 {
+		p, err := c.AcquirePermit(ctx, "db-backfill", 2)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer p.Unlock(ctx)
+	}
+	_, err = c.TryAcquirePermit(ctx, "db-backfill", 2, 100*time.Millisecond)
+	fmt.Println("a third permit of 2:", errors.Is(err, coordinator.ErrLocked))
+	_, err = c.TryAcquirePermit(ctx, "db-backfill", 5, 0)
+	var mismatch *coordinator.LimitMismatchError
+	fmt.Println("another limit:", errors.As(err, &mismatch), mismatch.Have)
+	// Output:
+	// a third permit of 2: true
+	// another limit: true 2
+}

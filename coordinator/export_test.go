@@ -17,3 +17,15 @@ func (c *Coordinator) DebugQueue(sku string, seg int) string {
 func (c *Coordinator) DebugSeller(sku string) string {
 	return c.stock.DescribeSeller(sku)
 }
+
+// SharedJoinable reports whether an RLock of name in this process would
+// join its open shared key.
+func (c *Coordinator) SharedJoinable(name string) bool {
+	return c.locks.SharedJoinable(c.keys.Lock(name))
+}
+
+// LocalPermitWaiters is the number of this process's goroutines queued
+// locally for a permit of the named semaphore.
+func (c *Coordinator) LocalPermitWaiters(name string) int {
+	return c.locks.LocalWaiters(c.keys.Semaphore(name))
+}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -15,18 +16,55 @@ import (
 // MaxLockNameLen is the longest lock name, in bytes.
 const MaxLockNameLen = 256
 
-// Lock is one acquisition of a named lock.
+// MaxSemaphoreLimit bounds a semaphore's limit: each wait step of a
+// semaphore reads all of its keys (holders and waiters).
+const MaxSemaphoreLimit = lock.MaxLimit
+
+// Lock is one acquisition of a named lock: an exclusive hold (Lock,
+// TryLock), a shared hold of the same lock (RLock, TryRLock), or a permit of
+// a semaphore (AcquirePermit, TryAcquirePermit). Kind says which.
 //
 // Holding a Lock is never a guarantee that nobody else holds it: a process
 // paused longer than the session TTL, or cut off from etcd, loses the lock
 // without knowing at once. Done and Context say so as soon as this process
-// notices; to make a write safe anyway, commit it in an etcd transaction
-// that includes IsOwner (see Txn): etcd then applies it only while the lock
-// is really held.
+// notices (its session ends, or the watch it keeps over the locks' keys sees
+// the key deleted); to make a write safe anyway, commit it in an etcd
+// transaction that includes IsOwner (see Txn): etcd then applies it only
+// while the lock is really held. Outside etcd, pass Token with the write and
+// have the store refuse tokens lower than the highest it has seen.
 type Lock struct {
 	h        *lock.Hold
 	name     string
+	kind     LockKind
+	limit    int
 	unlocked atomic.Bool
+}
+
+// LockKind is the kind of a hold.
+type LockKind int
+
+// Kinds of holds.
+const (
+	// KindExclusive: one holder at a time (Lock, TryLock).
+	KindExclusive LockKind = iota + 1
+	// KindShared: any number of shared holders of a lock, none while an
+	// exclusive one holds it (RLock, TryRLock).
+	KindShared
+	// KindSemaphore: at most the semaphore's limit of holders
+	// (AcquirePermit, TryAcquirePermit).
+	KindSemaphore
+)
+
+func (k LockKind) String() string {
+	switch k {
+	case KindExclusive:
+		return "exclusive"
+	case KindShared:
+		return "shared"
+	case KindSemaphore:
+		return "semaphore"
+	}
+	return fmt.Sprintf("LockKind(%d)", int(k))
 }
 
 // Lock blocks until it holds the named lock, or ctx ends. Goroutines of one
@@ -58,14 +96,40 @@ func (c *Coordinator) TryLock(ctx context.Context, name string, wait time.Durati
 }
 
 func (c *Coordinator) lockNamed(ctx context.Context, name string, wait time.Duration) (*Lock, error) {
+	return c.acquire(ctx, "lock", name, KindExclusive, 0, wait)
+}
+
+// acquire is every named acquisition: verb names it in errors.
+func (c *Coordinator) acquire(ctx context.Context, verb, name string, kind LockKind, limit int, wait time.Duration) (*Lock, error) {
 	if err := ValidateLockName(name); err != nil {
-		return nil, fmt.Errorf("lock: %w", err)
+		return nil, fmt.Errorf("%s: %w", verb, err)
 	}
-	h, err := c.locks.Acquire(ctx, c.keys.Lock(name), lock.KindNamed, wait)
-	if err != nil {
-		return nil, fmt.Errorf("lock %q: %w", name, err)
+	spec := lock.Spec{Prefix: c.keys.Lock(name), Limit: limit, Wait: wait}
+	switch kind {
+	case KindExclusive:
+		spec.Mode = lock.Exclusive
+	case KindShared:
+		spec.Mode = lock.Shared
+	case KindSemaphore:
+		if limit < 1 || limit > MaxSemaphoreLimit {
+			return nil, fmt.Errorf("%s %q: limit %d: %w: must be 1 to %d", verb, name, limit, ErrInvalidArgument, MaxSemaphoreLimit)
+		}
+		spec.Mode, spec.Prefix = lock.Semaphore, c.keys.Semaphore(name)
 	}
-	return &Lock{h: h, name: name}, nil
+	spec.DelayPrefix = c.keys.Delay(spec.Prefix)
+	h, err := c.locks.AcquireNamed(ctx, spec)
+	switch {
+	case errors.Is(err, lock.ErrLimitMismatch):
+		if le, ok := errors.AsType[*lock.LimitError](err); ok {
+			le.Name = name
+		}
+		return nil, fmt.Errorf("%s %q: %w: %w", verb, name, ErrConflict, err)
+	case errors.Is(err, lock.ErrModeHeld):
+		return nil, fmt.Errorf("%s %q: %w: %w", verb, name, ErrInvalidArgument, err)
+	case err != nil:
+		return nil, fmt.Errorf("%s %q: %w", verb, name, err)
+	}
+	return &Lock{h: h, name: name, kind: kind, limit: limit}, nil
 }
 
 // Unlock releases this handle's hold on the lock; the lock itself is
@@ -88,11 +152,17 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	return nil
 }
 
-// Name is the lock's name.
+// Name is the lock's (or the semaphore's) name.
 func (l *Lock) Name() string { return l.name }
 
+// Kind is the kind of the hold.
+func (l *Lock) Kind() LockKind { return l.kind }
+
+// Limit is a semaphore's limit (0 for locks).
+func (l *Lock) Limit() int { return l.limit }
+
 // Done is closed when the hold ends: when it is released, or lost because
-// the session ended.
+// the session ended or its etcd key was deleted.
 func (l *Lock) Done() <-chan struct{} { return l.h.Ctx().Done() }
 
 // Err is nil while the lock is held, ErrLockLost (or ErrClosed) once it was
@@ -112,20 +182,40 @@ func (l *Lock) Bind(parent context.Context) (context.Context, context.CancelFunc
 	return l.h.Bind(parent)
 }
 
-// Token is the fencing token: the create revision of the lock's etcd key.
-// Every holder of a lock gets a larger token than the one before, so a store
-// outside etcd can reject writes carrying a token lower than the highest it
-// has seen.
-func (l *Lock) Token() int64 { return l.h.Own().Rev() }
+// Token is the fencing token. Every hold of a lock (or semaphore) gets a
+// larger token than every hold before it, also when the hold was passed
+// between goroutines of this process without going back to etcd, so a
+// store outside etcd can reject writes carrying a token lower than the
+// highest it has seen. A reentrant acquisition shares its hold's token.
+//
+// The token is Revision()<<16 plus the number of holds the key was passed
+// through before this one (local handoffs, shared joins; WithCohort bounds
+// them below 1<<16): later keys have larger create revisions, so tokens
+// grow across keys too, as long as revisions stay below 1<<47 (89 years at
+// 50,000 writes a second). Tokens of different kinds are not comparable in
+// any useful way: a read-write lock's shared and exclusive holds share one
+// sequence; a semaphore's holds have one of their own, and several of them
+// hold at once.
+func (l *Lock) Token() int64 { return l.h.Token() }
 
-// Key is the lock's etcd key.
+// Revision is the create revision of the hold's etcd key (Key): what
+// IsOwner compares. Holds passed between goroutines of one process share it.
+func (l *Lock) Revision() int64 { return l.h.Own().Rev() }
+
+// Key is the hold's etcd key.
 func (l *Lock) Key() string { return l.h.Own().Key() }
 
 // Lease is the ID of the lease the lock's key is bound to.
 func (l *Lock) Lease() clientv3.LeaseID { return clientv3.LeaseID(l.h.Own().Lease()) }
 
-// IsOwner is the etcd comparison that holds exactly while this lock is held.
-// Put it in the If of every transaction the lock protects.
+// IsOwner is the etcd comparison that holds exactly while this process
+// holds the lock's key: CreateRevision(Key) == Revision. Put it in the If of
+// every transaction the lock protects. It fences the process's tenure of
+// the key, not the goroutine: after a local handoff the key stays, so the
+// handle of a goroutine that unlocked would still pass it. A process that
+// lost the key (its lease expired, the key was deleted) can never pass it
+// again. To fence goroutines of one process against each other, compare
+// Token with what the protected data records.
 func (l *Lock) IsOwner() clientv3.Cmp { return l.h.IsOwner() }
 
 // Txn starts a transaction fenced by the lock: its If is IsOwner plus cmps,

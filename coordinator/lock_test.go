@@ -193,7 +193,8 @@ func TestFIFOAcrossCoordinators(t *testing.T) {
 }
 
 // Invariant: goroutines of one process are served in arrival order, and the
-// hold moves between them locally (same etcd key, same fencing token).
+// hold moves between them locally (same etcd key, same revision), each with a
+// fencing token larger than the one before.
 func TestLocalFIFOAndCohortHandoff(t *testing.T) {
 	etcd := etcdtest.NewSingle(t)
 	c := newCoordinators(t, etcd, 1)[0]
@@ -206,6 +207,7 @@ func TestLocalFIFOAndCohortHandoff(t *testing.T) {
 	type got struct {
 		i     int
 		token int64
+		rev   int64
 	}
 	results := make(chan got, 8)
 	var wg sync.WaitGroup
@@ -220,7 +222,7 @@ func TestLocalFIFOAndCohortHandoff(t *testing.T) {
 				results <- got{i: -1}
 				return
 			}
-			results <- got{i: i, token: l.Token()}
+			results <- got{i: i, token: l.Token(), rev: l.Revision()}
 			if err := l.Unlock(ctx); err != nil {
 				t.Error(err)
 			}
@@ -230,14 +232,19 @@ func TestLocalFIFOAndCohortHandoff(t *testing.T) {
 	if err := first.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
+	last := first.Token()
 	for i := 0; i < 8; i++ {
 		g := <-results
 		if g.i != i {
 			t.Fatalf("handoff %d went to goroutine %d", i, g.i)
 		}
-		if g.token != first.Token() {
-			t.Fatalf("handoff %d changed the fencing token %d -> %d: the key went back to etcd", i, first.Token(), g.token)
+		if g.rev != first.Revision() {
+			t.Fatalf("handoff %d changed the key's revision %d -> %d: the key went back to etcd", i, first.Revision(), g.rev)
 		}
+		if g.token <= last {
+			t.Fatalf("handoff %d: token %d, want more than the previous holder's %d", i, g.token, last)
+		}
+		last = g.token
 	}
 }
 
@@ -684,12 +691,13 @@ func TestOptionsValidated(t *testing.T) {
 	etcd := etcdtest.NewSingle(t)
 	cli := etcd.Client(t)
 	for name, opt := range map[string]coordinator.Option{
-		"ttl below a second":  coordinator.WithSessionTTL(500 * time.Millisecond),
-		"ttl not whole":       coordinator.WithSessionTTL(1500 * time.Millisecond),
-		"negative cohort":     coordinator.WithCohort(-1, time.Second),
-		"empty prefix":        coordinator.WithPrefix(""),
-		"zero release budget": coordinator.WithReleaseTimeout(0),
-		"nil logger":          coordinator.WithLogger(nil),
+		"ttl below a second":   coordinator.WithSessionTTL(500 * time.Millisecond),
+		"ttl not whole":        coordinator.WithSessionTTL(1500 * time.Millisecond),
+		"negative cohort":      coordinator.WithCohort(-1, time.Second),
+		"cohort beyond tokens": coordinator.WithCohort(coordinator.MaxCohortHandoffs+1, time.Second),
+		"empty prefix":         coordinator.WithPrefix(""),
+		"zero release budget":  coordinator.WithReleaseTimeout(0),
+		"nil logger":           coordinator.WithLogger(nil),
 	} {
 		if _, err := coordinator.New(cli, opt); !errors.Is(err, coordinator.ErrInvalidArgument) {
 			t.Errorf("%s: New returned %v, want ErrInvalidArgument", name, err)

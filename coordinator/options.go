@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stockctl/stockctl/internal/keys"
+	"github.com/stockctl/stockctl/internal/lock"
 )
 
 // Defaults. Each is what the matching Option sets when not given.
@@ -28,6 +29,10 @@ const (
 	// etcd. Local handoffs cost no round trip; the bound, with
 	// DefaultCohortMaxHold, is what lets other processes' waiters in.
 	DefaultCohortMaxHandoffs = 32
+
+	// MaxCohortHandoffs is the largest cohort bound: a fencing token keeps
+	// 16 bits for the holds a key is passed through (Lock.Token).
+	MaxCohortHandoffs = lock.MaxCohortHandoffs
 
 	// DefaultCohortMaxHold bounds how long this process keeps a lock's etcd
 	// key through local handoffs. Once exceeded, the next unlock releases the
@@ -95,6 +100,7 @@ type options struct {
 	commitTimeout     time.Duration
 	tenureIdle        time.Duration
 	tenureMaxHold     time.Duration
+	lockDelay         time.Duration
 	logger            *slog.Logger
 	metrics           prometheus.Registerer // nil: no metrics
 }
@@ -148,11 +154,14 @@ func WithSessionTTL(ttl time.Duration) Option {
 
 // WithCohort sets the bounds on local handoffs (defaults
 // DefaultCohortMaxHandoffs and DefaultCohortMaxHold). maxHandoffs 0
-// disables cohorting: every unlock goes back to etcd.
+// disables cohorting: every unlock goes back to etcd, and every shared hold
+// (RLock) puts a key of its own. maxHandoffs is at most MaxCohortHandoffs.
+// Shared holds join their process's key within maxHold only (the count
+// bound does not apply to them: readers do not make other readers wait).
 func WithCohort(maxHandoffs int, maxHold time.Duration) Option {
 	return func(o *options) error {
-		if maxHandoffs < 0 || maxHold < 0 {
-			return fmt.Errorf("cohort bounds %d handoffs, %v: must not be negative", maxHandoffs, maxHold)
+		if maxHandoffs < 0 || maxHold < 0 || maxHandoffs > MaxCohortHandoffs {
+			return fmt.Errorf("cohort bounds %d handoffs, %v: must not be negative, handoffs at most %d", maxHandoffs, maxHold, MaxCohortHandoffs)
 		}
 		o.cohortMaxHandoffs, o.cohortMaxHold = maxHandoffs, maxHold
 		return nil
@@ -243,3 +252,26 @@ func WithMetrics(reg prometheus.Registerer) Option {
 		return nil
 	}
 }
+
+// WithLockDelay sets a lock-delay (default none) for the named locks, shared
+// holds and semaphore permits this coordinator acquires: if one of them is
+// lost without being released (its lease expired or was revoked, its key
+// deleted), nobody gets the lock for d (from the moment the next acquirer
+// finds it so: at least d after the loss). It is for resources that cannot
+// check a fencing token, and lets a holder that does not know it lost the
+// lock finish within d. Every coordinator honours the delay, whatever its own
+// option. Cost: one etcd write per acquisition through etcd (not per local
+// handoff), and a record that stays in etcd after a loss until the lock's
+// next acquirer removes it (P delays/...). d is at most MaxLockDelay.
+func WithLockDelay(d time.Duration) Option {
+	return func(o *options) error {
+		if d < 0 || d > MaxLockDelay {
+			return fmt.Errorf("lock delay %v: must be 0 to %v", d, MaxLockDelay)
+		}
+		o.lockDelay = d
+		return nil
+	}
+}
+
+// MaxLockDelay bounds WithLockDelay (Consul's bound too).
+const MaxLockDelay = time.Minute

@@ -11,6 +11,8 @@
 //	rebalancer_test.go the leading rebalancer's process killed or lease revoked mid-sale
 //	retries_test.go    allocations whose reply is lost, retried under their order ID
 //	linear_test.go     a porcupine model of one SKU, checked on histories of the above
+//	lockhistory_test.go read-write locks and semaphores: holders replayed per revision
+//	                   under a paused holder, a killed process and a partition
 //
 // The separate OS processes are this package's test binary re-executed in a
 // helper mode (see helper_test.go), and, for the API, the stockctl binary

@@ -44,6 +44,13 @@ type helperConfig struct {
 	// <rev>" after each.
 	Churn    []string
 	Identity string
+	// Permit mode: Permits goroutines each take a permit of semaphore Sem
+	// (limit Limit), put a history marker under Markers (lease-bound,
+	// fenced), print "HOLD <marker>" and hold until killed.
+	Sem     string
+	Limit   int
+	Permits int
+	Markers string
 	// MaxLifeSec bounds the helper's life: it exits by itself if nobody
 	// killed it by then.
 	MaxLifeSec int
@@ -76,6 +83,8 @@ func helperMain() int {
 		helperAlloc(ctx, c, cfg, out)
 	case "rebalance":
 		helperRebalance(ctx, c, cfg, out)
+	case "permit":
+		helperPermit(ctx, c, cfg, out)
 	default:
 		fmt.Fprintln(os.Stderr, "helper: unknown mode", cfg.Mode)
 		return 2

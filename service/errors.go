@@ -79,6 +79,12 @@ func apiError(ctx context.Context, o op, err error) *connect.Error {
 	if errors.As(err, &ce) {
 		return ce
 	}
+	var lm *coordinator.LimitMismatchError
+	if errors.As(err, &lm) { // before stockError: it matches ErrConflict too
+		return newError(connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_LIMIT_MISMATCH, err,
+			map[string]string{"name": lm.Name, "limit": itoa(int64(lm.Want)), "held_limit": itoa(int64(lm.Have))},
+			&stockctlv1.LimitMismatch{Name: lm.Name, Limit: int32(lm.Want), HeldLimit: int32(lm.Have)})
+	}
 	if e := stockError(o, err); e != nil {
 		return e
 	}

@@ -40,7 +40,7 @@ func (h lockService) Hold(ctx context.Context, stream *connect.BidiStream[stockc
 	if acq == nil {
 		return s.fail(ctx, opLock, method, badField("acquire", "the first message of a Hold stream must be acquire"))
 	}
-	spec, err := parseLockSpec(acq.Name, acq.Kind, acq.Ttl, acq.Wait)
+	spec, err := parseLockSpec(acq.Name, acq.Kind, acq.Limit, acq.Ttl, acq.Wait)
 	if err != nil {
 		return s.fail(ctx, opLock, method, err)
 	}
@@ -54,7 +54,7 @@ func (h lockService) Hold(ctx context.Context, stream *connect.BidiStream[stockc
 	msgs := make(chan holdMsg, 1)
 	go readHold(stream, msgs, done)
 
-	l, leave, pending, err := s.acquireForStream(ctx, spec, msgs)
+	l, pending, err := s.acquireForStream(ctx, spec, msgs)
 	if l == nil {
 		if pending != nil {
 			// The caller withdrew (release, the end of its side, a broken
@@ -71,14 +71,14 @@ func (h lockService) Hold(ctx context.Context, stream *connect.BidiStream[stockc
 	}
 	s.metrics.holds.WithLabelValues(shapeStream).Inc()
 	defer s.metrics.holds.WithLabelValues(shapeStream).Dec()
-	return s.holdStream(ctx, stream, spec, l, leave, msgs, pending)
+	return s.holdStream(ctx, stream, spec, l, msgs, pending)
 }
 
 // acquireForStream acquires spec's lock while watching the caller's
 // messages: keep_alive is fine, anything else (release, the end of the
 // caller's side, a broken stream, a second acquire) gives up the wait and
 // is returned as pending, with the lock if it came all the same.
-func (s *Server) acquireForStream(ctx context.Context, spec lockSpec, msgs <-chan holdMsg) (*coordinator.Lock, func(), *holdMsg, error) {
+func (s *Server) acquireForStream(ctx context.Context, spec lockSpec, msgs <-chan holdMsg) (*coordinator.Lock, *holdMsg, error) {
 	wctx, cancelWait := context.WithCancelCause(ctx)
 	defer cancelWait(nil)
 	waitDone := make(chan struct{})
@@ -100,20 +100,21 @@ func (s *Server) acquireForStream(ctx context.Context, spec lockSpec, msgs <-cha
 			}
 		}
 	}()
-	l, leave, err := s.acquire(wctx, spec)
+	l, err := s.acquire(wctx, spec)
 	close(waitDone)
 	<-watcherDone
-	return l, leave, pending, err
+	return l, pending, err
 }
 
 // holdStream keeps a stream's lock until one of the ends in Hold's doc.
 func (s *Server) holdStream(ctx context.Context, stream *connect.BidiStream[stockctlv1.HoldRequest, stockctlv1.HoldResponse],
-	spec lockSpec, l *coordinator.Lock, leave func(), msgs <-chan holdMsg, pending *holdMsg) error {
+	spec lockSpec, l *coordinator.Lock, msgs <-chan holdMsg, pending *holdMsg) error {
 	token := l.Token()
 	if err := stream.Send(&stockctlv1.HoldResponse{Event: &stockctlv1.HoldResponse_Acquired{Acquired: &stockctlv1.HoldAcquired{
 		Name: spec.name, Kind: spec.kind, Token: token, Key: l.Key(), Ttl: durationpb.New(spec.ttl),
+		Limit: int32(spec.limit), Revision: l.Revision(),
 	}}}); err != nil {
-		_ = s.unlock(l, leave)
+		_ = s.unlock(l)
 		return err
 	}
 	timer := time.NewTimer(spec.ttl)
@@ -140,10 +141,10 @@ func (s *Server) holdStream(ctx context.Context, stream *connect.BidiStream[stoc
 			next = msgs
 			switch {
 			case m.err != nil && !errors.Is(m.err, io.EOF):
-				_ = s.unlock(l, leave) // the stream broke: nobody to tell
+				_ = s.unlock(l) // the stream broke: nobody to tell
 				return m.err
 			case m.err != nil || m.req.GetRelease() != nil:
-				if err := s.unlock(l, leave); lost(err) {
+				if err := s.unlock(l); lost(err) {
 					reason, msg := lostReason(l)
 					return lostWith(reason, msg)
 				}
@@ -151,24 +152,24 @@ func (s *Server) holdStream(ctx context.Context, stream *connect.BidiStream[stoc
 					Name: spec.name, Token: token,
 				}}})
 			case m.req.GetAcquire() != nil:
-				_ = s.unlock(l, leave)
+				_ = s.unlock(l)
 				return s.fail(ctx, opLock, methodLabel(stockctlv1connect.LockServiceHoldProcedure),
 					badField("acquire", "a Hold stream acquires once, in its first message; the lock was released"))
 			}
 			timer.Reset(spec.ttl) // any message is a sign of life
 		case <-timer.C:
-			_ = s.unlock(l, leave)
+			_ = s.unlock(l)
 			return lostWith(stockctlv1.LostReason_LOST_REASON_KEEPALIVE_TIMEOUT,
 				fmt.Sprintf("no message for its ttl of %v: the server released it", spec.ttl))
 		case <-l.Done():
 			reason, msg := lostReason(l)
-			_ = s.unlock(l, leave)
+			_ = s.unlock(l)
 			return lostWith(reason, msg)
 		case <-s.closing:
-			_ = s.unlock(l, leave)
+			_ = s.unlock(l)
 			return lostWith(stockctlv1.LostReason_LOST_REASON_SERVER_SHUTDOWN, "the server shut down and released it")
 		case <-ctx.Done():
-			_ = s.unlock(l, leave) // the stream broke, or its deadline passed
+			_ = s.unlock(l) // the stream broke, or its deadline passed
 			return context.Cause(ctx)
 		}
 	}

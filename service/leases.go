@@ -45,7 +45,6 @@ type lease struct {
 	id      string
 	spec    lockSpec
 	l       *coordinator.Lock
-	leave   func()
 	expires time.Time     // guarded by holdTable.mu
 	stop    chan struct{} // closed by finish: the keeper goroutine returns
 }
@@ -88,13 +87,13 @@ func (t *holdTable) unreserve() {
 
 // add registers a lock just acquired for a reserved Acquire and starts
 // keeping it.
-func (t *holdTable) add(spec lockSpec, l *coordinator.Lock, leave func()) (*lease, time.Time, error) {
-	ls := &lease{id: "h_" + rand.Text(), spec: spec, l: l, leave: leave, stop: make(chan struct{})}
+func (t *holdTable) add(spec lockSpec, l *coordinator.Lock) (*lease, time.Time, error) {
+	ls := &lease{id: "h_" + rand.Text(), spec: spec, l: l, stop: make(chan struct{})}
 	t.mu.Lock()
 	t.pending--
 	if t.closed {
 		t.mu.Unlock()
-		_ = t.s.unlock(l, leave)
+		_ = t.s.unlock(l)
 		return nil, time.Time{}, errShuttingDown
 	}
 	ls.expires = time.Now().Add(spec.ttl)
@@ -161,7 +160,7 @@ func (t *holdTable) endLost(ls *lease, reason stockctlv1.LostReason, msg string,
 	if !t.finish(ls, &endedHold{reason: reason, msg: msg}, cond) {
 		return false
 	}
-	_ = t.s.unlock(ls.l, ls.leave)
+	_ = t.s.unlock(ls.l)
 	t.s.log.Info("api: lock hold ended", "lock", ls.spec.name, "token", ls.l.Token(), "reason", reason.String())
 	return true
 }
@@ -229,7 +228,7 @@ func (t *holdTable) release(id string) (name string, token int64, err error) {
 	if !t.finish(ls, &endedHold{released: true}, nil) {
 		return t.release(id) // ended meanwhile: answer as it ended
 	}
-	if err := t.s.unlock(ls.l, ls.leave); lost(err) {
+	if err := t.s.unlock(ls.l); lost(err) {
 		reason, msg := lostReason(ls.l)
 		t.mu.Lock()
 		if e := t.ended[id]; e != nil {

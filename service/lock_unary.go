@@ -21,14 +21,14 @@ func (h lockService) Acquire(ctx context.Context, req *connect.Request[stockctlv
 	s := h.s
 	method := methodLabel(stockctlv1connect.LockServiceAcquireProcedure)
 	m := req.Msg
-	spec, err := parseLockSpec(m.Name, m.Kind, m.Ttl, m.Wait)
+	spec, err := parseLockSpec(m.Name, m.Kind, m.Limit, m.Ttl, m.Wait)
 	if err != nil {
 		return nil, s.fail(ctx, opLock, method, err)
 	}
 	if err := s.holds.reserve(); err != nil {
 		return nil, s.fail(ctx, opLock, method, err)
 	}
-	l, leave, err := s.acquire(ctx, spec)
+	l, err := s.acquire(ctx, spec)
 	if err != nil {
 		s.holds.unreserve()
 		return nil, lockBusy(s.fail(ctx, opLock, method, err), spec)
@@ -36,16 +36,16 @@ func (h lockService) Acquire(ctx context.Context, req *connect.Request[stockctlv
 	if ctx.Err() != nil {
 		// The caller is gone and will never learn the hold's ID.
 		s.holds.unreserve()
-		_ = s.unlock(l, leave)
+		_ = s.unlock(l)
 		return nil, s.fail(ctx, opLock, method, context.Cause(ctx))
 	}
-	ls, expires, err := s.holds.add(spec, l, leave)
+	ls, expires, err := s.holds.add(spec, l)
 	if err != nil {
 		return nil, s.fail(ctx, opLock, method, err)
 	}
 	return connect.NewResponse(&stockctlv1.AcquireResponse{
 		HoldId: ls.id, Name: spec.name, Kind: spec.kind, Token: l.Token(), Key: l.Key(),
-		Ttl: durationpb.New(spec.ttl), ExpireTime: timestamppb.New(expires),
+		Ttl: durationpb.New(spec.ttl), ExpireTime: timestamppb.New(expires), Limit: int32(spec.limit), Revision: l.Revision(),
 	}), nil
 }
 

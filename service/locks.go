@@ -19,9 +19,10 @@ const MaxLockWait = time.Hour
 
 // lockSpec is a validated lock request, of either shape.
 type lockSpec struct {
-	name string
-	kind stockctlv1.LockKind
-	ttl  time.Duration
+	name  string
+	kind  stockctlv1.LockKind
+	limit int // semaphores
+	ttl   time.Duration
 	// wait >= 0 is a TryLock budget; wait < 0 waits as long as the call's
 	// ctx allows.
 	wait time.Duration
@@ -29,12 +30,20 @@ type lockSpec struct {
 
 // parseLockSpec checks a lock request. Errors are the API's: invalid
 // fields, or UNIMPLEMENTED for a kind this server does not know.
-func parseLockSpec(name string, kind stockctlv1.LockKind, ttl, wait *durationpb.Duration) (lockSpec, error) {
+func parseLockSpec(name string, kind stockctlv1.LockKind, limit int32, ttl, wait *durationpb.Duration) (lockSpec, error) {
 	switch kind {
-	case stockctlv1.LockKind_LOCK_KIND_UNSPECIFIED, stockctlv1.LockKind_LOCK_KIND_EXCLUSIVE:
+	case stockctlv1.LockKind_LOCK_KIND_UNSPECIFIED:
+		kind = stockctlv1.LockKind_LOCK_KIND_EXCLUSIVE
+	case stockctlv1.LockKind_LOCK_KIND_EXCLUSIVE, stockctlv1.LockKind_LOCK_KIND_SHARED, stockctlv1.LockKind_LOCK_KIND_SEMAPHORE:
 	default:
 		return lockSpec{}, newError(connect.CodeUnimplemented, stockctlv1.ErrorReason_ERROR_REASON_LOCK_KIND_UNSUPPORTED,
-			fmt.Errorf("lock kind %v is not supported by this server: only LOCK_KIND_EXCLUSIVE", kind), map[string]string{"field": "kind"})
+			fmt.Errorf("lock kind %v is not supported by this server: only EXCLUSIVE, SHARED and SEMAPHORE", kind), map[string]string{"field": "kind"})
+	}
+	switch {
+	case kind == stockctlv1.LockKind_LOCK_KIND_SEMAPHORE && (limit < 1 || limit > coordinator.MaxSemaphoreLimit):
+		return lockSpec{}, badField("limit", fmt.Sprintf("a semaphore's limit must be 1 to %d, got %d", coordinator.MaxSemaphoreLimit, limit))
+	case kind != stockctlv1.LockKind_LOCK_KIND_SEMAPHORE && limit != 0:
+		return lockSpec{}, badField("limit", fmt.Sprintf("limit is for LOCK_KIND_SEMAPHORE only, got %d with %v", limit, kind))
 	}
 	if err := coordinator.ValidateLockName(name); err != nil {
 		return lockSpec{}, badField("name", strings.TrimPrefix(err.Error(), coordinator.ErrInvalidArgument.Error()+": ")+" ("+lockNameRule+")")
@@ -49,34 +58,36 @@ func parseLockSpec(name string, kind stockctlv1.LockKind, ttl, wait *durationpb.
 			return lockSpec{}, err
 		}
 	}
-	return lockSpec{name: name, kind: stockctlv1.LockKind_LOCK_KIND_EXCLUSIVE, ttl: t, wait: w}, nil
+	return lockSpec{name: name, kind: kind, limit: int(limit), ttl: t, wait: w}, nil
 }
 
 var lockNameRule = fmt.Sprintf("a lock name is 1 to %d bytes of printable ASCII other than space and '/'", coordinator.MaxLockNameLen)
 
-// acquire takes spec's lock for a remote caller: the gate, then the
-// coordinator's lock, under one wait budget. ctx bounds the wait. On
+// acquire takes spec's lock for a remote caller. ctx bounds the wait. On
 // success the caller must end the hold with s.unlock.
-func (s *Server) acquire(ctx context.Context, spec lockSpec) (*coordinator.Lock, func(), error) {
+//
+// Callers of one server share its coordinator, so its local queue orders
+// them and a lock may pass from one to the next without going back to
+// etcd (a cohort handoff, under the same etcd key): each hold still gets a
+// token larger than every token before it (coordinator.Lock.Token), so a
+// caller that lost its hold cannot write with its successor's token.
+func (s *Server) acquire(ctx context.Context, spec lockSpec) (*coordinator.Lock, error) {
 	if err := s.etcdReady(ctx); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	start := time.Now()
-	leave, err := s.gates.enter(ctx, spec.name, spec.wait)
-	if err != nil {
-		return nil, nil, err
+	switch {
+	case spec.kind == stockctlv1.LockKind_LOCK_KIND_SHARED && spec.wait >= 0:
+		return s.c.TryRLock(ctx, spec.name, spec.wait)
+	case spec.kind == stockctlv1.LockKind_LOCK_KIND_SHARED:
+		return s.c.RLock(ctx, spec.name)
+	case spec.kind == stockctlv1.LockKind_LOCK_KIND_SEMAPHORE && spec.wait >= 0:
+		return s.c.TryAcquirePermit(ctx, spec.name, spec.limit, spec.wait)
+	case spec.kind == stockctlv1.LockKind_LOCK_KIND_SEMAPHORE:
+		return s.c.AcquirePermit(ctx, spec.name, spec.limit)
+	case spec.wait >= 0:
+		return s.c.TryLock(ctx, spec.name, spec.wait)
 	}
-	var l *coordinator.Lock
-	if spec.wait >= 0 {
-		l, err = s.c.TryLock(ctx, spec.name, max(0, spec.wait-time.Since(start)))
-	} else {
-		l, err = s.c.Lock(ctx, spec.name)
-	}
-	if err != nil {
-		leave()
-		return nil, nil, err
-	}
-	return l, leave, nil
+	return s.c.Lock(ctx, spec.name)
 }
 
 // unlock ends a hold taken by acquire, on a fresh bounded ctx: the
@@ -84,11 +95,10 @@ func (s *Server) acquire(ctx context.Context, spec lockSpec) (*coordinator.Lock,
 // ErrClosed) when the hold had been lost. Any other failure to delete the
 // key is retried by the coordinator in the background, and a later hold
 // never reuses the key: its token is larger all the same.
-func (s *Server) unlock(l *coordinator.Lock, leave func()) error {
+func (s *Server) unlock(l *coordinator.Lock) error {
 	ctx, cancel := context.WithTimeout(context.Background(), coordinator.DefaultReleaseTimeout)
 	defer cancel()
 	err := l.Unlock(ctx)
-	leave()
 	if err != nil && !lost(err) {
 		s.log.Warn("api: releasing a lock failed; the coordinator retries in the background", "lock", l.Name(), "err", err)
 	}
@@ -113,7 +123,7 @@ func lostReason(l *coordinator.Lock) (stockctlv1.LostReason, string) {
 	if errors.Is(l.Err(), coordinator.ErrClosed) {
 		return stockctlv1.LostReason_LOST_REASON_SERVER_SHUTDOWN, "the server's coordinator closed"
 	}
-	return stockctlv1.LostReason_LOST_REASON_SESSION_LOST, "the server's etcd session ended: another caller may hold the lock now"
+	return stockctlv1.LostReason_LOST_REASON_SESSION_LOST, "the server's etcd session ended, or the hold's etcd key was deleted: another caller may hold the lock now"
 }
 
 // lockBusy adds the LockBusy detail to a LOCK_BUSY error.

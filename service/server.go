@@ -31,7 +31,6 @@ type Server struct {
 	metrics *metrics
 	handler http.Handler
 	holds   *holdTable
-	gates   *gates
 
 	closing   chan struct{} // closed when shutdown begins: streams end, health says NOT_SERVING
 	closeOnce sync.Once
@@ -55,7 +54,6 @@ func New(c *coordinator.Coordinator, cfg Config) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		metrics: newMetrics(),
-		gates:   newGates(),
 		closing: make(chan struct{}),
 	}
 	s.holds = newHoldTable(s)

@@ -4,7 +4,9 @@
 //
 // Layout under a prefix P (default "/stockctl/"):
 //
-//	P locks/<name>/<lease>           named locks (one waiter key per session)
+//	P locks/<name>/<lease>           named locks (one waiter key per session);
+//	                                 shared keys, semaphores and lock-delay
+//	                                 records: see locks.go
 //	P meta/<sku>                     SKU meta record (total, segments, policy)
 //	P stock/<sku>/pool               central pool counter
 //	P stock/<sku>/seg/<iiii>         segment counter, guarded by the segment lock

@@ -1,6 +1,9 @@
 package lock
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors. The coordinator package re-exports each under its own name
 // (coordinator.ErrClosed, ErrSessionLost, ErrLockLost, ErrNotHeld,
@@ -23,3 +26,28 @@ var (
 	// whole wait budget. No key is left behind.
 	ErrLocked = errors.New("coordinator: lock is held by someone else")
 )
+
+// ErrModeHeld is returned when a caller holding one mode of a read-write
+// lock (its ctx carries the hold) asks for the other: the acquisition would
+// wait for the caller itself. Release first; there is no upgrade or
+// downgrade in place.
+var ErrModeHeld = errors.New("coordinator: this caller already holds the lock in the other mode")
+
+// ErrLimitMismatch is the sentinel of a *LimitError.
+var ErrLimitMismatch = errors.New("coordinator: semaphore limit mismatch")
+
+// LimitError is the error of a semaphore acquisition whose limit differs
+// from the limit the semaphore's current holders and waiters use (stored in
+// their keys). Nothing was written. A semaphore's limit can change only
+// once nobody holds or waits for it.
+type LimitError struct {
+	Name       string // the semaphore's name (set by the coordinator)
+	Want, Have int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v: asked with limit %d, held with limit %d", ErrLimitMismatch, e.Want, e.Have)
+}
+
+// Unwrap makes errors.Is(err, ErrLimitMismatch) hold.
+func (e *LimitError) Unwrap() error { return ErrLimitMismatch }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/stockctl/stockctl/internal/background"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"github.com/stockctl/stockctl/internal/keys"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -38,17 +38,24 @@ import (
 //   - The wait ends with ErrSessionLost as soon as the session does (etcd
 //     issue 19597), and every wait step re-checks that our own key still
 //     exists with the revision we put it at.
+//
+// Shared keys of a read-write lock (pfx+"s/"+<lease>-<n>) use the same wait,
+// with the youngest older *exclusive* key as the predecessor: readers wait
+// for the writers queued before them only, and an exclusive waiter, whose
+// predecessors are all older keys, waits for readers and writers alike. A
+// reader that queues after a writer therefore waits for it: no writer
+// starves. Semaphores have a protocol of their own (etcdsem.go).
 
-// lockKey puts this session's key under pfx and waits until it is the
-// oldest. With noWait it returns ErrLocked instead of waiting. On error no
-// key is left behind (or, if etcd cannot be reached, its removal is retried
-// in the background until the session ends).
+// lockKey puts this session's exclusive key under q's prefix and waits until
+// it is the oldest. With noWait it returns ErrLocked instead of waiting. On
+// error no key is left behind (or, if etcd cannot be reached, its removal is
+// retried in the background until the session ends).
 //
 // reads, if any, are read in the same transaction as the key's put: their
 // answers are returned when the key was the oldest at once (no wait), and
 // are then as of the revision the lock was taken (nil otherwise).
-func (e *Engine) lockKey(ctx context.Context, sess *concurrency.Session, pfx string, noWait bool, reads []clientv3.Op) (*Ownership, []*pb.ResponseOp, error) {
-	key := pfx + strconv.FormatInt(int64(sess.Lease()), 16)
+func (e *Engine) lockKey(ctx context.Context, sess *concurrency.Session, q *Queue, noWait bool, reads []clientv3.Op) (*Ownership, []*etcdserverpb.ResponseOp, error) {
+	key := keys.ExclusiveWaiter(q.pfx, int64(sess.Lease()))
 	// The put must not be cut short by the caller's ctx (a wait budget
 	// expires all the time under load): a put abandoned in flight may still
 	// be applied after the cleanup looked for it, leaving a key under our
@@ -56,38 +63,101 @@ func (e *Engine) lockKey(ctx context.Context, sess *concurrency.Session, pfx str
 	// forever. So the put runs on its own bounded ctx, and the caller's ctx
 	// is checked once its outcome is known.
 	pctx, cancelPut := context.WithTimeout(e.bg.Ctx(), e.cfg.ReleaseTimeout)
-	myRev, ownerRev, answers, err := e.putWaiterKey(pctx, sess, pfx, key, reads)
+	put, err := e.putWaiterKey(pctx, sess, q.pfx, key, q.delayPfx, reads)
 	cancelPut()
 	if err != nil {
 		return nil, nil, err
 	}
-	if cause := context.Cause(ctx); cause != nil {
-		_ = e.removeKey(e.bg.Ctx(), sess, key, myRev)
-		return nil, nil, cause
+	predecessors := older{from: q.pfx, opts: []clientv3.OpOption{clientv3.WithPrefix()}}
+	own, err := e.finishAcquire(ctx, sess, key, put, predecessors, noWait, delaySpec{lockPfx: q.pfx, delayPfx: q.delayPfx, kind: q.kind})
+	if err != nil || put.blocked {
+		return own, nil, err // the answers are from before the wait: not the holder's
 	}
-	if ownerRev != myRev {
-		answers = nil // as of before the wait: not the holder's
-		if noWait {
-			_ = e.removeKey(e.bg.Ctx(), sess, key, myRev)
-			return nil, nil, ErrLocked
-		}
-		if err := e.waitPredecessors(ctx, sess, pfx, key, myRev); err != nil {
-			_ = e.removeKey(e.bg.Ctx(), sess, key, myRev)
-			return nil, nil, err
-		}
-	}
-	octx, cancel := context.WithCancelCause(context.Background())
-	return &Ownership{sess: sess, key: key, rev: myRev, acquired: time.Now(), ctx: octx, cancel: cancel}, answers, nil
+	return own, put.answers, nil
 }
 
-// putWaiterKey puts key under the session's lease and returns its create
-// revision and the create revision of the oldest key under pfx, and the
-// answers to reads, in one round trip. A key of ours left over from a
-// failed delete is removed first: reusing it would hand its old fencing
-// token to a new holder.
-func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pfx, key string, reads []clientv3.Op) (myRev, ownerRev int64, answers []*pb.ResponseOp, err error) {
-	ops := append([]clientv3.Op{clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
-		clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)}, reads...)
+// putResult is what the put of a waiter key learnt in its round trip.
+type putResult struct {
+	rev     int64                      // the key's create revision
+	blocked bool                       // an older key it must wait for exists
+	records bool                       // lock-delay records exist
+	answers []*etcdserverpb.ResponseOp // to the extra reads sent with the put
+}
+
+// older names the keys a waiter waits for: the keys in from (a prefix or a
+// range, by opts) created before it.
+type older struct {
+	from string
+	opts []clientv3.OpOption
+}
+
+// youngest is the read of the youngest of them at or below maxRev.
+func (o older) youngest(maxRev int64) clientv3.Op {
+	opts := append(append([]clientv3.OpOption{}, o.opts...),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1),
+		clientv3.WithMaxCreateRev(maxRev))
+	return clientv3.OpGet(o.from, opts...)
+}
+
+// finishAcquire waits, if put found an older key, until key (created at
+// put.rev) has no predecessor left, then settles the lock-delay. On error,
+// and when ctx ended meanwhile, it removes key.
+func (e *Engine) finishAcquire(ctx context.Context, sess *concurrency.Session, key string, put putResult,
+	pred older, noWait bool, ds delaySpec) (*Ownership, error) {
+	fail := func(err error) (*Ownership, error) {
+		_ = e.removeKey(e.bg.Ctx(), sess, key, put.rev, "")
+		return nil, err
+	}
+	if cause := context.Cause(ctx); cause != nil {
+		return fail(cause)
+	}
+	seen, records := put.rev, put.records
+	if put.blocked {
+		if noWait {
+			return fail(ErrLocked)
+		}
+		var err error
+		if seen, records, err = e.waitPredecessors(ctx, sess, key, put.rev, pred, ds.delayPfx); err != nil {
+			return fail(err)
+		}
+	}
+	record, err := e.settleDelay(ctx, sess, ds, key, put.rev, records)
+	if err != nil {
+		_ = e.removeKey(e.bg.Ctx(), sess, key, put.rev, record)
+		return nil, err
+	}
+	octx, cancel := context.WithCancelCause(context.Background())
+	return &Ownership{sess: sess, key: key, rev: put.rev, seenRev: seen, delayRecord: record,
+		acquired: time.Now(), ctx: octx, cancel: cancel}, nil
+}
+
+// withDelayCount appends to ops the read that says whether lock-delay
+// records exist under delayPfx; without a delayPfx (stock locks) nothing:
+// a read outside the lock's own keys could be refused to a user whose etcd
+// role covers only the prefix.
+func withDelayCount(delayPfx string, ops ...clientv3.Op) []clientv3.Op {
+	if delayPfx == "" {
+		return ops
+	}
+	return append(ops, clientv3.OpGet(delayPfx, clientv3.WithPrefix(), clientv3.WithCountOnly()))
+}
+
+// hasRecords reads the answer of withDelayCount's read, the i-th op.
+func hasRecords(rs []*etcdserverpb.ResponseOp, i int) bool {
+	return len(rs) > i && rs[i].GetResponseRange().Count > 0
+}
+
+// putWaiterKey puts key under the session's lease and learns, in the same
+// round trip, whether an older key under pfx exists. A key of ours left
+// over from a failed delete is removed first: reusing it would hand its old
+// fencing token to a new holder.
+//
+// reads are sent with the put, after its own reads; their answers are in
+// the result.
+func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pfx, key, delayPfx string, reads []clientv3.Op) (putResult, error) {
+	base := withDelayCount(delayPfx, clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
+		clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))
+	ops := append(base[:len(base):len(base)], reads...)
 	for attempt := 0; attempt < 3; attempt++ {
 		resp, err := e.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -97,49 +167,53 @@ func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pf
 		if err != nil {
 			// The put may or may not have been applied: clean up by reading.
 			e.scrubKey(sess, pfx, key)
-			return 0, 0, nil, fmt.Errorf("put lock key %s: %w", key, sessionErr(sess, err))
+			return putResult{}, fmt.Errorf("put lock key %s: %w", key, e.sessionErr(sess, err))
 		}
 		if !resp.Succeeded {
 			stale := resp.Responses[0].GetResponseRange().Kvs
 			if len(stale) > 0 {
-				if err := e.removeKey(ctx, sess, key, stale[0].CreateRevision); err != nil {
-					return 0, 0, nil, err
+				if err := e.removeKey(ctx, sess, key, stale[0].CreateRevision, ""); err != nil {
+					return putResult{}, err
 				}
 			}
 			continue
 		}
 		owner := resp.Responses[1].GetResponseRange().Kvs
-		return resp.Header.Revision, owner[0].CreateRevision, resp.Responses[2:], nil
+		rev := resp.Header.Revision
+		return putResult{rev: rev, blocked: owner[0].CreateRevision != rev, records: hasRecords(resp.Responses, 2),
+			answers: resp.Responses[len(base):]}, nil
 	}
-	return 0, 0, nil, fmt.Errorf("put lock key %s: a stale key of this session keeps reappearing", key)
+	return putResult{}, fmt.Errorf("put lock key %s: a stale key of this session keeps reappearing", key)
 }
 
-// waitPredecessors waits until no key under pfx is older than myRev.
-func (e *Engine) waitPredecessors(ctx context.Context, sess *concurrency.Session, pfx, key string, myRev int64) error {
+// waitPredecessors waits until no key of pred is older than myRev. It
+// returns the revision of its last read (at which key existed) and whether
+// that read found lock-delay records under delayPfx.
+func (e *Engine) waitPredecessors(ctx context.Context, sess *concurrency.Session, key string, myRev int64,
+	pred older, delayPfx string) (seen int64, records bool, err error) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(sess.Ctx(), func() { cancel(ErrSessionLost) })
 	defer stop()
 
-	predecessor := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(myRev-1))
 	for {
 		resp, err := e.kv.Txn(wctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
-			Then(clientv3.OpGet(pfx, predecessor...)).
+			Then(withDelayCount(delayPfx, pred.youngest(myRev-1))...).
 			Commit()
 		if err != nil {
-			return waitErr(wctx, err)
+			return 0, false, waitErr(wctx, err)
 		}
 		if !resp.Succeeded {
 			// Our key is gone: only its lease's end removes it.
-			return ErrSessionLost
+			return 0, false, ErrSessionLost
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 {
-			return nil
+			return resp.Header.Revision, hasRecords(resp.Responses, 1), nil
 		}
 		if err := e.waitDelete(wctx, string(kvs[0].Key), kvs[0].CreateRevision, resp.Header.Revision); err != nil {
-			return waitErr(wctx, err)
+			return 0, false, waitErr(wctx, err)
 		}
 	}
 }
@@ -153,12 +227,28 @@ func (e *Engine) waitPredecessors(ctx context.Context, sess *concurrency.Session
 // next turn, queued behind us). That new key is not the one we wait for: a
 // key found under the name counts only if its create revision is createRev.
 func (e *Engine) waitDelete(ctx context.Context, key string, createRev, readRev int64) error {
+	return e.waitWatch(ctx, key, []clientv3.OpOption{clientv3.WithFilterPut()}, readRev, func(ctx context.Context) (bool, error) {
+		resp, err := e.kv.Get(ctx, key, clientv3.WithKeysOnly())
+		if err != nil {
+			return false, err
+		}
+		return len(resp.Kvs) > 0 && resp.Kvs[0].CreateRevision == createRev, nil
+	}, func(ev *clientv3.Event) bool { return ev.Type == mvccpb.DELETE })
+}
+
+// waitWatch watches key (with opts) from the current revision and returns
+// at the first event for which wake is true, or when the watch ends in a way
+// that calls for re-reading. If anything was written between the caller's
+// read (readRev) and the watch's start, blocked tells whether the caller is
+// still blocked; if not, it returns at once.
+func (e *Engine) waitWatch(ctx context.Context, key string, opts []clientv3.OpOption, readRev int64,
+	blocked func(context.Context) (bool, error), wake func(*clientv3.Event) bool) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	created := false
-	for wr := range e.client.Watch(wctx, key, clientv3.WithFilterPut(), clientv3.WithCreatedNotify()) {
+	for wr := range e.client.Watch(wctx, key, append(opts, clientv3.WithCreatedNotify())...) {
 		if wr.CompactRevision != 0 {
-			return nil // the caller re-reads the predecessor
+			return nil // the caller re-reads
 		}
 		if err := wr.Err(); err != nil {
 			return err
@@ -166,19 +256,19 @@ func (e *Engine) waitDelete(ctx context.Context, key string, createRev, readRev 
 		if wr.Created && !created {
 			created = true
 			if wr.Header.Revision > readRev {
-				// Something was written since the read: the delete may be
-				// among it, before the watch's start.
-				resp, err := e.kv.Get(wctx, key, clientv3.WithKeysOnly())
+				// Something was written since the read: what we wait for
+				// may be among it, before the watch's start.
+				still, err := blocked(wctx)
 				if err != nil {
 					return err
 				}
-				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != createRev {
+				if !still {
 					return nil
 				}
 			}
 		}
 		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
+			if wake(ev) {
 				return nil
 			}
 		}
@@ -194,6 +284,25 @@ func (e *Engine) waitDelete(ctx context.Context, key string, createRev, readRev 
 	return nil
 }
 
+// withSession runs acquire under the live session (starting one if need
+// be), and once more under a new one if etcd answered that the first one's
+// lease is gone: its put wrote nothing, and the lease may have been found
+// gone just now (its keys' deletion ended this process's holds before its
+// keepalive noticed). ctx bounds the session's start.
+func (e *Engine) withSession(ctx context.Context, acquire func(*concurrency.Session) (*Ownership, error)) (*concurrency.Session, *Ownership, error) {
+	for attempt := 0; ; attempt++ {
+		sess, err := e.Session(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		own, err := acquire(sess)
+		if err != nil && attempt == 0 && errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
+			continue
+		}
+		return sess, own, err
+	}
+}
+
 // waitErr turns an error of a wait under wctx into the error to report:
 // the session's loss, the caller's ctx cause, or err itself.
 func waitErr(wctx context.Context, err error) error {
@@ -205,123 +314,17 @@ func waitErr(wctx context.Context, err error) error {
 
 // sessionErr reports a failed round trip as ErrSessionLost when the session
 // ended meanwhile (the likely reason for the failure). etcd's "lease not
-// found" proves the lease is gone: the session is ended at once (Orphan
-// stops its keepalive, which closes Done and runs the loss handling), not
-// when its keepalive notices, so that the next call starts a new one
-// instead of failing the same way.
-func sessionErr(sess *concurrency.Session, err error) error {
+// found" proves the lease is gone: the session is retired at once (the
+// next Session call starts a new one) and ended (Orphan stops its
+// keepalive, which closes Done and runs the loss handling), not when its
+// keepalive notices, so that the next call does not fail the same way.
+func (e *Engine) sessionErr(sess *concurrency.Session, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		sess.Orphan()
+		e.retireSession(sess)
 		return fmt.Errorf("%w: %w", ErrSessionLost, err)
 	}
 	if isDone(sess.Done()) {
 		return fmt.Errorf("%w: %w", ErrSessionLost, err)
 	}
 	return err
-}
-
-// removeKey deletes key if its create revision is still rev; ctx bounds the
-// first attempt. If it fails, the delete is retried in the background until
-// it succeeds or the session ends (which removes the key anyway), and the
-// first error is returned.
-func (e *Engine) removeKey(ctx context.Context, sess *concurrency.Session, key string, rev int64) error {
-	return e.removeFailed(sess, key, rev, e.deleteGuarded(ctx, key, rev))
-}
-
-// removeFailed handles the outcome err of a first attempt to delete key:
-// after a failure it retries in the background and returns the error.
-func (e *Engine) removeFailed(sess *concurrency.Session, key string, rev int64, err error) error {
-	if err == nil || isDone(sess.Done()) {
-		return nil
-	}
-	e.log.Warn("lock key not deleted; retrying in the background", "key", key, "err", err)
-	e.bg.Go(func(ctx context.Context) {
-		backoff := 100 * time.Millisecond
-		for {
-			select {
-			case <-time.After(backoff):
-			case <-sess.Done():
-				return
-			case <-ctx.Done():
-				return
-			}
-			if e.deleteGuarded(ctx, key, rev) == nil {
-				return
-			}
-			backoff = min(2*backoff, 2*time.Second)
-		}
-	})
-	return fmt.Errorf("delete lock key %s: %w", key, err)
-}
-
-// releaseKey is removeKey for the key of a hold being unlocked. It also
-// reports whether the key was already gone (its lease expired or was
-// revoked, or it was deleted) before this process noticed: then the hold
-// had been lost, and another process may have held the lock meanwhile.
-func (e *Engine) releaseKey(ctx context.Context, sess *concurrency.Session, key string, rev int64) (gone bool, err error) {
-	dctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
-	resp, err := e.kv.Txn(dctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key)).
-		Commit()
-	cancel()
-	if err != nil {
-		return false, e.removeFailed(sess, key, rev, err) // retries in the background
-	}
-	return !resp.Succeeded, nil
-}
-
-func (e *Engine) deleteGuarded(ctx context.Context, key string, rev int64) error {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
-	defer cancel()
-	_, err := e.kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
-		Then(clientv3.OpDelete(key)).
-		Commit()
-	return err
-}
-
-// scrubKey cleans up after a put of key whose outcome is unknown (the RPC
-// failed): the put may have been applied, or may still be applied late, and
-// a key of ours that nobody in this process uses would block every other
-// process for as long as our session lives. For a while (a late apply comes
-// within seconds), it looks at the key now and then and deletes it, guarded
-// by its revision, whenever it exists without being this process's current
-// key for the lock.
-func (e *Engine) scrubKey(sess *concurrency.Session, pfx, key string) {
-	e.bg.Go(func(ctx context.Context) {
-		for delay := 250 * time.Millisecond; delay <= 8*time.Second; delay *= 2 {
-			select {
-			case <-time.After(delay):
-			case <-sess.Done():
-				return // the lease, and the key with it, is gone
-			case <-ctx.Done():
-				return
-			}
-			rctx, cancel := context.WithTimeout(ctx, e.cfg.ReleaseTimeout)
-			resp, err := e.kv.Get(rctx, key)
-			cancel()
-			if err != nil || len(resp.Kvs) == 0 {
-				continue
-			}
-			if rev := resp.Kvs[0].CreateRevision; !e.keyInUse(pfx, rev) {
-				_ = e.deleteGuarded(ctx, key, rev)
-			}
-		}
-	})
-}
-
-// keyInUse reports whether this process's queue for pfx owns the key with
-// create revision rev, or is between states (acquiring or releasing) and so
-// might: the scrub then waits for its next look.
-func (e *Engine) keyInUse(pfx string, rev int64) bool {
-	e.mu.Lock()
-	q := e.queues[pfx]
-	e.mu.Unlock()
-	if q == nil {
-		return false
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.busy || (q.own != nil && q.own.rev == rev)
 }

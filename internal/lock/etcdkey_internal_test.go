@@ -52,7 +52,7 @@ func TestStaleDeleteKeepsNewerKey(t *testing.T) {
 		t.Fatalf("keys differ (%s, %s): the test needs the same session", staleKey, second.Own().Key())
 	}
 	// The retried delete of the first hold arrives now.
-	if err := e.deleteGuarded(ctx, staleKey, staleRev); err != nil {
+	if err := e.deleteGuarded(ctx, staleKey, staleRev, ""); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := second.Txn(ctx).Commit()

@@ -13,7 +13,11 @@ import (
 const (
 	KindSegment = "segment"
 	KindPool    = "pool"
-	KindNamed   = "named"
+	// KindNamed is an exclusive named lock (the write side of a read-write
+	// lock): the label it always had.
+	KindNamed     = "named"
+	KindShared    = "shared"
+	KindSemaphore = "semaphore"
 
 	viaLocal = "local"
 	viaEtcd  = "etcd"
@@ -23,11 +27,18 @@ const (
 // and beyond; stock moves, which include lock waits, use them too.
 var LockWaitBuckets = []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
+// LockHoldBuckets span a critical section of a few µs to a job holding a
+// lock for an hour.
+var LockHoldBuckets = []float64{.0001, .001, .01, .1, 1, 10, 60, 600, 3600}
+
 // Metrics is what the lock engine counts for Prometheus. A nil *Metrics
 // counts nothing: every method is a no-op on nil, so the hot path pays one
 // nil check without metrics.
 type Metrics struct {
 	lockWait      *prometheus.HistogramVec // lock, outcome
+	lockHold      *prometheus.HistogramVec // lock, end
+	holders       *prometheus.GaugeVec     // lock
+	lockDelays    *prometheus.CounterVec   // lock
 	handoffs      *prometheus.CounterVec   // lock, via
 	sessions      prometheus.Counter
 	sessionLosses prometheus.Counter
@@ -39,9 +50,22 @@ func NewMetrics() *Metrics {
 	return &Metrics{
 		lockWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "stockctl_lock_wait_seconds",
-			Help:    "Time a goroutine waited to acquire a lock (lock: segment, pool or named; outcome: acquired, busy, timeout, canceled, lost, error).",
+			Help:    "Time a goroutine waited to acquire a lock (lock: segment, pool, named (exclusive), shared or semaphore; outcome: acquired, busy, timeout, canceled, lost, error).",
 			Buckets: LockWaitBuckets,
 		}, []string{"lock", "outcome"}),
+		lockHold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "stockctl_lock_hold_seconds",
+			Help:    "How long holds of named locks lasted (lock: named (exclusive), shared or semaphore; end: released or lost).",
+			Buckets: LockHoldBuckets,
+		}, []string{"lock", "end"}),
+		holders: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "stockctl_lock_holders",
+			Help: "Holds of named locks in progress in this process (lock: named (exclusive), shared or semaphore).",
+		}, []string{"lock"}),
+		lockDelays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockctl_lock_delays_total",
+			Help: "Acquisitions that waited out a lock-delay: a holder before them was lost without releasing.",
+		}, []string{"lock"}),
 		handoffs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_lock_handoffs_total",
 			Help: "Locks passed to a holder (via=local: from another goroutine of this process, no etcd write; via=etcd: acquired through etcd, from another process or free).",
@@ -56,14 +80,14 @@ func NewMetrics() *Metrics {
 		}),
 		lateRenewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stockctl_session_late_renewals_total",
-			Help: "Session keepalives answered more than half the TTL after the previous one (a step towards losing the session).",
+			Help: "Session keepalives answered late: more than halfway from the longest healthy gap (granted TTL/3 + 0.5 s) to the granted TTL after the previous one (a step towards losing the session).",
 		}),
 	}
 }
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.lockWait, m.handoffs, m.sessions, m.sessionLosses, m.lateRenewals}
+	return []prometheus.Collector{m.lockWait, m.lockHold, m.holders, m.lockDelays, m.handoffs, m.sessions, m.sessionLosses, m.lateRenewals}
 }
 
 func (m *Metrics) lockWaited(kind string, d time.Duration, err error) {
@@ -114,5 +138,31 @@ func (m *Metrics) sessionLost() {
 func (m *Metrics) lateRenewal() {
 	if m != nil {
 		m.lateRenewals.Inc()
+	}
+}
+
+// holdsCounted reports whether holds of kind are counted: those of named
+// locks, not the stock layer's segment and pool holds (one per order; the
+// stock metrics count those).
+func (m *Metrics) holdsCounted(kind string) bool {
+	return m != nil && (kind == KindNamed || kind == KindShared || kind == KindSemaphore)
+}
+
+func (m *Metrics) holdStarted(kind string) {
+	m.holders.WithLabelValues(kind).Inc()
+}
+
+func (m *Metrics) holdEnded(kind string, d time.Duration, lost bool) {
+	end := "released"
+	if lost {
+		end = "lost"
+	}
+	m.holders.WithLabelValues(kind).Dec()
+	m.lockHold.WithLabelValues(kind, end).Observe(d.Seconds())
+}
+
+func (m *Metrics) lockDelayed(kind string) {
+	if m != nil {
+		m.lockDelays.WithLabelValues(kind).Inc()
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -32,10 +32,12 @@ import (
 //
 // A retained queue (retained.go) keeps its key between holds.
 type Queue struct {
-	e    *Engine
-	pfx  string
-	kind string // the metrics' lock label
-	refs int    // guarded by e.mu, not mu
+	qbase
+	e        *Engine
+	pfx      string
+	kind     string // the metrics' lock label
+	delayPfx string // named locks: where lock-delay records live ("" for stock locks)
+	watched  bool   // named locks: the engine's key watch reports their keys' deletion
 
 	mu       sync.Mutex
 	holder   *Hold
@@ -57,11 +59,15 @@ type Queue struct {
 type Ownership struct {
 	sess     *concurrency.Session
 	key      string
-	rev      int64 // the key's create revision: the fencing token
+	rev      int64 // the key's create revision: the base of its holds' fencing tokens
+	seenRev  int64 // a revision at which the acquisition saw the key exist
 	acquired time.Time
-	handoffs int
-	ctx      context.Context // ends when the key is released or lost
-	cancel   context.CancelCauseFunc
+	handoffs int // holds granted under the key after the first (handoffs, joins)
+	// delayRecord is the key's lock-delay record, if it wrote one: deleted
+	// with the key on release.
+	delayRecord string
+	ctx         context.Context // ends when the key is released or lost
+	cancel      context.CancelCauseFunc
 
 	// Retained queues only; guarded by the queue's mu.
 	pins      int         // commits in flight under this key
@@ -72,7 +78,8 @@ type Ownership struct {
 // Key is the etcd key.
 func (o *Ownership) Key() string { return o.key }
 
-// Rev is the key's create revision: the fencing token.
+// Rev is the key's create revision: the fence of etcd writes (IsOwner),
+// and the base of its holds' tokens (Token).
 func (o *Ownership) Rev() int64 { return o.rev }
 
 // Err is nil while the key is this process's, and why it is not any more
@@ -109,7 +116,7 @@ func (q *Queue) Acquire(ctx context.Context, noWait bool) (*Hold, error) {
 // their answers are returned, as of the revision the lock was taken (a
 // cache filled from them is valid under the hold, as if read right after).
 // When the hold came otherwise (a local handoff, a wait), answers is nil.
-func (q *Queue) AcquireReading(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*pb.ResponseOp, error) {
+func (q *Queue) AcquireReading(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*etcdserverpb.ResponseOp, error) {
 	if q.e.metrics == nil {
 		return q.acquireTurn(ctx, noWait, reads)
 	}
@@ -119,7 +126,7 @@ func (q *Queue) AcquireReading(ctx context.Context, noWait bool, reads []clientv
 	return h, answers, err
 }
 
-func (q *Queue) acquireTurn(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*pb.ResponseOp, error) {
+func (q *Queue) acquireTurn(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*etcdserverpb.ResponseOp, error) {
 	q.mu.Lock()
 	if h := q.takeIdleLocked(); h != nil {
 		q.mu.Unlock()
@@ -184,21 +191,18 @@ func (q *Queue) decline(t turn) {
 
 // acquireEtcd acquires the etcd key, reading reads with its put (see
 // AcquireReading). The caller has the turn (busy is set).
-func (q *Queue) acquireEtcd(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*pb.ResponseOp, error) {
-	sess, err := q.e.Session(ctx)
-	if err == nil {
+func (q *Queue) acquireEtcd(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*etcdserverpb.ResponseOp, error) {
+	var answers []*etcdserverpb.ResponseOp
+	sess, own, err := q.e.withSession(ctx, func(sess *concurrency.Session) (*Ownership, error) {
 		q.mu.Lock()
 		q.busySess = sess
 		q.mu.Unlock()
-	}
-	var own *Ownership
-	var answers []*pb.ResponseOp
-	if err == nil {
-		own, answers, err = q.e.lockKey(ctx, sess, q.pfx, noWait, reads)
-	}
+		own, a, err := q.e.lockKey(ctx, sess, q, noWait, reads)
+		answers = a
+		return own, err
+	})
 
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	q.busy, q.busySess = false, nil
 	if err == nil && isDone(sess.Done()) {
 		// The session ended between the grant and now; sessionLost may have
@@ -208,11 +212,17 @@ func (q *Queue) acquireEtcd(ctx context.Context, noWait bool, reads []clientv3.O
 	}
 	if err != nil {
 		q.grantNextLocked()
+		q.mu.Unlock()
 		return nil, nil, err
 	}
 	q.own = own
 	q.e.metrics.handoff(q.kind, viaEtcd)
-	return q.newHoldLocked(), answers, nil
+	h := q.newHoldLocked()
+	q.mu.Unlock()
+	if q.watched {
+		q.e.watchOwned(own)
+	}
+	return h, answers, nil
 }
 
 // grantNextLocked gives the head waiter the turn to acquire, if the lock is free.
@@ -238,7 +248,7 @@ func (q *Queue) popLocked() *waiter {
 
 // handOffLocked gives the hold to the head waiter without a round trip.
 func (q *Queue) handOffLocked(own *Ownership) {
-	own.handoffs++
+	own.handoffs++ // the new holder's token sequence
 	q.e.metrics.handoff(q.kind, viaLocal)
 	w := q.popLocked()
 	w.ready <- turn{h: q.newHoldLocked()}
@@ -262,6 +272,7 @@ func (q *Queue) release(ctx context.Context, h *Hold) error {
 	}
 	q.holder = nil
 	h.cancel(ErrNotHeld)
+	h.ended(false)
 	own := q.own
 	if q.retain {
 		q.releaseRetainedLocked(own) // unlocks mu
@@ -276,7 +287,7 @@ func (q *Queue) release(ctx context.Context, h *Hold) error {
 	q.busy = true
 	q.mu.Unlock()
 
-	gone, err := q.e.releaseKey(ctx, own.sess, own.key, own.rev)
+	gone, err := q.e.releaseKey(ctx, own)
 	if gone {
 		// The session ended in etcd before this process noticed: what the
 		// holder did since was not protected.
@@ -293,13 +304,14 @@ func (q *Queue) release(ctx context.Context, h *Hold) error {
 
 func (q *Queue) cohortAllows(own *Ownership) bool {
 	c := q.e.cfg
-	return own.handoffs < c.CohortMaxHandoffs &&
+	return own.handoffs < min(c.CohortMaxHandoffs, MaxCohortHandoffs) &&
 		time.Since(own.acquired) < c.CohortMaxHold &&
 		own.ctx.Err() == nil
 }
 
-// Lose marks own lost although its session lives: its key was found gone
-// in etcd (deleted by someone). Waiters get the turn to acquire anew.
+// Lose marks own lost although its session lives (as far as this process
+// knows): its key was found gone in etcd (deleted by someone, or its lease
+// expired). Waiters get the turn to acquire anew.
 func (q *Queue) Lose(own *Ownership, cause error) {
 	defer q.notify() // after the unlock below
 	q.mu.Lock()
@@ -307,18 +319,52 @@ func (q *Queue) Lose(own *Ownership, cause error) {
 	if q.own != own {
 		return
 	}
-	q.e.log.Warn("lock lost: its etcd key is gone while the session lives", "key", own.key, "cause", cause)
+	q.e.log.Warn("lock lost: its etcd key is gone", "key", own.key, "cause", cause)
 	if own.idleTimer != nil {
 		own.idleTimer.Stop()
 	}
 	own.cancel(cause)
-	if q.holder != nil {
-		q.holder.lost = true
-		q.holder = nil
-	}
+	q.detachHolderLocked()
 	q.own = nil
 	q.grantNextLocked()
 }
+
+// detachHolderLocked marks the holder, if any, lost.
+func (q *Queue) detachHolderLocked() {
+	if q.holder != nil {
+		q.holder.lost = true
+		q.holder.ended(true)
+		q.holder = nil
+	}
+}
+
+// keyGone loses the queue's key if it is key and was created before rev,
+// the revision of its deletion.
+func (q *Queue) keyGone(key string, rev int64) {
+	q.mu.Lock()
+	own := q.own
+	q.mu.Unlock()
+	if own != nil && own.key == key && own.rev < rev {
+		q.Lose(own, fmt.Errorf("%w: its etcd key %s was deleted at revision %d", ErrLost, key, rev))
+	}
+}
+
+func (q *Queue) keyInUse(_ string, rev int64) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.busy || (q.own != nil && q.own.rev == rev)
+}
+
+func (q *Queue) owned() []*Ownership {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.watched || q.own == nil {
+		return nil
+	}
+	return []*Ownership{q.own}
+}
+
+func (q *Queue) unref() { q.e.Unref(q) }
 
 // sessionLost marks the hold under s lost and fails the waiters that were
 // waiting on it.
@@ -333,10 +379,7 @@ func (q *Queue) sessionLost(s *concurrency.Session, holdCause, waitCause error) 
 			q.own.idleTimer.Stop()
 		}
 		q.own.cancel(holdCause)
-		if q.holder != nil {
-			q.holder.lost = true
-			q.holder = nil
-		}
+		q.detachHolderLocked()
 		q.own = nil
 	}
 	if !hit {

@@ -125,7 +125,7 @@ func (q *Queue) maybeDropLocked(own *Ownership) {
 	q.busy = true
 	started := q.e.bg.Go(func(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, q.e.cfg.ReleaseTimeout)
-		_, _ = q.e.releaseKey(rctx, own.sess, own.key, own.rev) // retried in the background on failure
+		_, _ = q.e.releaseKey(rctx, own) // retried in the background on failure
 		cancel()
 		own.cancel(ErrNotHeld)
 		q.mu.Lock()

@@ -115,6 +115,10 @@ const (
 	// ALREADY_EXISTS (409): Restock's delivery ID was used with another SKU
 	// or qty. Nothing was added.
 	ErrorReason_ERROR_REASON_DELIVERY_CONFLICT ErrorReason = 29
+	// FAILED_PRECONDITION (400): a semaphore permit asked with a limit other
+	// than the one its holders and waiters use; LimitMismatch has both.
+	// Nothing was changed.
+	ErrorReason_ERROR_REASON_LIMIT_MISMATCH ErrorReason = 30
 )
 
 // Enum value maps for ErrorReason.
@@ -150,6 +154,7 @@ var (
 		27: "ERROR_REASON_LOCK_KIND_UNSUPPORTED",
 		28: "ERROR_REASON_INTERNAL",
 		29: "ERROR_REASON_DELIVERY_CONFLICT",
+		30: "ERROR_REASON_LIMIT_MISMATCH",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":             0,
@@ -182,6 +187,7 @@ var (
 		"ERROR_REASON_LOCK_KIND_UNSUPPORTED":   27,
 		"ERROR_REASON_INTERNAL":                28,
 		"ERROR_REASON_DELIVERY_CONFLICT":       29,
+		"ERROR_REASON_LIMIT_MISMATCH":          30,
 	}
 )
 
@@ -218,7 +224,8 @@ type LostReason int32
 const (
 	LostReason_LOST_REASON_UNSPECIFIED LostReason = 0
 	// The server's etcd session ended (a pause, or etcd unreachable past the
-	// session TTL): another caller may hold the lock now.
+	// session TTL), or the hold's etcd key was deleted: another caller may
+	// hold the lock now.
 	LostReason_LOST_REASON_SESSION_LOST LostReason = 1
 	// The caller sent nothing for ttl: the server released the lock.
 	LostReason_LOST_REASON_KEEPALIVE_TIMEOUT LostReason = 2
@@ -550,6 +557,69 @@ func (x *LockBusy) GetWait() *durationpb.Duration {
 	return nil
 }
 
+// LimitMismatch details LIMIT_MISMATCH.
+type LimitMismatch struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The limit asked for.
+	Limit int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The limit the semaphore is held with.
+	HeldLimit     int32 `protobuf:"varint,3,opt,name=held_limit,json=heldLimit,proto3" json:"held_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LimitMismatch) Reset() {
+	*x = LimitMismatch{}
+	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LimitMismatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LimitMismatch) ProtoMessage() {}
+
+func (x *LimitMismatch) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LimitMismatch.ProtoReflect.Descriptor instead.
+func (*LimitMismatch) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LimitMismatch) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LimitMismatch) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LimitMismatch) GetHeldLimit() int32 {
+	if x != nil {
+		return x.HeldLimit
+	}
+	return 0
+}
+
 // LockLost details LOCK_LOST, and is the `lost` event of LockService.Hold.
 type LockLost struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -564,7 +634,7 @@ type LockLost struct {
 
 func (x *LockLost) Reset() {
 	*x = LockLost{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +646,7 @@ func (x *LockLost) String() string {
 func (*LockLost) ProtoMessage() {}
 
 func (x *LockLost) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +659,7 @@ func (x *LockLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockLost.ProtoReflect.Descriptor instead.
 func (*LockLost) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{4}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LockLost) GetName() string {
@@ -644,12 +714,17 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\brevision\x18\x04 \x01(\x03R\brevision\"M\n" +
 	"\bLockBusy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
-	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x7f\n" +
+	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"X\n" +
+	"\rLimitMismatch\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"held_limit\x18\x03 \x01(\x05R\theldLimit\"\x7f\n" +
 	"\bLockLost\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12/\n" +
 	"\x06reason\x18\x03 \x01(\x0e2\x17.stockctl.v1.LostReasonR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage*\xec\a\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage*\x8d\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\x1e\n" +
@@ -681,7 +756,8 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"!ERROR_REASON_DELIVERY_UNSUPPORTED\x10\x1a\x12&\n" +
 	"\"ERROR_REASON_LOCK_KIND_UNSUPPORTED\x10\x1b\x12\x19\n" +
 	"\x15ERROR_REASON_INTERNAL\x10\x1c\x12\"\n" +
-	"\x1eERROR_REASON_DELIVERY_CONFLICT\x10\x1d*\x8b\x01\n" +
+	"\x1eERROR_REASON_DELIVERY_CONFLICT\x10\x1d\x12\x1f\n" +
+	"\x1bERROR_REASON_LIMIT_MISMATCH\x10\x1e*\x8b\x01\n" +
 	"\n" +
 	"LostReason\x12\x1b\n" +
 	"\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
@@ -702,7 +778,7 @@ func file_stockctl_v1_errors_proto_rawDescGZIP() []byte {
 }
 
 var file_stockctl_v1_errors_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_stockctl_v1_errors_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: stockctl.v1.ErrorReason
 	(LostReason)(0),               // 1: stockctl.v1.LostReason
@@ -710,13 +786,14 @@ var file_stockctl_v1_errors_proto_goTypes = []any{
 	(*PerUserLimitExceeded)(nil),  // 3: stockctl.v1.PerUserLimitExceeded
 	(*ReservationExpired)(nil),    // 4: stockctl.v1.ReservationExpired
 	(*LockBusy)(nil),              // 5: stockctl.v1.LockBusy
-	(*LockLost)(nil),              // 6: stockctl.v1.LockLost
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
+	(*LimitMismatch)(nil),         // 6: stockctl.v1.LimitMismatch
+	(*LockLost)(nil),              // 7: stockctl.v1.LockLost
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
 }
 var file_stockctl_v1_errors_proto_depIdxs = []int32{
-	7, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
-	8, // 1: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
+	8, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
+	9, // 1: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
 	1, // 2: stockctl.v1.LockLost.reason:type_name -> stockctl.v1.LostReason
 	3, // [3:3] is the sub-list for method output_type
 	3, // [3:3] is the sub-list for method input_type
@@ -736,7 +813,7 @@ func file_stockctl_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_errors_proto_rawDesc), len(file_stockctl_v1_errors_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   5,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

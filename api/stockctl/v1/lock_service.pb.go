@@ -23,17 +23,22 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// LockKind is what kind of lock a hold is. Only exclusive locks exist today;
-// read-write locks and semaphores will be new values (and new fields such as
-// a permit count) without changing the meaning of the old ones. A kind this
-// server does not know is UNIMPLEMENTED (LOCK_KIND_UNSUPPORTED).
+// LockKind is what kind of lock a hold is. A kind this server does not know
+// is UNIMPLEMENTED (LOCK_KIND_UNSUPPORTED).
 type LockKind int32
 
 const (
 	// Means EXCLUSIVE.
 	LockKind_LOCK_KIND_UNSPECIFIED LockKind = 0
-	// One holder at a time.
+	// One holder at a time: the write side of the name's read-write lock.
 	LockKind_LOCK_KIND_EXCLUSIVE LockKind = 1
+	// Any number of shared holders of the name, none while an exclusive one
+	// holds it: the read side. A shared request that comes after an exclusive
+	// one is queued waits for it.
+	LockKind_LOCK_KIND_SHARED LockKind = 2
+	// A permit of the semaphore `name` (its own name space: not the lock of
+	// the same name): at most `limit` holders at once.
+	LockKind_LOCK_KIND_SEMAPHORE LockKind = 3
 )
 
 // Enum value maps for LockKind.
@@ -41,10 +46,14 @@ var (
 	LockKind_name = map[int32]string{
 		0: "LOCK_KIND_UNSPECIFIED",
 		1: "LOCK_KIND_EXCLUSIVE",
+		2: "LOCK_KIND_SHARED",
+		3: "LOCK_KIND_SEMAPHORE",
 	}
 	LockKind_value = map[string]int32{
 		"LOCK_KIND_UNSPECIFIED": 0,
 		"LOCK_KIND_EXCLUSIVE":   1,
+		"LOCK_KIND_SHARED":      2,
+		"LOCK_KIND_SEMAPHORE":   3,
 	}
 )
 
@@ -86,7 +95,11 @@ type AcquireRequest struct {
 	// How long to wait for a lock held by someone else before giving up with
 	// ABORTED (LOCK_BUSY). Unset: wait as long as the call's deadline allows.
 	// "0s": one attempt, no wait.
-	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// LOCK_KIND_SEMAPHORE only (and required there): the semaphore's limit,
+	// 1 to 1024. It is stored with the semaphore while anyone holds or waits
+	// for it: another limit is FAILED_PRECONDITION (LIMIT_MISMATCH).
+	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -149,6 +162,13 @@ func (x *AcquireRequest) GetWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *AcquireRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Names the hold in KeepAlive and Release. Unguessable: keep it secret.
@@ -162,7 +182,14 @@ type AcquireResponse struct {
 	// The ttl in force.
 	Ttl *durationpb.Duration `protobuf:"bytes,6,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// When the hold ends without a KeepAlive (the server's clock).
-	ExpireTime    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	ExpireTime *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=expire_time,json=expireTime,proto3" json:"expire_time,omitempty"`
+	// The semaphore's limit (0 for locks).
+	Limit int32 `protobuf:"varint,8,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The create revision of `key`: compare it (CreateRevision(key) ==
+	// revision) in your own etcd transactions. It fences the server's tenure
+	// of the key, which it may pass between its callers: the token fences
+	// this hold.
+	Revision      int64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -244,6 +271,20 @@ func (x *AcquireResponse) GetExpireTime() *timestamppb.Timestamp {
 		return x.ExpireTime
 	}
 	return nil
+}
+
+func (x *AcquireResponse) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *AcquireResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type KeepAliveRequest struct {
@@ -571,7 +612,9 @@ type HoldAcquire struct {
 	// 15s, at least 1s, at most 5m. Send a keep_alive every ttl/3.
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	// As AcquireRequest.wait.
-	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// As AcquireRequest.limit.
+	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -632,6 +675,13 @@ func (x *HoldAcquire) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *HoldAcquire) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 type HoldKeepAlive struct {
@@ -806,12 +856,15 @@ func (*HoldResponse_Released) isHoldResponse_Event() {}
 func (*HoldResponse_Lost) isHoldResponse_Event() {}
 
 type HoldAcquired struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Kind          LockKind               `protobuf:"varint,2,opt,name=kind,proto3,enum=stockctl.v1.LockKind" json:"kind,omitempty"`
-	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	Key           string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind  LockKind               `protobuf:"varint,2,opt,name=kind,proto3,enum=stockctl.v1.LockKind" json:"kind,omitempty"`
+	Token int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Key   string                 `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	Ttl   *durationpb.Duration   `protobuf:"bytes,5,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// As AcquireResponse.limit and revision.
+	Limit         int32 `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	Revision      int64 `protobuf:"varint,7,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -881,6 +934,20 @@ func (x *HoldAcquired) GetTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *HoldAcquired) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *HoldAcquired) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type HoldReleased struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -937,12 +1004,13 @@ var File_stockctl_v1_lock_service_proto protoreflect.FileDescriptor
 
 const file_stockctl_v1_lock_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1estockctl/v1/lock_service.proto\x12\vstockctl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockctl/v1/errors.proto\"\xab\x01\n" +
+	"\x1estockctl/v1/lock_service.proto\x12\vstockctl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockctl/v1/errors.proto\"\xc1\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.stockctl.v1.LockKindR\x04kind\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\xfb\x01\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"\xad\x02\n" +
 	"\x0fAcquireResponse\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
@@ -951,7 +1019,9 @@ const file_stockctl_v1_lock_service_proto_rawDesc = "" +
 	"\x03key\x18\x05 \x01(\tR\x03key\x12+\n" +
 	"\x03ttl\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12;\n" +
 	"\vexpire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"+\n" +
+	"expireTime\x12\x14\n" +
+	"\x05limit\x18\b \x01(\x05R\x05limit\x12\x1a\n" +
+	"\brevision\x18\t \x01(\x03R\brevision\"+\n" +
 	"\x10KeepAliveRequest\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\"\xac\x01\n" +
 	"\x11KeepAliveResponse\x12\x17\n" +
@@ -971,31 +1041,36 @@ const file_stockctl_v1_lock_service_proto_rawDesc = "" +
 	"\n" +
 	"keep_alive\x18\x02 \x01(\v2\x1a.stockctl.v1.HoldKeepAliveH\x00R\tkeepAlive\x124\n" +
 	"\arelease\x18\x03 \x01(\v2\x18.stockctl.v1.HoldReleaseH\x00R\areleaseB\b\n" +
-	"\x06action\"\xa8\x01\n" +
+	"\x06action\"\xbe\x01\n" +
 	"\vHoldAcquire\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.stockctl.v1.LockKindR\x04kind\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\x0f\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"\x0f\n" +
 	"\rHoldKeepAlive\"\r\n" +
 	"\vHoldRelease\"\xb6\x01\n" +
 	"\fHoldResponse\x127\n" +
 	"\bacquired\x18\x01 \x01(\v2\x19.stockctl.v1.HoldAcquiredH\x00R\bacquired\x127\n" +
 	"\breleased\x18\x02 \x01(\v2\x19.stockctl.v1.HoldReleasedH\x00R\breleased\x12+\n" +
 	"\x04lost\x18\x03 \x01(\v2\x15.stockctl.v1.LockLostH\x00R\x04lostB\a\n" +
-	"\x05event\"\xa2\x01\n" +
+	"\x05event\"\xd4\x01\n" +
 	"\fHoldAcquired\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.stockctl.v1.LockKindR\x04kind\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x03R\x05token\x12\x10\n" +
 	"\x03key\x18\x04 \x01(\tR\x03key\x12+\n" +
-	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"8\n" +
+	"\x03ttl\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\x05R\x05limit\x12\x1a\n" +
+	"\brevision\x18\a \x01(\x03R\brevision\"8\n" +
 	"\fHoldReleased\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x03R\x05token*>\n" +
+	"\x05token\x18\x02 \x01(\x03R\x05token*m\n" +
 	"\bLockKind\x12\x19\n" +
 	"\x15LOCK_KIND_UNSPECIFIED\x10\x00\x12\x17\n" +
-	"\x13LOCK_KIND_EXCLUSIVE\x10\x012\xbc\x02\n" +
+	"\x13LOCK_KIND_EXCLUSIVE\x10\x01\x12\x14\n" +
+	"\x10LOCK_KIND_SHARED\x10\x02\x12\x17\n" +
+	"\x13LOCK_KIND_SEMAPHORE\x10\x032\xbc\x02\n" +
 	"\vLockService\x12?\n" +
 	"\x04Hold\x12\x18.stockctl.v1.HoldRequest\x1a\x19.stockctl.v1.HoldResponse(\x010\x01\x12D\n" +
 	"\aAcquire\x12\x1b.stockctl.v1.AcquireRequest\x1a\x1c.stockctl.v1.AcquireResponse\x12J\n" +

@@ -60,6 +60,8 @@ func commands() []*ucli.Command {
 		ordersCommand(),
 		rebalanceCommand(),
 		lockCommand(),
+		semaphoreCommand(),
+		locksCommand(),
 		serveCommand(),
 		demoCommand(),
 		benchCommand(),
@@ -112,8 +114,8 @@ func onUsageError(c *ucli.Context, err error, isSubcommand bool) error {
 			}
 		}
 	}
-	if isSubcommand && c.Command != nil && c.Command.Name == "lock" && strings.HasPrefix(msg, "flag provided but not defined") {
-		return usageError("%s: put the command to run after -- (stockctl lock NAME -- CMD ARGS...)", msg)
+	if isSubcommand && c.Command != nil && (c.Command.Name == "lock" || c.Command.Name == "semaphore") && strings.HasPrefix(msg, "flag provided but not defined") {
+		return usageError("%s: put the command to run after -- (stockctl %s NAME -- CMD ARGS...)", msg, c.Command.Name)
 	}
 	where := "stockctl"
 	if isSubcommand && c.Command != nil {

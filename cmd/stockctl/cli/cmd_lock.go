@@ -31,6 +31,7 @@ const (
 const (
 	envLockName      = "STOCKCTL_LOCK_NAME"
 	envLockKey       = "STOCKCTL_LOCK_KEY"
+	envLockRevision  = "STOCKCTL_LOCK_REVISION"
 	envFencingToken  = "STOCKCTL_FENCING_TOKEN"
 	unlockTimeout    = 5 * time.Second
 	lockStatusOnLoss = ExitFailure
@@ -52,6 +53,8 @@ func lockCommand() *ucli.Command {
 				Usage: "lease TTL, whole seconds: how long the lock outlives a dead or cut-off stockctl"},
 			&ucli.DurationFlag{Name: "grace", Value: DefaultLockGrace, EnvVars: []string{"STOCKCTL_LOCK_GRACE"},
 				Usage: "after a lost lock, how long CMD gets between SIGTERM and SIGKILL"},
+			&ucli.BoolFlag{Name: "shared", EnvVars: []string{"STOCKCTL_LOCK_SHARED"},
+				Usage: "hold the lock shared (a read lock): with other shared holders, never with an exclusive one"},
 		},
 		Action: lockAction,
 	}
@@ -95,7 +98,11 @@ func lockAction(c *ucli.Context) error {
 		return err
 	}
 	defer cn.Close()
-	l, err := cn.coord.Lock(actx, name)
+	acquire := cn.coord.Lock
+	if c.Bool("shared") {
+		acquire = cn.coord.RLock
+	}
+	l, err := acquire(actx, name)
 	if err != nil {
 		return failed(actx, "acquire lock "+name, err)
 	}
@@ -120,7 +127,8 @@ func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lo
 	cmd.Env = append(childEnviron(os.Environ()),
 		envLockName+"="+l.Name(),
 		envLockKey+"="+l.Key(),
-		envFencingToken+"="+strconv.FormatInt(l.Token(), 10))
+		envFencingToken+"="+strconv.FormatInt(l.Token(), 10),
+		envLockRevision+"="+strconv.FormatInt(l.Revision(), 10))
 	// Its own process group, so that a lost lock stops everything CMD
 	// started, unless CMD talks to our terminal (a background group could
 	// not read it): then it shares our group and gets ^C from the terminal.
@@ -248,7 +256,7 @@ func exitStatus(ps *os.ProcessState) int {
 func watchLoss(ctx context.Context, client *clientv3.Client, l *coordinator.Lock) <-chan error {
 	lost := make(chan error, 1)
 	go func() {
-		rev := l.Token() // the key's create revision: nothing before it matters
+		rev := l.Revision() // the key's create revision: nothing before it matters
 		for ctx.Err() == nil {
 			wctx, cancel := context.WithCancel(ctx)
 			wch := client.Watch(clientv3.WithRequireLeader(wctx), l.Key(), clientv3.WithRev(rev), clientv3.WithFilterPut())
@@ -267,7 +275,7 @@ func watchLoss(ctx context.Context, client *clientv3.Client, l *coordinator.Lock
 							if err != nil {
 								return nil
 							}
-							if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.Token() {
+							if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != l.Revision() {
 								return fmt.Errorf("lock key %s is gone", l.Key())
 							}
 							rev = resp.Header.Revision + 1

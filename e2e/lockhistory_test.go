@@ -1,0 +1,409 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// History checks of read-write locks and semaphores. Every holder, once it
+// holds, puts a marker under a prefix of the test's: bound to its hold's
+// lease and fenced by the hold (Lock.Txn), so a marker exists only while
+// its holder's key does (a lease's end deletes both in one revision), and a
+// holder whose key is gone cannot put or delete one. It deletes its marker
+// (fenced) before it unlocks. Replaying the markers' history from etcd, at
+// every revision: a semaphore has at most its limit of markers, and an
+// exclusive marker of a lock is alone. Faults are injected on top: a holder
+// paused past its TTL, a process killed holding permits, a client cut off.
+
+// marker kinds
+const (
+	markExclusive = "x"
+	markShared    = "s"
+	markPermit    = "p"
+)
+
+// holdMarked takes kind of name with c, puts its marker (fenced), runs
+// work, deletes the marker (fenced) and unlocks. It reports whether the
+// marker was put (false: the hold was lost first).
+func holdMarked(ctx context.Context, c *coordinator.Coordinator, kind, name string, limit int, marker string, work func(*coordinator.Lock)) (bool, error) {
+	var l *coordinator.Lock
+	var err error
+	switch kind {
+	case markShared:
+		l, err = c.RLock(ctx, name)
+	case markPermit:
+		l, err = c.AcquirePermit(ctx, name, limit)
+	default:
+		l, err = c.Lock(ctx, name)
+	}
+	if err != nil {
+		return false, err
+	}
+	tr, err := l.Txn(ctx).Then(clientv3.OpPut(marker, kind, clientv3.WithLease(l.Lease()))).Commit()
+	put := err == nil && tr.Succeeded
+	if put {
+		if work != nil {
+			work(l)
+		}
+		_, _ = l.Txn(ctx).Then(clientv3.OpDelete(marker)).Commit()
+	}
+	uerr := l.Unlock(ctx)
+	if err == nil && errors.Is(uerr, coordinator.ErrLockLost) {
+		err = nil // a lost hold: its marker went with its lease
+	}
+	return put, err
+}
+
+// histLoad runs holders: each goroutine of each coordinator takes name
+// ops times, shared with probability shared (for a lock) or a permit (for a
+// semaphore: limit > 0), until stop. It returns a wait function and the
+// count of holds that put their marker.
+func histLoad(ctx context.Context, t *testing.T, cs []*coordinator.Coordinator, perCoord, ops int, name string, limit int,
+	shared float64, markers string, stop *atomic.Bool) (wait func(), holds *atomic.Int64) {
+	holds = &atomic.Int64{}
+	var wg sync.WaitGroup
+	for ci, c := range cs {
+		for g := range perCoord {
+			wg.Go(func() {
+				for i := 0; i < ops && !stop.Load(); i++ {
+					kind := markExclusive
+					switch {
+					case limit > 0:
+						kind = markPermit
+					case rand.Float64() < shared:
+						kind = markShared
+					}
+					marker := fmt.Sprintf("%s%d-%d-%d", markers, ci, g, i)
+					put, err := holdMarked(ctx, c, kind, name, limit, marker, nil)
+					if err != nil && ctx.Err() == nil && !errors.Is(err, coordinator.ErrSessionLost) {
+						t.Errorf("holder %d/%d: %v", ci, g, err)
+						return
+					}
+					if put {
+						holds.Add(1)
+					}
+				}
+			})
+		}
+	}
+	return wg.Wait, holds
+}
+
+// markerEvent is one change of a marker.
+type markerEvent struct {
+	rev  int64
+	key  string
+	kind string // "" for a deletion
+}
+
+// checkMarkers reads the markers' history under prefix from revision from
+// to now, and fails t where replayMarkers finds a violation. It returns the
+// number of revisions checked and the most markers seen at once.
+func checkMarkers(t *testing.T, cli *clientv3.Client, prefix string, from int64, limit int) (revs, most int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sentinel := prefix + "~end"
+	resp, err := cli.Put(ctx, sentinel, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []markerEvent
+	for wr := range cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		if err := wr.Err(); err != nil {
+			t.Fatalf("history watch: %v", err)
+		}
+		done := false
+		for _, ev := range wr.Events {
+			key := string(ev.Kv.Key)
+			if key == sentinel {
+				done = true
+				continue
+			}
+			e := markerEvent{rev: ev.Kv.ModRevision, key: key}
+			if ev.Type != clientv3.EventTypeDelete {
+				e.kind = string(ev.Kv.Value)
+			}
+			evs = append(evs, e)
+		}
+		if done || wr.Header.Revision >= resp.Header.Revision {
+			break
+		}
+	}
+	revs, most, err = replayMarkers(evs, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return revs, most
+}
+
+// replayMarkers replays marker events (in revision order) and returns an
+// error at the first revision with more than limit markers (limit > 0), or
+// with an exclusive marker beside another (limit 0).
+func replayMarkers(evs []markerEvent, limit int) (revs, most int, err error) {
+	live := map[string]string{}
+	check := func(rev int64) error {
+		revs++
+		most = max(most, len(live))
+		x := 0
+		for _, k := range live {
+			if k == markExclusive {
+				x++
+			}
+		}
+		switch {
+		case limit > 0 && len(live) > limit:
+			return fmt.Errorf("revision %d: %d holders of a semaphore of limit %d: %v", rev, len(live), limit, live)
+		case limit == 0 && x > 0 && len(live) > 1:
+			return fmt.Errorf("revision %d: an exclusive holder beside others: %v", rev, live)
+		}
+		return nil
+	}
+	for i, e := range evs {
+		if e.kind == "" {
+			delete(live, e.key)
+		} else {
+			live[e.key] = e.kind
+		}
+		if i == len(evs)-1 || evs[i+1].rev != e.rev { // a revision's last event
+			if err := check(e.rev); err != nil {
+				return revs, most, err
+			}
+		}
+	}
+	return revs, most, nil
+}
+
+// The checker itself: it accepts what the rules allow and catches each
+// violation, including one that lasts a single revision and one hidden in
+// a revision that also deletes.
+func TestReplayMarkers(t *testing.T) {
+	ev := func(rev int64, key, kind string) markerEvent { return markerEvent{rev: rev, key: key, kind: kind} }
+	for _, tc := range []struct {
+		name  string
+		evs   []markerEvent
+		limit int
+		bad   bool
+	}{
+		{"readers together", []markerEvent{ev(1, "a", "s"), ev(2, "b", "s"), ev(3, "a", ""), ev(4, "b", "")}, 0, false},
+		{"writer after readers", []markerEvent{ev(1, "a", "s"), ev(2, "a", ""), ev(3, "w", "x"), ev(4, "w", "")}, 0, false},
+		{"writer beside a reader", []markerEvent{ev(1, "a", "s"), ev(2, "w", "x"), ev(3, "a", "")}, 0, true},
+		{"two writers", []markerEvent{ev(1, "v", "x"), ev(2, "w", "x"), ev(2, "v", "")}, 0, false},
+		{"two writers for one revision", []markerEvent{ev(1, "v", "x"), ev(2, "w", "x"), ev(3, "v", "")}, 0, true},
+		{"a lease's end then a writer", []markerEvent{ev(1, "a", "s"), ev(1, "b", "s"), ev(2, "a", ""), ev(2, "b", ""), ev(3, "w", "x")}, 0, false},
+		{"limit reached", []markerEvent{ev(1, "a", "p"), ev(2, "b", "p"), ev(3, "a", ""), ev(4, "c", "p")}, 2, false},
+		{"limit exceeded", []markerEvent{ev(1, "a", "p"), ev(2, "b", "p"), ev(3, "c", "p"), ev(4, "a", "")}, 2, true},
+	} {
+		_, _, err := replayMarkers(tc.evs, tc.limit)
+		if (err != nil) != tc.bad {
+			t.Errorf("%s: %v, want a violation: %v", tc.name, err, tc.bad)
+		}
+	}
+}
+
+// Read-mostly load on one read-write lock from three processes, while a
+// fourth, holding it exclusively, is frozen past its TTL (its traffic
+// blackholed) until the others have taken the lock many times, then wakes:
+// its fenced writes are rejected, its hold reads lost, and at no revision
+// did an exclusive holder share the lock.
+func TestRWHistoryPausedHolder(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	proxy := etcdtest.NewProxy(t, etcd.Endpoints()[0])
+	opts := []coordinator.Option{coordinator.WithSessionTTL(ttl), coordinator.WithReleaseTimeout(200 * time.Millisecond)}
+	victim := newCoord(t, []string{proxy.Endpoint()}, opts...)
+	cs := []*coordinator.Coordinator{newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...)}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const name, markers = "hist-rw", "/e2e/hist-rw/"
+	start, err := victim.Client().Get(ctx, "/e2e/start")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var stop atomic.Bool
+	wait, holds := histLoad(ctx, t, cs, 4, 1_000_000, name, 0, 0.9, markers, &stop)
+	defer wait()
+	defer stop.Store(true)
+	etcdtest.WaitFor(t, "the load to run", time.Minute, func() bool { return holds.Load() >= 20 })
+
+	// The victim takes the lock and its marker, then freezes.
+	frozen := make(chan *coordinator.Lock, 1)
+	healed := make(chan struct{})
+	var rejected atomic.Int64
+	go func() {
+		_, err := holdMarked(ctx, victim, markExclusive, name, 0, markers+"victim", func(l *coordinator.Lock) {
+			frozen <- l
+			<-healed
+			// Awake: the write it meant to make under the lock.
+			if tr, err := l.Txn(ctx).Then(clientv3.OpPut(markers+"victim-late", "late")).Commit(); err == nil && !tr.Succeeded {
+				rejected.Add(1)
+			}
+		})
+		if err != nil && !errors.Is(err, coordinator.ErrLockLost) && !errors.Is(err, coordinator.ErrSessionLost) {
+			t.Error("victim:", err)
+		}
+	}()
+	l := <-frozen
+	proxy.Blackhole()
+	before := holds.Load()
+	// Paused past its TTL: the others take the lock again and again.
+	etcdtest.WaitFor(t, "the others to hold the lock after the victim's lease expired", time.Minute, func() bool { return holds.Load() >= before+30 })
+	proxy.Unblackhole()
+	close(healed)
+	select {
+	case <-l.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the paused holder was never told it lost the lock")
+	}
+	if !errors.Is(l.Err(), coordinator.ErrLockLost) {
+		t.Fatalf("paused holder's Err = %v", l.Err())
+	}
+	etcdtest.WaitFor(t, "the victim's late write", time.Minute, func() bool { return rejected.Load() == 1 })
+	stop.Store(true)
+	wait()
+	revs, most := checkMarkers(t, etcd.Client(t), markers, start.Header.Revision+1, 0)
+	t.Logf("%d holds, %d revisions checked, at most %d holders at once; the paused holder's late write was rejected", holds.Load(), revs, most)
+	if most < 2 {
+		t.Fatalf("never more than %d holder at once: the load did not share the lock", most)
+	}
+}
+
+// A separate OS process holds two permits of a semaphore of limit 3
+// (markers under its lease) while two processes of the test churn; it is
+// SIGKILLed. Its permits come back after its TTL (the survivors hold 3 at
+// once), and at no revision did more than 3 hold.
+func TestSemaphoreHistoryKilledHolder(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	opts := []coordinator.Option{coordinator.WithSessionTTL(ttl)}
+	cs := []*coordinator.Coordinator{newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...)}
+	raw := etcd.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const name, markers, limit = "hist-sem", "/e2e/hist-sem/", 3
+	start, err := raw.Get(ctx, "/e2e/start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper := startHelper(t, helperConfig{Mode: "permit", Endpoints: etcd.Endpoints(), TTLSec: int(ttl / time.Second),
+		Sem: name, Limit: limit, Permits: 2, Markers: markers + "helper-"})
+	etcdtest.WaitFor(t, "the helper to hold its permits", time.Minute, func() bool { return helper.count("HOLD ") == 2 })
+
+	var stop atomic.Bool
+	// Holders go on until stopped (bounded by ctx): with a fixed count they
+	// could all be done before the killed helper's lease expires, and no
+	// three would ever hold at once.
+	wait, holds := histLoad(ctx, t, cs, 3, 1_000_000, name, limit, 0, markers, &stop)
+	defer wait()
+	defer stop.Store(true)
+	etcdtest.WaitFor(t, "the survivors to share the one free permit", time.Minute, func() bool { return holds.Load() >= 20 })
+	killedAt := helper.kill(t)
+	// The killed process's permits come back after its TTL: the survivors
+	// hold all three at once.
+	var three atomic.Bool
+	etcdtest.WaitFor(t, "three survivors holding at once", time.Minute, func() bool {
+		resp, err := raw.Get(ctx, markers, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, kv := range resp.Kvs {
+			if !strings.HasPrefix(string(kv.Key), markers+"helper-") {
+				n++
+			}
+		}
+		if n == limit {
+			three.Store(true)
+		}
+		return three.Load()
+	})
+	t.Logf("permits back %v after the SIGKILL (TTL %v)", time.Since(killedAt).Round(time.Millisecond), ttl)
+	stop.Store(true)
+	wait()
+	revs, most := checkMarkers(t, raw, markers, start.Header.Revision+1, limit)
+	t.Logf("%d holds, %d revisions checked, at most %d holders at once (limit %d)", holds.Load(), revs, most, limit)
+}
+
+// A client holding a shared lock is cut off from etcd (a blackholed proxy)
+// while writers and readers go on. Its hold is lost (Done, ErrLockLost) and
+// its fenced writes are rejected; after the partition heals it takes the
+// lock again on a new session; at no revision was a writer not alone.
+func TestRWHistoryPartition(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	proxy := etcdtest.NewProxy(t, etcd.Endpoints()[0])
+	opts := []coordinator.Option{coordinator.WithSessionTTL(ttl), coordinator.WithReleaseTimeout(200 * time.Millisecond)}
+	cut := newCoord(t, []string{proxy.Endpoint()}, opts...)
+	cs := []*coordinator.Coordinator{newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...)}
+	raw := etcd.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const name, markers = "hist-part", "/e2e/hist-part/"
+	start, err := raw.Get(ctx, "/e2e/start")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l, err := cut.RLock(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr, err := l.Txn(ctx).Then(clientv3.OpPut(markers+"cut", markShared, clientv3.WithLease(l.Lease()))).Commit(); err != nil || !tr.Succeeded {
+		t.Fatalf("the cut client's marker: %v", err)
+	}
+	var stop atomic.Bool
+	wait, holds := histLoad(ctx, t, cs, 3, 1_000_000, name, 0, 0.5, markers, &stop)
+	defer wait()
+	defer stop.Store(true)
+	proxy.Blackhole()
+	select {
+	case <-l.Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the cut-off holder was never told it lost the lock")
+	}
+	if !errors.Is(l.Err(), coordinator.ErrLockLost) {
+		t.Fatalf("Err = %v, want ErrLockLost", l.Err())
+	}
+	before := holds.Load()
+	etcdtest.WaitFor(t, "writers and readers to go on", time.Minute, func() bool { return holds.Load() >= before+20 })
+	proxy.Unblackhole()
+	if tr, err := l.Txn(ctx).Then(clientv3.OpPut(markers+"cut-late", "late")).Commit(); err == nil && tr.Succeeded {
+		t.Fatal("a fenced write of the lost hold was applied after the partition healed")
+	}
+	retry(t, "lock again after the partition", time.Minute, anyErr, func(ctx context.Context) error {
+		_, err := holdMarked(ctx, cut, markExclusive, name, 0, markers+"cut-again", nil)
+		return err
+	})
+	stop.Store(true)
+	wait()
+	revs, most := checkMarkers(t, raw, markers, start.Header.Revision+1, 0)
+	t.Logf("%d holds, %d revisions checked, at most %d holders at once", holds.Load(), revs, most)
+}
+
+// helperPermit holds cfg.Permits permits of cfg.Sem, each with its marker,
+// until killed.
+func helperPermit(ctx context.Context, c *coordinator.Coordinator, cfg helperConfig, out *lineWriter) {
+	var wg sync.WaitGroup
+	for i := range cfg.Permits {
+		wg.Go(func() {
+			marker := fmt.Sprintf("%s%d", cfg.Markers, i)
+			_, err := holdMarked(ctx, c, markPermit, cfg.Sem, cfg.Limit, marker, func(*coordinator.Lock) {
+				out.printf("HOLD %s", marker)
+				<-ctx.Done() // only the kill ends it
+			})
+			fmt.Fprintln(os.Stderr, "helper: permit ended:", err)
+		})
+	}
+	wg.Wait()
+}
