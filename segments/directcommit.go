@@ -55,15 +55,15 @@ func (e *Engine) commitDirects(bg context.Context, batch []*commitReq) {
 
 // directPlan is one place of a direct batch.
 type directPlan struct {
-	st       *placeState
-	lockPfx  string
-	take     int64
-	n        int
-	value    int64 // the counter after the batch
-	mod      int64 // the counter's expected ModRevision
-	absorb   bool
-	inMod    int64
-	short    bool // the cache does not show the batch's units there
+	st      *placeState
+	lockPfx string
+	take    int64
+	n       int
+	value   int64 // the counter after the batch
+	mod     int64 // the counter's expected ModRevision
+	absorb  bool
+	inMod   int64
+	short   bool // the cache does not show the batch's units there
 }
 
 // planDirect works out each place's new counter from its direct cache.

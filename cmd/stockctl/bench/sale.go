@@ -250,4 +250,3 @@ func SelectSale(specs []SaleSpec, names []string) ([]SaleSpec, error) {
 	}
 	return out, nil
 }
-
