@@ -38,8 +38,12 @@ type Status struct {
 	Reserved     int64
 	Reservations int64
 	// Orders counts order records, released ones included.
-	Orders   int64
-	Revision int64
+	Orders int64
+	// Archived is the part of Allocated held by pruned orders, and
+	// ArchivedOrders how many orders were pruned (Prune).
+	Archived       int64
+	ArchivedOrders int64
+	Revision       int64
 	// Rebalancer is the last pass of the rebalancer, if one ever ran.
 	Rebalancer *RebalancePass
 }
@@ -65,6 +69,7 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 		clientv3.OpGet(e.keys.Orders(sku), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(e.keys.RebalanceLast()),
 		clientv3.OpGet(e.keys.Reservations(sku), clientv3.WithPrefix()),
+		clientv3.OpGet(e.keys.Archive(sku)),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("status %s: %w", sku, err)
@@ -110,6 +115,11 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 		st.Reserved += q
 		st.Reservations++
 	}
+	arc, err := decodeArchiveKVs(resp.Responses[5].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, fmt.Errorf("status %s: %w", sku, err)
+	}
+	st.Archived, st.ArchivedOrders = arc.Units, arc.Orders
 	return st, nil
 }
 
@@ -130,8 +140,8 @@ func (e *Engine) decodeMetaResp(sku string, kvs []*mvccpb.KeyValue) (Meta, *skuI
 // AuditReport is the outcome of an audit.
 type AuditReport struct {
 	SKU string
-	// OK is true when Total = Pool + Segments + Allocated and nothing was
-	// found wrong.
+	// OK is true when Total = Pool + Segments + Allocated + Archived and
+	// nothing was found wrong.
 	OK       bool
 	Revision int64
 	Total    int64
@@ -152,6 +162,11 @@ type AuditReport struct {
 	ExpiredOrders  int64
 	// Buyers counts the per-user counters (SKUs with a per-user limit).
 	Buyers int64
+	// Archived is what pruned orders held (the archive record, see Prune),
+	// ArchivedOrders how many were pruned: they count in the balance as
+	// Allocated does, without their records.
+	Archived       int64
+	ArchivedOrders int64
 	// Problems names each offending key and what is wrong with it, and the
 	// imbalance if there is one.
 	Problems []string
@@ -182,6 +197,7 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 		clientv3.OpGet(e.keys.Orders(sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(e.keys.Reservations(sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(e.keys.Users(sku), clientv3.WithPrefix(), at),
+		clientv3.OpGet(e.keys.Archive(sku), at),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: %w", sku, err)
@@ -285,9 +301,14 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 			r.Problems = append(r.Problems, fmt.Sprintf("buyer %q's active orders hold %d, but it has no counter", buyer, h))
 		}
 	}
-	if sum := r.Pool + r.Segments + r.Allocated; sum != r.Total {
-		r.Problems = append(r.Problems, fmt.Sprintf("books do not balance at revision %d: total %d != pool %d + segments %d + allocated %d (= %d)",
-			r.Revision, r.Total, r.Pool, r.Segments, r.Allocated, sum))
+	if arc, err := decodeArchiveKVs(resp.Responses[5].GetResponseRange().Kvs); err != nil {
+		r.Problems = append(r.Problems, err.Error())
+	} else {
+		r.Archived, r.ArchivedOrders = arc.Units, arc.Orders
+	}
+	if sum := r.Pool + r.Segments + r.Allocated + r.Archived; sum != r.Total {
+		r.Problems = append(r.Problems, fmt.Sprintf("books do not balance at revision %d: total %d != pool %d + segments %d + allocated %d + archived %d (= %d)",
+			r.Revision, r.Total, r.Pool, r.Segments, r.Allocated, r.Archived, sum))
 	}
 	r.OK = len(r.Problems) == 0
 	return r, nil

@@ -86,7 +86,7 @@ func (e *Engine) lockKey(ctx context.Context, sess *concurrency.Session, pfx str
 // failed delete is removed first: reusing it would hand its old fencing
 // token to a new holder.
 func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pfx, key string, reads []clientv3.Op) (myRev, ownerRev int64, answers []*pb.ResponseOp, err error) {
-	ops := append([]clientv3.Op{clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
+	ops := append([]clientv3.Op{clientv3.OpPut(key, e.cfg.Identity, clientv3.WithLease(sess.Lease())),
 		clientv3.OpGet(pfx, clientv3.WithFirstCreate()...)}, reads...)
 	for attempt := 0; attempt < 3; attempt++ {
 		resp, err := e.kv.Txn(ctx).

@@ -19,11 +19,6 @@ import (
 	"github.com/stockctl/stockctl/segments"
 )
 
-func identityFlag() ucli.Flag {
-	return &ucli.StringFlag{Name: "identity", EnvVars: []string{"STOCKCTL_IDENTITY"},
-		Usage: "name of this rebalancer in the leadership record and status (default: host/pid)"}
-}
-
 func rebalanceCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "rebalance",
@@ -138,7 +133,7 @@ func rebalanceAction(c *ucli.Context) error {
 		if _, _, err := engines.Of(cn.coord).Stock.Meta(ctx, sku); err != nil {
 			return failed(ctx, "rebalance "+sku, err)
 		}
-		r, err := rebalance.New(cn.coord, rebalance.Config{Identity: c.String("identity")})
+		r, err := rebalance.New(cn.coord, rebalance.Config{Identity: g.identity})
 		if err != nil {
 			return failed(ctx, "set up the rebalancer", err)
 		}
@@ -206,7 +201,7 @@ func watchRebalancer(c *ucli.Context, g *globals, sku string) error {
 // Its metrics go to reg, if not nil.
 func runRebalancer(ctx context.Context, c *ucli.Context, cn *conn, printer *movePrinter, reg prometheus.Registerer) error {
 	r, err := rebalance.New(cn.coord, rebalance.Config{
-		Identity: c.String("identity"),
+		Identity: cn.g.identity,
 		Logger:   cn.g.logger(c.App.ErrWriter),
 		OnMove:   printer.print,
 	})

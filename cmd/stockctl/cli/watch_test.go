@@ -18,7 +18,7 @@ import (
 // reserved and confirmed are absent unless they have a value).
 var watchFields = []string{"sku", "at", "revision", "total", "pool", "allocated", "orders", "ordersPerSec",
 	"refillsPerSec", "rateWindowSeconds", "lowWatermark", "refillBatch", "leader", "leaderLease", "rebalancer",
-	"poolHolder", "segments"}
+	"poolHolder", "poolHolderIdentity", "segments"}
 
 // watchRun is a status --watch (or any command) running in-process until
 // stopped, as if by ^C.
@@ -308,7 +308,7 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 		}
 	}
 
-	coord, err := coordinator.New(shared.client, coordinator.WithPrefix(e.prefix))
+	coord, err := coordinator.New(shared.client, coordinator.WithPrefix(e.prefix), coordinator.WithIdentity("shop-9"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,8 +328,8 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 	if len(a.Parts) != 1 || seg < 0 {
 		t.Fatalf("3 of 5 units in each segment, taken from %+v", a.Parts)
 	}
-	wait("the order and its segment's holder", func(v watchView) bool {
-		return v.Allocated == 3 && v.Orders == 1 && v.Segments[seg].Holder == lease
+	wait("the order and its segment's holder, by lease and identity", func(v watchView) bool {
+		return v.Allocated == 3 && v.Orders == 1 && v.Segments[seg].Holder == lease && v.Segments[seg].HolderIdentity == "shop-9"
 	})
 	wait("the idle segment given back", func(v watchView) bool { return v.Segments[seg].Holder == "" })
 
