@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
 	"github.com/stockctl/stockctl/internal/lock"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -63,6 +65,12 @@ var (
 	// retrying under the same order ID is safe. Contention on stockctl's
 	// own keys is retried inside first, so this is rare.
 	ErrContention = segments.ErrContention
+	// ErrNoSpace: etcd refused a write because its database reached its
+	// quota (--quota-backend-bytes; alarm NOSPACE). Nothing was written.
+	// etcd refuses every write until an operator reclaims space (compact,
+	// defragment, disarm the alarm) and reads still work; see
+	// docs/operations.md. It is etcd's own error (rpctypes.ErrNoSpace).
+	ErrNoSpace = rpctypes.ErrNoSpace
 )
 
 // InsufficientStockError is the error of an allocation refused for lack of

@@ -61,7 +61,7 @@ func (s *Status) Remaining() int64 {
 // same revision.
 func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 	if err := ValidateSKU(sku); err != nil {
-		return nil, fmt.Errorf("status %s: %w", sku, err)
+		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 	}
 	resp, err := e.kv.Txn(ctx).Then(
 		clientv3.OpGet(e.keys.Meta(sku)),
@@ -72,11 +72,11 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 		clientv3.OpGet(e.keys.Archive(sku)),
 	).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("status %s: %w", sku, err)
+		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 	}
 	meta, info, err := e.decodeMetaResp(sku, resp.Responses[0].GetResponseRange().Kvs)
 	if err != nil {
-		return nil, fmt.Errorf("status %s: %w", sku, err)
+		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 	}
 	st := &Status{SKU: sku, Meta: meta, Total: meta.Total, Revision: resp.Header.Revision,
 		Segments: make([]SegmentStatus, meta.Segments)}
@@ -86,7 +86,7 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		k, v, err := e.decodeStockKV(info, kv)
 		if err != nil {
-			return nil, fmt.Errorf("status %s: %w", sku, err)
+			return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 		}
 		switch k.Kind {
 		case keys.KindPool:
@@ -103,21 +103,21 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
 		pass, err := DecodeRebalancePass(string(kvs[0].Key), kvs[0].Value)
 		if err != nil {
-			return nil, fmt.Errorf("status %s: %w", sku, err)
+			return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 		}
 		st.Rebalancer = &pass
 	}
 	for _, kv := range resp.Responses[4].GetResponseRange().Kvs {
 		q, err := DecodeCounter(string(kv.Key), kv.Value)
 		if err != nil {
-			return nil, fmt.Errorf("status %s: %w", sku, err)
+			return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 		}
 		st.Reserved += q
 		st.Reservations++
 	}
 	arc, err := decodeArchiveKVs(resp.Responses[5].GetResponseRange().Kvs)
 	if err != nil {
-		return nil, fmt.Errorf("status %s: %w", sku, err)
+		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 	}
 	st.Archived, st.ArchivedOrders = arc.Units, arc.Orders
 	return st, nil
@@ -125,14 +125,14 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 
 func (e *Engine) decodeMetaResp(sku string, kvs []*mvccpb.KeyValue) (Meta, *skuInfo, error) {
 	if len(kvs) == 0 {
-		return Meta{}, nil, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
+		return Meta{}, nil, ErrUnknownSKU
 	}
 	meta, err := DecodeMeta(string(kvs[0].Key), kvs[0].Value)
 	if err != nil {
 		return Meta{}, nil, err
 	}
 	if meta.Creating {
-		return Meta{}, nil, fmt.Errorf("%w %q: its creation has not completed", ErrUnknownSKU, sku)
+		return Meta{}, nil, fmt.Errorf("%w: its creation has not completed", ErrUnknownSKU)
 	}
 	return meta, &skuInfo{name: sku, segments: meta.Segments}, nil
 }

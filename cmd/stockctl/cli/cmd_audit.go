@@ -84,7 +84,7 @@ func auditAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		r, err := cn.coord.Audit(ctx, sku)
 		if err != nil {
-			return failed(ctx, "audit "+sku, err)
+			return opFailed(ctx, err)
 		}
 		if err := show(c, g, auditViewOf(r)); err != nil {
 			return err

@@ -231,7 +231,7 @@ func demoAction(c *ucli.Context) error {
 	}
 	if _, err := conns[0].coord.CreateSKU(sctx, d.SKU, coordinator.SKUConfig{Total: d.Total, Segments: d.Segments,
 		InitialFill: d.InitialFill, LowWatermark: d.LowWatermark, RefillBatch: d.RefillBatch, PerUserLimit: d.PerUserLimit}); err != nil {
-		return failed(sctx, "create the demo SKU "+d.SKU, err)
+		return opFailed(sctx, err)
 	}
 	cancelSetup()
 
@@ -284,11 +284,11 @@ func demoAction(c *ucli.Context) error {
 	defer cancel()
 	st, err := conns[0].coord.Status(rctx, d.SKU)
 	if err != nil {
-		return failed(rctx, "read the status of "+d.SKU+" after the sale", err)
+		return opFailed(rctx, err)
 	}
 	audit, err := conns[0].coord.Audit(rctx, d.SKU)
 	if err != nil {
-		return failed(rctx, "audit "+d.SKU+" after the sale", err)
+		return opFailed(rctx, err)
 	}
 	report := newDemoReport(d, res, st, audit, t)
 	if d.Checkout {

@@ -139,12 +139,13 @@ func rebalanceAction(c *ucli.Context) error {
 		}
 		pass, err := r.RunOnce(ctx, sku)
 		if err != nil {
+			// RunOnce's error names the pass: "rebalance SKU: ...".
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(context.Cause(ctx), context.DeadlineExceeded) || ctx.Err() != nil {
 				if leader := currentLeader(cn); leader != "" {
 					err = fmt.Errorf("%w; another rebalancer leads (%s): its passes keep %s stocked", err, leader, sku)
 				}
 			}
-			return failed(ctx, "rebalance "+sku, err)
+			return opFailed(ctx, err)
 		}
 		v := passView{SKU: sku, Leader: pass.Leader, Revision: pass.Revision, Moves: []moveView{}, Expired: []expiryView{}}
 		for _, m := range pass.Moves {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -57,7 +56,7 @@ func restockAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		r, err := cn.coord.Restock(ctx, sku, qty)
 		if err != nil {
-			return failed(ctx, fmt.Sprintf("restock %s with %d", sku, qty), err)
+			return opFailed(ctx, err)
 		}
 		return show(c, g, restockView{SKU: r.SKU, Total: r.Total, Pool: r.Pool, Revision: r.Revision})
 	})

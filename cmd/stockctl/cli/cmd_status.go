@@ -131,7 +131,7 @@ func statusAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		st, err := cn.coord.Status(ctx, sku)
 		if err != nil {
-			return failed(ctx, "read the status of "+sku, err)
+			return opFailed(ctx, err)
 		}
 		return show(c, g, statusViewOf(st))
 	})

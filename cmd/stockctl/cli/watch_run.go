@@ -227,7 +227,7 @@ func watchStatus(c *ucli.Context, g *globals, sku string) error {
 	}
 	w := newSaleWatch(cn.coord, sku, loadTimeout, c.App.ErrWriter)
 	if err := w.state.load(sctx, cn.coord); err != nil {
-		return interruptedIsOK(ctx, failed(sctx, "read the status of "+sku, err))
+		return interruptedIsOK(ctx, opFailed(sctx, err))
 	}
 	cancel()
 

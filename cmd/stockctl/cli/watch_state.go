@@ -174,7 +174,7 @@ func (s *saleState) apply(evs []*clientv3.Event, now time.Time) (changed bool, e
 // response). A deleted record means the SKU is gone; status would say so.
 func (s *saleState) applyMeta(ev *clientv3.Event) error {
 	if ev.Type == mvccpb.DELETE {
-		return fmt.Errorf("%w %q: its meta record was deleted at revision %d", coordinator.ErrUnknownSKU, s.sku, ev.Kv.ModRevision)
+		return fmt.Errorf("%w: its meta record was deleted at revision %d", coordinator.ErrUnknownSKU, ev.Kv.ModRevision)
 	}
 	m, err := segments.DecodeMeta(string(ev.Kv.Key), ev.Kv.Value)
 	if err != nil {

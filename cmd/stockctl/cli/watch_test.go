@@ -344,7 +344,7 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 	select {
 	case code := <-w.done:
 		w.done <- code
-		if code != ExitNotFound || !strings.Contains(w.errOut.String(), "stockctl: failed to watch ev: unknown SKU \"ev\": its meta record was deleted") {
+		if code != ExitNotFound || !strings.Contains(w.errOut.String(), "stockctl: failed to watch ev: unknown SKU: its meta record was deleted") {
 			t.Fatalf("after the SKU was deleted: exit %d, stderr %q", code, w.errOut.String())
 		}
 	case <-time.After(30 * time.Second):
