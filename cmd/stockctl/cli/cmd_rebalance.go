@@ -190,6 +190,9 @@ func watchRebalancer(c *ucli.Context, g *globals, sku string) error {
 		return err
 	}
 	defer cn.Close()
+	if reg := metrics.registerer(); reg != nil {
+		reg.MustRegister(newEtcdCollector(cn.client, cn.endpoints))
+	}
 	printer := newMovePrinter(c.App.Writer, g.output)
 	if sku != "" {
 		printer.only = sku
