@@ -138,9 +138,9 @@ func newDemoReport(d demoConfig, res *sale.Result, st *coordinator.Status, audit
 		OrdersPerBuyer: minMaxView{Min: res.MinPerBuyer, Max: res.MaxPerBuyer},
 		// Honest figures: what the buyers were actually served, against
 		// the SKU's total as etcd has it.
-		Oversold: max(0, res.Units-audit.Total),
-		Unsold:   max(0, audit.Total-res.Units),
-		Audit:    auditViewOf(audit),
+		Oversold:   max(0, res.Units-audit.Total),
+		Unsold:     max(0, audit.Total-res.Units),
+		Audit:      auditViewOf(audit),
 		Pool:       poolRowView{Remaining: st.Pool},
 		Rebalancer: movesView{Leader: leader},
 		Failures:   []string{},
