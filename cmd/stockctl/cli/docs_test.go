@@ -197,3 +197,48 @@ func normalizeRun(s string) string {
 	// Column widths follow the widest value: let them vary.
 	return regexp.MustCompile(`[ \t]+`).ReplaceAllString(s, " ")
 }
+
+// Every table in the docs is whole: a header, its separator, and rows
+// with as many cells as the header, with no blank line between them (a
+// blank line ends a table; the rows after it show as plain text).
+func TestDocsTables(t *testing.T) {
+	t.Parallel()
+	paths, err := filepath.Glob("../../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cells := func(line string) int {
+		n := 0
+		for i := 0; i < len(line); i++ {
+			if line[i] == '|' && (i == 0 || line[i-1] != '\\') {
+				n++
+			}
+		}
+		return n - 1
+	}
+	for _, path := range append(paths, readmePath) {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(raw), "\n")
+		width, fence := 0, false // width: the current table's cells, 0 outside a table
+		for i, line := range lines {
+			if strings.HasPrefix(line, "```") {
+				fence = !fence
+			}
+			if fence || !strings.HasPrefix(line, "|") {
+				width = 0
+				continue
+			}
+			switch {
+			case width == 0 && i+1 < len(lines) && (strings.HasPrefix(lines[i+1], "|-") || strings.HasPrefix(lines[i+1], "|:")):
+				width = cells(line)
+			case width == 0:
+				t.Errorf("%s:%d: a table row outside a table (a blank line above it?): %.60s", path, i+1, line)
+			case cells(line) != width:
+				t.Errorf("%s:%d: %d cells in a table of %d: %.60s", path, i+1, cells(line), width, line)
+			}
+		}
+	}
+}
