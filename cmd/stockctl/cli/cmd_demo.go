@@ -226,7 +226,9 @@ func demoAction(c *ucli.Context) error {
 		}
 	}()
 	for i := range conns {
-		if conns[i], err = connect(sctx, c, &eg); err != nil {
+		// Each coordinator has an identity of its own, as a process would,
+		// so that a status --watch of the sale tells the lock holders apart.
+		if conns[i], err = connect(sctx, c, &eg, coordinator.WithIdentity(fmt.Sprintf("%s#%d", eg.identity, i+1))); err != nil {
 			return err
 		}
 	}
