@@ -117,14 +117,15 @@ func TestExitCodes(t *testing.T) {
 		{"status", "nope"}, {"audit", "nope"}, {"allocate", "nope", "--order", "n1", "--qty", "1"},
 		{"release", "nope", "--order", "h1"}, {"restock", "nope", "--qty", "1"}, {"rebalance", "nope"},
 	} {
-		e.fails(ExitNotFound, `unknown SKU "nope"`, args...)
+		e.fails(ExitNotFound, `nope`, args...)
+		e.fails(ExitNotFound, `: unknown SKU`, args...)
 	}
-	e.fails(ExitNotFound, `order not found: "h9"`, "release", "hat", "--order", "h9")
+	e.fails(ExitNotFound, `failed to release hat order "h9": order not found`, "release", "hat", "--order", "h9")
 
 	// 5: conflict.
 	e.fails(ExitConflict, "the SKU already exists", "init", "hat", "--total", "3", "--segments", "2")
-	e.fails(ExitConflict, `order "h1" was already applied with qty 2, not 1`, "allocate", "hat", "--order", "h1", "--qty", "1")
-	e.fails(ExitConflict, `order ID "h1" was already used for SKU "hat"`, "allocate", "scarf", "--order", "h1", "--qty", "1")
+	e.fails(ExitConflict, `hat order "h1": conflict: the order was already applied with qty 2, not 1`, "allocate", "hat", "--order", "h1", "--qty", "1")
+	e.fails(ExitConflict, `scarf order "h1": conflict: the order ID was already used for SKU "hat"`, "allocate", "scarf", "--order", "h1", "--qty", "1")
 }
 
 // Invariant: an audit that finds the books out of balance exits 1, after

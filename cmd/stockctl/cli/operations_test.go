@@ -277,7 +277,9 @@ func TestServeCompacts(t *testing.T) {
 	}
 	etcdtest.WaitFor(t, "the embedded etcd to compact its history", 60*time.Second, func() bool {
 		// Writes move the revision on, so that there is history to compact.
-		srv.ok(t, "allocate", "hist", "--order", fmt.Sprintf("h-%d", time.Now().UnixNano()), "--qty", "1")
+		if _, err := client.Put(t.Context(), "/compaction-test/tick", time.Now().String()); err != nil {
+			t.Fatal(err)
+		}
 		_, err := client.Get(t.Context(), "/stockctl/meta/hist", clientv3.WithRev(first.Header.Revision))
 		return errors.Is(err, rpctypes.ErrCompacted)
 	})
