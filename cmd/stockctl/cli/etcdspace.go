@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,28 +28,36 @@ type etcdSpace struct {
 	Error string `json:"error,omitempty"`
 }
 
-// readSpace asks every endpoint for its Status. A member that does not
-// answer gets Error, not a failure: this is diagnostics.
+// spaceTimeout bounds the Status call to each member: a member that is down
+// must not hold up `stockctl status` for long.
+const spaceTimeout = 2 * time.Second
+
+// readSpace asks every endpoint for its Status, all at once. A member that
+// does not answer gets Error, not a failure: this is diagnostics.
 func readSpace(ctx context.Context, client *clientv3.Client, endpoints []string) []etcdSpace {
-	out := make([]etcdSpace, 0, len(endpoints))
-	for _, ep := range endpoints {
-		s := etcdSpace{Endpoint: ep, Alarms: []string{}}
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		st, err := client.Status(sctx, ep)
-		cancel()
-		if err != nil {
-			s.Error = err.Error()
-		} else {
-			s.DBSize, s.DBSizeInUse, s.Quota = st.DbSize, st.DbSizeInUse, st.DbSizeQuota
-			for _, e := range st.Errors {
-				// "memberID:8915101428417018297 alarm:NOSPACE"
-				if _, alarm, ok := strings.Cut(e, "alarm:"); ok {
-					s.Alarms = append(s.Alarms, strings.TrimSpace(alarm))
+	out := make([]etcdSpace, len(endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range endpoints {
+		wg.Go(func() {
+			s := etcdSpace{Endpoint: ep, Alarms: []string{}}
+			sctx, cancel := context.WithTimeout(ctx, spaceTimeout)
+			st, err := client.Status(sctx, ep)
+			cancel()
+			if err != nil {
+				s.Error = err.Error()
+			} else {
+				s.DBSize, s.DBSizeInUse, s.Quota = st.DbSize, st.DbSizeInUse, st.DbSizeQuota
+				for _, e := range st.Errors {
+					// "memberID:8915101428417018297 alarm:NOSPACE"
+					if _, alarm, ok := strings.Cut(e, "alarm:"); ok {
+						s.Alarms = append(s.Alarms, strings.TrimSpace(alarm))
+					}
 				}
 			}
-		}
-		out = append(out, s)
+			out[i] = s
+		})
 	}
+	wg.Wait()
 	return out
 }
 
