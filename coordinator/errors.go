@@ -65,11 +65,14 @@ var (
 	// retrying under the same order ID is safe. Contention on stockctl's
 	// own keys is retried inside first, so this is rare.
 	ErrContention = segments.ErrContention
-	// ErrNoSpace: etcd refused a write because its database reached its
-	// quota (--quota-backend-bytes; alarm NOSPACE). Nothing was written.
-	// etcd refuses every write until an operator reclaims space (compact,
-	// defragment, disarm the alarm) and reads still work; see
-	// docs/operations.md. It is etcd's own error (rpctypes.ErrNoSpace).
+	// ErrNoSpace: etcd's database reached its quota (--quota-backend-bytes;
+	// alarm NOSPACE). etcd refuses every write until an operator reclaims
+	// space (compact, defragment, disarm the alarm); reads still work. See
+	// docs/operations.md. The one write that crossed the quota is applied
+	// and still answered with this error (etcd's quota applier does so):
+	// as after any error, retry the order under its ID once etcd takes
+	// writes again, which replays it if it was applied. It is etcd's own
+	// error (rpctypes.ErrNoSpace).
 	ErrNoSpace = rpctypes.ErrNoSpace
 )
 

@@ -89,7 +89,7 @@ func opFailed(ctx context.Context, err error) error { return failed(ctx, "", err
 const noSpaceHint = "etcd's database is full (alarm NOSPACE: it reached its --quota-backend-bytes) and etcd refuses every write " +
 	"until space is reclaimed; reads still work. Run `stockctl reclaim` (compact, defragment, disarm the alarm), " +
 	"then `stockctl prune SKU --older-than D` to archive old orders (while etcd is nearly full, prune may stop " +
-	"part way: reclaim and prune again); see docs/operations.md"
+	"part way: reclaim and prune again), and retry the orders that failed under their IDs; see docs/operations.md"
 
 // usageError is invalid input or usage: exit 2, with a message naming what
 // was wrong.
