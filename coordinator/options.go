@@ -166,7 +166,9 @@ func ValidateIdentity(name string) error {
 type Option func(*options) error
 
 // WithPrefix sets the etcd key prefix (default DefaultPrefix). Coordinators
-// share locks and stock only when they use the same prefix.
+// share locks and stock only when they use the same prefix. A trailing "/"
+// is added when missing ("/shop" is "/shop/"), so that every key is under
+// the prefix as a directory and a role limited to "/shop/" is enough.
 func WithPrefix(prefix string) Option {
 	return func(o *options) error {
 		if _, err := keys.New(prefix); err != nil {

@@ -22,7 +22,8 @@ type OrderOption = segments.OrderOption
 // Step is a business step run by AllocateFunc while the stock it will take
 // is locked: check the stock, create the order, charge the card... Its ctx
 // is cancelled if a lock is lost meanwhile. Returning an error cancels the
-// allocation: nothing is deducted and AllocateFunc returns the error.
+// allocation: nothing is deducted and AllocateFunc returns the error. A
+// panic cancels it too, and reaches AllocateFunc's caller.
 type Step = segments.Step
 
 // Released is the outcome of Release and Cancel.
@@ -70,7 +71,9 @@ func DefaultRefillBatch(total int64, segs int) int64 { return segments.DefaultRe
 // the segments in batches, so that total = pool + segments holds at every
 // revision. Until the last step the SKU serves no requests (ErrUnknownSKU).
 // If creation is interrupted, calling CreateSKU again with the same config
-// completes it.
+// completes it; another config, another InitialFill included, is
+// ErrConflict naming the config of the creation in progress (nothing
+// changes). The result's InitialFill is the fill the segments were given.
 func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (segments.Meta, error) {
 	return c.stock.CreateSKU(ctx, sku, cfg)
 }
@@ -118,6 +121,13 @@ func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64
 // order that was applied returns the first result without running step;
 // duplicates of one order ID sent at the same time may each run step, and
 // exactly one of them deducts (the others return its result as a replay).
+//
+// If step panics, the panic goes on to AllocateFunc's caller unchanged,
+// after the order has been cleaned up as if step had returned an error:
+// nothing is deducted or recorded, the units reserved for it are given back
+// and the locks and the place in the process's queue it held are released,
+// so a service that recovers from the panic keeps selling the SKU. Undo
+// what step did before it panicked, as for any failed step.
 func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step, opts ...OrderOption) (*Allocation, error) {
 	return c.stock.AllocateFunc(ctx, sku, order, qty, routeKey, step, opts...)
 }
@@ -189,9 +199,23 @@ func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released
 }
 
 // Restock adds a new delivery of qty units to sku's pool and total (a
-// returned order is Release, not Restock). It holds the pool's lock.
-func (c *Coordinator) Restock(ctx context.Context, sku string, qty int64) (*Restocked, error) {
-	return c.stock.Restock(ctx, sku, qty)
+// returned order is Release, not Restock). It holds the pool's lock, and
+// claims the delivery ID in the transaction that adds the units.
+//
+// The delivery ID is required (1 to segments.MaxDeliveryIDLen bytes of
+// printable ASCII other than space and '/'), and makes Restock idempotent
+// as an order ID makes Allocate: calling it again with the same delivery,
+// SKU and qty returns the first result with Replayed set and adds nothing;
+// the same delivery ID with another SKU or qty is ErrConflict. Delivery IDs
+// are unique across SKUs. Use the supplier's delivery note, a purchase
+// order line: an ID that names the delivery, not the attempt.
+//
+// ctx bounds the wait for the pool's lock and the commit. After a timeout
+// or a lost reply the restock may still land: retry with the same delivery
+// ID to learn the outcome; it never adds the delivery twice. Audit counts
+// the deliveries of a SKU.
+func (c *Coordinator) Restock(ctx context.Context, sku, delivery string, qty int64) (*Restocked, error) {
+	return c.stock.Restock(ctx, sku, delivery, qty)
 }
 
 // Status reads sku's stock in one transaction, so every figure is from the
@@ -206,9 +230,10 @@ func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
 // Every value is decoded strictly, and every order's parts must name places
 // of the SKU. Every live reservation must have its index key (with its
 // quantity) and every index key a live reservation; every buyer's counter
-// must equal the units its active orders counted there hold. A failed audit
-// is reported in the report (OK false), not as an error; errors are for
-// failing to read.
+// must equal the units its active orders counted there hold. Every delivery
+// record (Restock) must decode and name the SKU, and the deliveries
+// together cannot exceed the total. A failed audit is reported in the
+// report (OK false), not as an error; errors are for failing to read.
 func (c *Coordinator) Audit(ctx context.Context, sku string) (*AuditReport, error) {
 	return c.stock.AuditAt(ctx, sku, 0)
 }

@@ -378,7 +378,7 @@ func TestReleaseAndRestock(t *testing.T) {
 	// (Selling may have moved pool stock into a segment meanwhile: the
 	// pool is read again.)
 	pre := mustStatus(t, c, "rr")
-	res, err := c.Restock(ctx, "rr", 8)
+	res, err := c.Restock(ctx, "rr", "d1", 8)
 	if err != nil || res.Total != 20 || res.Pool != pre.Pool+8 {
 		t.Fatalf("restock: %+v %v (pool before %d)", res, err, pre.Pool)
 	}
@@ -448,14 +448,16 @@ func TestBadInputChangesNothing(t *testing.T) {
 			_, err := c.CreateSKU(ctx, "n5", coordinator.SKUConfig{Total: 5, Segments: 1, LowWatermark: -1})
 			return err
 		}, coordinator.ErrInvalidArgument, "low watermark"},
-		{"restock zero", func() error { _, err := c.Restock(ctx, "ok", 0); return err }, coordinator.ErrInvalidArgument, "qty"},
+		{"restock zero", func() error { _, err := c.Restock(ctx, "ok", "d0", 0); return err }, coordinator.ErrInvalidArgument, "qty"},
 		{"restock past the maximum", func() error {
-			_, err := c.Restock(ctx, "ok", segments.MaxQty)
+			_, err := c.Restock(ctx, "ok", "dmax", segments.MaxQty)
 			if err != nil {
 				return err
 			}
 			return errors.New("restock accepted")
 		}, nil, ""},
+		{"restock without a delivery", func() error { _, err := c.Restock(ctx, "ok", "", 1); return err }, coordinator.ErrInvalidArgument, "delivery"},
+		{"restock bad delivery", func() error { _, err := c.Restock(ctx, "ok", "a/b", 1); return err }, coordinator.ErrInvalidArgument, "delivery"},
 		{"release unknown order", func() error { _, err := c.Release(ctx, "ok", "never"); return err }, coordinator.ErrOrderNotFound, "never"},
 		{"release bad order id", func() error { _, err := c.Release(ctx, "ok", "a/b"); return err }, coordinator.ErrInvalidArgument, "order"},
 		{"reuse order with other qty", func() error { _, err := c.Allocate(ctx, "ok", "existing", 2, ""); return err }, coordinator.ErrConflict, "qty"},

@@ -194,7 +194,7 @@ func (w *linWorkload) client(id int, c *coordinator.Coordinator, stop <-chan str
 		switch {
 		case p < 15 && restocking:
 			r.in = linInput{Op: opRestock, Qty: w.Restock}
-			res, err := c.Restock(ctx, w.SKU, w.Restock)
+			res, err := c.Restock(ctx, w.SKU, fmt.Sprintf("lin-%d-%d", id, n), w.Restock)
 			if err != nil {
 				r.unknown = true
 				restocking = false // at most one restock of unknown outcome: resolve can tell

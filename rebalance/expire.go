@@ -13,8 +13,9 @@ import (
 // became due without its knowing (made after its last look). Between looks
 // it sleeps until the earliest deadline it knows of, so a reservation whose
 // TTL is longer than this is expired as soon as it is due; one with a
-// shorter TTL can wait up to this long. Each look costs one read of the SKU
-// list and one read per SKU.
+// shorter TTL can wait up to this long. Each look costs two reads per SKU
+// that has live reservations (a watch of the reservation index keys says
+// which), none for the others.
 const DefaultExpiryPoll = 250 * time.Millisecond
 
 // expiryBatch bounds one ExpireDue call; a larger backlog takes several.
@@ -26,6 +27,14 @@ const expiryBatch = 256
 // inboxes (the pool's lock only for units that came from the pool), so it
 // never waits behind the refills.
 func (r *Rebalancer) sweepExpired(ctx context.Context, l *leadership) error {
+	res := &reserved{}
+	fctx, stop := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		r.follow(fctx, res)
+	}()
+	defer func() { stop(); <-followed }()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -35,12 +44,16 @@ func (r *Rebalancer) sweepExpired(ctx context.Context, l *leadership) error {
 		case <-timer.C:
 		}
 		next := time.Now().Add(r.cfg.ExpiryPoll)
-		skus, err := r.c.stock.SKUs(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		skus, known := res.skus()
+		var err error
+		if !known {
+			// Until the index keys were read: every SKU.
+			if skus, err = r.c.stock.SKUs(ctx); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				r.log.Warn("expiry sweep cannot list SKUs", "err", err)
 			}
-			r.log.Warn("expiry sweep cannot list SKUs", "err", err)
 		}
 		for _, sku := range skus {
 			if _, err := r.expireSKU(ctx, l, sku); err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -66,6 +68,7 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 	for _, v := range views {
 		dirty[v] = true
 	}
+	next := "" // the safety net's next SKU (sweepWindow)
 	for {
 		if err := r.actOn(ctx, l, dirty); err != nil {
 			return err
@@ -99,9 +102,12 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 				}
 			}
 		case <-sweep.C:
-			// The safety net: re-read everything, keeping what only this
-			// leader knows (parked segments, crossing times).
-			fresh, _, err := l.loadAll(ctx)
+			// The safety net: read a slice of the SKUs again (they go
+			// round, sweepSKUs a tick), keeping what only this leader
+			// knows (parked segments, crossing times).
+			var names []string
+			names, next = sweepWindow(views, next)
+			fresh, err := l.loadSome(ctx, names)
 			if err != nil {
 				return err
 			}
@@ -118,7 +124,7 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 				views[sku] = f
 				dirty[f] = true
 			}
-			for sku := range views {
+			for _, sku := range names {
 				if fresh[sku] == nil {
 					delete(views, sku)
 				}
@@ -184,4 +190,19 @@ func (r *Rebalancer) actOn(ctx context.Context, l *leadership, dirty map[*view]b
 		return nil
 	}
 	return r.record(ctx, l, pass)
+}
+
+// sweepWindow picks the next sweepSKUs SKUs of views in name order, from
+// the first at or after from (round to the start at the end), and where
+// the following window starts.
+func sweepWindow(views map[string]*view, from string) (names []string, next string) {
+	all := slices.Sorted(maps.Keys(views))
+	start, _ := slices.BinarySearch(all, from)
+	for i := 0; i < min(sweepSKUs, len(all)); i++ {
+		names = append(names, all[(start+i)%len(all)])
+	}
+	if len(all) > 0 {
+		next = all[(start+len(names))%len(all)]
+	}
+	return names, next
 }

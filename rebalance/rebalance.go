@@ -21,9 +21,10 @@ import (
 
 // Defaults of Config.
 const (
-	// DefaultSweepInterval is how often the leader re-reads every SKU in
-	// full. Watches make refills prompt; the sweep only bounds how long a
-	// missed event can delay one.
+	// DefaultSweepInterval is how often the leader reads a slice of the
+	// SKUs again (64 of them, going round): watches make refills prompt;
+	// the sweep only bounds how long a missed event can delay one (one
+	// interval for up to 64 SKUs, a few seconds for thousands).
 	DefaultSweepInterval = time.Second
 	// DefaultIdleAfter is how long a segment's stock must stay unchanged
 	// before consolidation counts the segment as receiving no traffic.

@@ -111,6 +111,39 @@ func (l *leadership) loadAll(ctx context.Context) (map[string]*view, int64, erro
 	return views, resp.Header.Revision, nil
 }
 
+// sweepSKUs is how many SKUs one safety-net sweep reads again: the sweeps
+// go round the SKUs this many at a time, so that a leader of thousands of
+// SKUs reads a bounded slice of them each tick rather than all of them.
+const sweepSKUs = 64
+
+// loadSome reads the named SKUs again, each at one revision (one
+// transaction for all of them: two ranges each); a SKU missing from the
+// result no longer exists (or is being created).
+func (l *leadership) loadSome(ctx context.Context, skus []string) (map[string]*view, error) {
+	k := l.c.keys
+	ops := make([]clientv3.Op, 0, 2*len(skus))
+	for _, sku := range skus {
+		ops = append(ops, clientv3.OpGet(k.Meta(sku)), clientv3.OpGet(k.SKUStock(sku), clientv3.WithPrefix()))
+	}
+	resp, err := l.c.kv.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("load SKUs: %w", err)
+	}
+	now := time.Now()
+	views := map[string]*view{}
+	for i := range skus {
+		if kvs := resp.Responses[2*i].GetResponseRange().Kvs; len(kvs) > 0 {
+			if v := l.viewFromMeta(kvs[0], now); v != nil {
+				views[v.sku] = v
+			}
+		}
+		for _, kv := range resp.Responses[2*i+1].GetResponseRange().Kvs {
+			applyStock(k, views, kv, now)
+		}
+	}
+	return views, nil
+}
+
 // load reads one SKU.
 func (l *leadership) load(ctx context.Context, sku string) (*view, error) {
 	k := l.c.keys

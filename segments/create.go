@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/stockctl/stockctl/internal/lock"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -69,7 +68,9 @@ func (cfg SKUConfig) validate() error {
 // the segments in batches, so that total = pool + segments holds at every
 // revision. Until the last step the SKU serves no requests (ErrUnknownSKU).
 // If creation is interrupted, calling CreateSKU again with the same config
-// completes it.
+// completes it; with another config (the initial fill included) it is
+// ErrConflict, naming the config of the creation in progress, and changes
+// nothing. The result is the SKU as created, with its InitialFill.
 func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
@@ -81,8 +82,8 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta
 		cfg.RefillBatch = DefaultRefillBatch(cfg.Total, cfg.Segments)
 	}
 	meta := Meta{
-		Total: cfg.Total, Segments: cfg.Segments, LowWatermark: cfg.LowWatermark,
-		RefillBatch: cfg.RefillBatch, PerUserLimit: cfg.PerUserLimit, Creating: true, Created: time.Now().UTC().Truncate(time.Second),
+		Total: cfg.Total, Segments: cfg.Segments, LowWatermark: cfg.LowWatermark, RefillBatch: cfg.RefillBatch,
+		PerUserLimit: cfg.PerUserLimit, InitialFill: cfg.InitialFill, Creating: true, Created: time.Now().UTC().Truncate(time.Second),
 	}
 	metaKey := e.keys.Meta(sku)
 	resp, err := e.kv.Txn(ctx).
@@ -101,9 +102,16 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta
 		if err != nil {
 			return Meta{}, fmt.Errorf("create %s: %w", sku, err)
 		}
-		if !old.Creating || old.Total != meta.Total || old.Segments != meta.Segments ||
-			old.LowWatermark != meta.LowWatermark || old.RefillBatch != meta.RefillBatch || old.PerUserLimit != meta.PerUserLimit {
+		if !old.Creating {
 			return Meta{}, fmt.Errorf("create %s: %w: the SKU already exists", sku, ErrConflict)
+		}
+		if old.Total != meta.Total || old.Segments != meta.Segments || old.InitialFill != meta.InitialFill ||
+			old.LowWatermark != meta.LowWatermark || old.RefillBatch != meta.RefillBatch || old.PerUserLimit != meta.PerUserLimit {
+			// Resuming it with this config would report values etcd does
+			// not hold (the segments may already hold the other fill).
+			return Meta{}, fmt.Errorf("create %s: %w: an interrupted creation is in progress with total %d, %d segments, "+
+				"initial fill %d, low watermark %d, refill batch %d, per-user limit %d: create it again with those values to complete it",
+				sku, ErrConflict, old.Total, old.Segments, old.InitialFill, old.LowWatermark, old.RefillBatch, old.PerUserLimit)
 		}
 		meta, metaRev = old, kv.ModRevision // resume an interrupted creation
 	}
@@ -111,9 +119,11 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta
 		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
 	}
 	meta.Creating = false
+	final := meta
+	final.InitialFill = 0 // only a creation in progress needs it
 	done, err := e.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(metaKey), "=", metaRev)).
-		Then(clientv3.OpPut(metaKey, EncodeMeta(meta))).
+		Then(clientv3.OpPut(metaKey, EncodeMeta(final))).
 		Commit()
 	if err != nil {
 		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
@@ -184,55 +194,4 @@ func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, me
 			}
 		}
 	}
-}
-
-// Restock adds a new delivery of qty units to sku's pool and total (a
-// returned order is Release, not Restock). It holds the pool's lock.
-func (e *Engine) Restock(ctx context.Context, sku string, qty int64) (*Restocked, error) {
-	if err := firstErr(ValidateSKU(sku), ValidateQty(qty)); err != nil {
-		return nil, fmt.Errorf("restock %s: %w", sku, err)
-	}
-	info, err := e.sku(ctx, sku)
-	if err != nil {
-		return nil, fmt.Errorf("restock %s: %w", sku, err)
-	}
-	hp, err := e.lockPlace(ctx, info.name, Pool, -1)
-	if err != nil {
-		return nil, fmt.Errorf("restock %s: %w", sku, err)
-	}
-	defer hp.unlock()
-	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		meta, metaRev, err := e.Meta(ctx, sku)
-		if err != nil {
-			return nil, fmt.Errorf("restock %s: %w", sku, err)
-		}
-		if meta.Total+qty > MaxTotal {
-			return nil, fmt.Errorf("restock %s: %w", sku, &InvalidError{Field: "qty", Value: fmt.Sprint(qty),
-				Reason: fmt.Sprintf("would take the total %d past the maximum %d", meta.Total, MaxTotal)})
-		}
-		if err := hp.load(ctx, false); err != nil {
-			return nil, fmt.Errorf("restock %s: %w", sku, err)
-		}
-		hp.delta = qty
-		meta.Total += qty
-		resp, err := e.kv.Txn(ctx).
-			If(append(hp.cmps(), clientv3.Compare(clientv3.ModRevision(e.keys.Meta(sku)), "=", metaRev))...).
-			Then(append(hp.ops(), clientv3.OpPut(e.keys.Meta(sku), EncodeMeta(meta)))...).
-			Else(clientv3.OpGet(hp.h.Own().Key())).
-			Commit()
-		if err != nil {
-			hp.invalidate()
-			return nil, fmt.Errorf("restock %s: %w", sku, err)
-		}
-		if resp.Succeeded {
-			pool := hp.newValue()
-			hp.committed(resp.Header.Revision)
-			return &Restocked{SKU: sku, Total: meta.Total, Pool: pool, Revision: resp.Header.Revision}, nil
-		}
-		if !stillOwned(resp.Responses[0], hp) {
-			return nil, fmt.Errorf("restock %s: %w", sku, lock.ErrLost)
-		}
-		hp.invalidate()
-	}
-	return nil, fmt.Errorf("restock %s: %w", sku, errContention)
 }

@@ -33,8 +33,9 @@ type Deleted struct {
 //
 // Its order records are first archived as Prune does, whatever their age
 // (so their IDs are forgotten), then one transaction deletes the meta
-// record, the counters, the archive, the buyers' counters and every other
-// key of the SKU, on condition that nothing above changed meanwhile. Stock
+// record, the counters, the archive, the buyers' counters, the restocks'
+// delivery records and every other key of the SKU, on condition that
+// nothing above changed meanwhile; the delivery IDs are forgotten too. Stock
 // still in the pool or the segments goes with it (Deleted says how much).
 //
 // The name may then be created again. A process that sold the SKU before
@@ -59,21 +60,39 @@ func (e *Engine) DeleteSKU(ctx context.Context, sku string) (*Deleted, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delete %s: %w", sku, err)
 	}
+	// The restocks' delivery records go with the SKU, and their ID claims
+	// in the same transaction as far as they fit, the rest right after.
+	dels, err := e.kv.Get(ctx, e.keys.Deliveries(sku), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("delete %s: %w", sku, err)
+	}
+	var claims []clientv3.Op
+	for _, kv := range dels.Kvs {
+		if id, err := e.keys.ParseDelivery(sku, string(kv.Key)); err == nil {
+			claims = append(claims, clientv3.OpDelete(e.keys.DeliveryID(id)))
+		}
+	}
 	none := func(prefix string) clientv3.Cmp {
 		return clientv3.Compare(clientv3.Version(prefix).WithPrefix(), "=", 0)
 	}
-	resp, err := e.kv.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(e.keys.Meta(sku)), "=", metaRev),
-		none(e.keys.StockLocks(sku)),
-		none(e.keys.Reservations(sku)),
-		none(e.keys.Orders(sku)),
-	).Then(
+	ops := []clientv3.Op{
 		clientv3.OpDelete(e.keys.Meta(sku)),
 		clientv3.OpDelete(e.keys.SKUStock(sku), clientv3.WithPrefix()),
 		clientv3.OpDelete(e.keys.Users(sku), clientv3.WithPrefix()),
 		clientv3.OpDelete(e.keys.Archive(sku)),
 		clientv3.OpDelete(e.keys.Pull(sku)),
-	).Commit()
+		clientv3.OpDelete(e.keys.Deliveries(sku), clientv3.WithPrefix()),
+	}
+	now := min(len(claims), max(0, e.cfg.MaxTxnOps-len(ops)))
+	ops, claims = append(ops, claims[:now]...), claims[now:]
+	resp, err := e.kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(e.keys.Meta(sku)), "=", metaRev),
+		none(e.keys.StockLocks(sku)),
+		none(e.keys.Reservations(sku)),
+		none(e.keys.Orders(sku)),
+		// No delivery since they were read: its claim would be left behind.
+		clientv3.Compare(clientv3.ModRevision(e.keys.Deliveries(sku)).WithPrefix(), "<", dels.Header.Revision+1),
+	).Then(ops...).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("delete %s: %w", sku, err)
 	}
@@ -86,6 +105,13 @@ func (e *Engine) DeleteSKU(ctx context.Context, sku string) (*Deleted, error) {
 	e.mu.Lock()
 	delete(e.skus, sku)
 	e.mu.Unlock()
+	for len(claims) > 0 {
+		n := min(len(claims), e.cfg.MaxTxnOps)
+		if _, err := e.kv.Txn(ctx).Then(claims[:n]...).Commit(); err != nil {
+			return nil, fmt.Errorf("delete %s: the SKU is deleted, but %d of its delivery IDs are still claimed: %w", sku, len(claims), err)
+		}
+		claims = claims[n:]
+	}
 	return &Deleted{SKU: sku, Total: st.Total, Remaining: st.Remaining(), Archived: st.Archived,
 		Orders: pruned.Archive.Orders, Revision: resp.Header.Revision}, nil
 }

@@ -94,8 +94,14 @@ type Meta struct {
 	PerUserLimit int64 `json:"perUserLimit,omitempty"`
 	// Creating is set while CreateSKU is still moving the initial fill from
 	// the pool into the segments; such a SKU serves no requests yet.
-	Creating bool      `json:"creating,omitempty"`
-	Created  time.Time `json:"created"`
+	Creating bool `json:"creating,omitempty"`
+	// InitialFill is the part of the total CreateSKU puts in the segments.
+	// It is recorded while Creating, so that resuming an interrupted
+	// creation with another fill is a conflict, and dropped from the record
+	// when the creation completes (readers of a completed SKU's record see
+	// 0). CreateSKU's result carries it.
+	InitialFill int64     `json:"initialFill,omitempty"`
+	Created     time.Time `json:"created"`
 }
 
 // Validate checks the record's fields against the documented limits.
@@ -111,6 +117,8 @@ func (m *Meta) Validate() error {
 		return invalid("refill batch", m.RefillBatch, "must be between 0 and %d", MaxTotal)
 	case m.PerUserLimit < 0 || m.PerUserLimit > MaxQty:
 		return invalid("per-user limit", m.PerUserLimit, "must be between 0 (none) and %d", MaxQty)
+	case m.InitialFill < 0 || m.InitialFill > m.Total:
+		return invalid("initial fill", m.InitialFill, "must be between 0 and the total %d", m.Total)
 	}
 	return nil
 }

@@ -18,8 +18,8 @@ import (
 // counter it adds to or takes from), one commit for all. If any compare
 // fails (a Confirm won a race, a seller absorbed an inbox meanwhile), the
 // chunk falls back to one transaction per reservation, which sorts out who
-// won. Reservations that took from the pool always go one at a time: the
-// pool's counter is written only under the pool's lock.
+// won. Units that came from the pool go back to a segment's inbox
+// (returnSegment), as with one at a time.
 
 // dueOrder is a due reservation read for a batched expiry.
 type dueOrder struct {
@@ -30,7 +30,7 @@ type dueOrder struct {
 
 // readDue reads the orders of due index keys in transactions of at most
 // maxTxnOps reads, and sorts them: those a batch can expire, and the rest
-// (gone, not live, not due, from the pool) for one at a time.
+// (gone, not live, not due) for one at a time.
 func (e *Engine) readDue(ctx context.Context, info *skuInfo, todo []due, now time.Time) (batch []dueOrder, single []due, err error) {
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), e.cfg.MaxTxnOps)]
@@ -56,7 +56,7 @@ func (e *Engine) readDue(ctx context.Context, info *skuInfo, todo []due, now tim
 			ok := o.Reserved() && !now.Before(o.Deadline) && o.SKU == info.name && o.ID == d.order &&
 				e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID) == d.key
 			for _, p := range o.Parts {
-				ok = ok && !p.Place.IsPool() && p.Place.Index() < info.segments
+				ok = ok && p.Place.Index() < info.segments
 			}
 			if ok {
 				batch = append(batch, dueOrder{indexKey: d.key, o: o, kv: kvs[0]})
@@ -82,10 +82,10 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 		n := 0
 		for ; n < len(batch); n++ {
 			o := batch[n].o
-			dc, do, dr := 1, 2, 0
+			dc, do, dr := 1, 2, 1 // its record: compared, written, read again
 			fresh := map[string]bool{}
 			for _, p := range o.Parts {
-				k := e.keys.Inbox(info.name, p.Place.Index())
+				k := e.keys.Inbox(info.name, returnSegment(p.Place, o.ID, info.segments))
 				if !seen[k] && !fresh[k] {
 					fresh[k] = true
 					dc, do, dr = dc+1, do+1, dr+1
@@ -121,15 +121,16 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 	return out, left, nil
 }
 
-// expireChunk expires chunk in one transaction; ok false means a compare
-// failed (nothing changed) and the fence still holds.
+// expireChunk expires chunk in one transaction; ok false means a record
+// changed since it was read or a compare failed (nothing changed), and the
+// fence still holds.
 func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrder, fence []clientv3.Cmp) ([]Expiry, bool, error) {
 	give := map[string]int64{}
 	take := map[string]int64{}
 	var counters []string // inboxes, then buyers
 	for _, d := range chunk {
 		for _, p := range d.o.Parts {
-			k := e.keys.Inbox(info.name, p.Place.Index())
+			k := e.keys.Inbox(info.name, returnSegment(p.Place, d.o.ID, info.segments))
 			if _, ok := give[k]; !ok {
 				counters = append(counters, k)
 			}
@@ -145,13 +146,28 @@ func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrde
 			take[k] += d.o.Qty
 		}
 	}
-	reads := make([]clientv3.Op, len(counters))
-	for i, k := range counters {
-		reads[i] = clientv3.OpGet(k)
+	// The counters are read with the order records, at one revision: a
+	// record changed since readDue (a late Confirm expired it, a Cancel
+	// returned it) has already taken its units off its buyer's counter,
+	// which would then look too small for the chunk. Such a chunk goes back
+	// for one at a time, like one whose commit failed; only a counter
+	// inconsistent with unchanged records is corrupt.
+	reads := make([]clientv3.Op, 0, len(counters)+len(chunk))
+	for _, k := range counters {
+		reads = append(reads, clientv3.OpGet(k))
+	}
+	for _, d := range chunk {
+		reads = append(reads, clientv3.OpGet(string(d.kv.Key), clientv3.WithKeysOnly()))
 	}
 	cur, err := e.kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, false, err
+	}
+	for i, d := range chunk {
+		rec := cur.Responses[len(counters)+i].GetResponseRange().GetKvs()
+		if len(rec) == 0 || rec[0].ModRevision != d.kv.ModRevision {
+			return nil, false, nil
+		}
 	}
 	cmps := append([]clientv3.Cmp(nil), fence...)
 	var ops []clientv3.Op
@@ -163,7 +179,8 @@ func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrde
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", mod))
 		switch q, isUser := take[k]; {
 		case isUser && v < q:
-			return nil, false, fmt.Errorf("%w: buyer counter %s holds %d, less than its expiring reservations' %d", ErrCorrupt, k, v, q)
+			return nil, false, fmt.Errorf("%w: buyer counter %s holds %d, less than its expiring reservations' %d (read at revision %d)",
+				ErrCorrupt, k, v, q, cur.Header.Revision)
 		case isUser && v == q:
 			ops = append(ops, clientv3.OpDelete(k))
 		case isUser:

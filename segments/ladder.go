@@ -3,7 +3,9 @@ package segments
 import (
 	"context"
 	"errors"
+	"time"
 
+	"github.com/stockctl/stockctl/internal/background"
 	"github.com/stockctl/stockctl/internal/lock"
 )
 
@@ -42,11 +44,18 @@ import (
 // lock or session (each start-over deducted nothing).
 const maxLostRetries = 3
 
+// poolPulls is how many pulls an order at rung 5 takes part in while the
+// pool holds its quantity (others' orders may take what one brought).
+const poolPulls = 3
+
 // maxRelooks is how many fresh looks an order takes, at rung 5, while the
 // stock it needs is only in segments other processes hold, before it waits
 // for one of their locks: those processes are selling it, and a look is
 // far cheaper than a lock handoff.
-const maxRelooks = 2
+const maxRelooks = 6
+
+// relookPause is the pause before such a fresh look.
+const relookPause = 2 * time.Millisecond
 
 // sell is the one path of an order: down the ladder until a rung serves,
 // refuses or fails it.
@@ -101,32 +110,45 @@ func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, 
 				return r
 			}
 		}
-		cands := snap.candidates(req.qty, home)
-		if relooks < maxRelooks && len(cands) > 0 && s.heldByOthers(cands) {
-			snap = nil
-			continue
-		}
-		for _, p := range cands {
+		waited := false // a place skipped because its holder is selling it
+		for _, p := range snap.candidates(req.qty, home) {
 			if p.IsPool() {
 				// The pool is moved into a segment this process holds and
-				// sold there; a step order does not wait for the pool's
-				// lock here (only a gather may hold it through a step).
-				ok, err := s.pullFromPool(ctx, req.qty, home)
-				if err != nil {
-					return failed(err)
-				}
-				if ok {
+				// sold there, a pull serving every order of the moment; a
+				// step order does not wait for the pool's lock here (only
+				// a gather may hold it through a step), and a plain one
+				// only when this process can hold no segment to pull into.
+				for range poolPulls {
+					ok, err := s.pullFromPool(ctx, req.qty, home)
+					if err != nil {
+						return failed(err)
+					}
+					if !ok {
+						break
+					}
 					if r := s.serve(ctx, req, home); r.kind != resShort {
 						return r
 					}
 				}
-				if req.step != nil {
+				if req.step != nil || s.pullTarget(home) >= 0 {
 					continue
 				}
+			} else if relooks < maxRelooks && s.heldByOthers([]Place{p}) {
+				// Its holder is selling it: look again shortly (a shared
+				// read) rather than queue for its lock (two writes).
+				waited = true
+				continue
 			}
 			if r := e.tryPlace(ctx, req, p, e.cfg.FallbackWait); r.kind != resShort && r.kind != resBusy {
 				return r
 			}
+		}
+		if waited {
+			if !background.Sleep(ctx, relookPause) {
+				return failed(context.Cause(ctx))
+			}
+			snap = nil
+			continue
 		}
 		return e.gather(ctx, req, snap)
 	}

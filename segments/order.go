@@ -55,16 +55,16 @@ func (e *Engine) allocate(ctx context.Context, verb, sku, order string, qty int6
 		errs = append(errs, ValidateTTL(ttl))
 	}
 	if err := firstErr(errs...); err != nil {
-		return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, err)
+		return nil, orderErr(verb, sku, order, err)
 	}
 	info, err := e.sku(ctx, sku)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, err)
+		return nil, orderErr(verb, sku, order, err)
 	}
 	req := &allocReq{sku: info, order: order, qty: qty, step: step, ttl: ttl, buyer: o.buyer}
 	if info.perUserLimit > 0 {
 		if o.buyer == "" {
-			return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, &InvalidError{Field: "buyer", Value: `""`,
+			return nil, orderErr(verb, sku, order, &InvalidError{Field: "buyer", Value: `""`,
 				Reason: fmt.Sprintf("is required: the SKU has a per-user limit of %d", info.perUserLimit)})
 		}
 		if qty > info.perUserLimit {
@@ -80,7 +80,26 @@ func (e *Engine) allocate(ctx context.Context, verb, sku, order string, qty int6
 	}
 	a, err := e.sell(ctx, req, home)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order, err)
+		return nil, orderErr(verb, sku, order, err)
 	}
 	return a, nil
 }
+
+// orderError is an order's error with the call, SKU and order it concerns,
+// as "allocate iphone order "o-1": <err>". The text is made when asked for:
+// in a sold-out storm most orders end in a refusal, and formatting each one
+// would be a good part of what a refusal costs.
+type orderError struct {
+	verb, sku, order string
+	err              error
+}
+
+func orderErr(verb, sku, order string, err error) error {
+	return &orderError{verb: verb, sku: sku, order: order, err: err}
+}
+
+func (e *orderError) Error() string {
+	return fmt.Sprintf("%s %s order %q: %v", e.verb, e.sku, e.order, e.err)
+}
+
+func (e *orderError) Unwrap() error { return e.err }

@@ -112,7 +112,14 @@ type Expiry struct {
 // Restocked is the outcome of a restock.
 type Restocked struct {
 	SKU      string
-	Total    int64 // the SKU's total after the restock
-	Pool     int64 // the pool after the restock
+	Delivery string // the delivery ID
+	Qty      int64  // the units the delivery added
+	Total    int64  // the SKU's total right after the restock
+	Pool     int64  // the pool right after the restock
+	// Revision is the etcd revision at which the restock was committed.
 	Revision int64
+	// Replayed is true when the delivery ID had already been applied
+	// before this call: nothing was added now, and the fields describe the
+	// first application (Total and Pool as they were right after it).
+	Replayed bool
 }

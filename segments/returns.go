@@ -92,21 +92,14 @@ func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, ki
 	if err != nil {
 		return nil, false, err
 	}
-	var poolCmps []clientv3.Cmp
-	if targets.has(e.keys.Pool(info.name)) {
-		hp, err := e.lockPlace(ctx, info.name, Pool, -1)
-		if err != nil {
-			return nil, false, err
-		}
-		defer hp.unlock()
-		poolCmps = append(poolCmps, hp.h.IsOwner())
-		defer hp.invalidate() // the pool changes under this lock, not through its cache
-	}
 	cmps, ops, userKey, err := e.returnOps(ctx, info, o, kv, targets)
+	if errors.Is(err, errOrderChanged) {
+		return nil, true, nil // returned, confirmed or expired meanwhile: read again
+	}
 	if err != nil {
 		return nil, false, err
 	}
-	cmps = append(append(poolCmps, fence...), cmps...)
+	cmps = append(fence[:len(fence):len(fence)], cmps...)
 	if kind == retExpire {
 		o.State = StateExpired
 	} else {
@@ -185,7 +178,20 @@ type returnTo struct {
 
 func (t returnTo) has(key string) bool { _, ok := t.give[key]; return ok }
 
-// returnTargets works out where o's parts go back to.
+// returnSegment is the segment whose inbox a returned part goes to: the one
+// it came from; a part that came from the pool goes to a segment picked by
+// the order's ID. Stock is fungible, and an inbox takes a deposit without
+// a lock, so that returns never wait for (nor make a storm of orders wait
+// for) the pool's lock; the rebalancer drains what a segment does not
+// sell.
+func returnSegment(p Place, order string, segments int) int {
+	if p.IsPool() {
+		return Route(order, segments)
+	}
+	return p.Index()
+}
+
+// returnTargets works out where o's parts go back to (returnSegment).
 func (e *Engine) returnTargets(info *skuInfo, o Order, kv *mvccpb.KeyValue) (returnTo, error) {
 	t := returnTo{give: map[string]int64{}}
 	for _, p := range o.Parts {
@@ -193,10 +199,7 @@ func (e *Engine) returnTargets(info *skuInfo, o Order, kv *mvccpb.KeyValue) (ret
 			return t, &CorruptError{Key: string(kv.Key), Value: kv.Value,
 				Err: fmt.Errorf("part from %v of a SKU with %d segments", p.Place, info.segments)}
 		}
-		key := e.keys.Pool(info.name)
-		if !p.Place.IsPool() {
-			key = e.keys.Inbox(info.name, p.Place.Index())
-		}
+		key := e.keys.Inbox(info.name, returnSegment(p.Place, o.ID, info.segments))
 		if !t.has(key) {
 			t.keys = append(t.keys, key)
 		}
@@ -205,13 +208,28 @@ func (e *Engine) returnTargets(info *skuInfo, o Order, kv *mvccpb.KeyValue) (ret
 	return t, nil
 }
 
+// errOrderChanged is returnOps's answer when the order record is no
+// longer at the revision its caller read: another call returned, confirmed
+// or expired it in between. The caller reads the order again; nothing was
+// written.
+var errOrderChanged = errors.New("order record changed since it was read")
+
 // returnOps reads the counters a return of o changes and builds its
 // compares (the order record's revision, each counter's) and writes (the
 // counters, the buyer's counter, the reservation's index key); the order
 // record's own write is the caller's. userKey is the buyer's counter, when
 // the order was counted there.
+//
+// The counters are read together with the order record, at one revision.
+// The record was read in an earlier round trip, and a return committed in
+// between (a retried webhook's second Release, the sweep and a late
+// Confirm) takes the order's units off the buyer's counter: read alone, the
+// counter would look too small for the order, which is not corruption but
+// a changed order. So the counters are judged only when the record is still
+// at kv's revision; otherwise the answer is errOrderChanged. A counter
+// inconsistent with an unchanged record, at one revision, is ErrCorrupt.
 func (e *Engine) returnOps(ctx context.Context, info *skuInfo, o Order, kv *mvccpb.KeyValue, t returnTo) (cmps []clientv3.Cmp, ops []clientv3.Op, userKey string, err error) {
-	reads := make([]clientv3.Op, len(t.keys), len(t.keys)+1)
+	reads := make([]clientv3.Op, len(t.keys), len(t.keys)+2)
 	for i, key := range t.keys {
 		reads[i] = clientv3.OpGet(key)
 	}
@@ -219,9 +237,13 @@ func (e *Engine) returnOps(ctx context.Context, info *skuInfo, o Order, kv *mvcc
 		userKey = e.keys.User(info.name, o.Buyer)
 		reads = append(reads, clientv3.OpGet(userKey))
 	}
+	reads = append(reads, clientv3.OpGet(string(kv.Key), clientv3.WithKeysOnly()))
 	cur, err := e.kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return nil, nil, "", err
+	}
+	if rec := cur.Responses[len(reads)-1].GetResponseRange().GetKvs(); len(rec) == 0 || rec[0].ModRevision != kv.ModRevision {
+		return nil, nil, "", errOrderChanged
 	}
 	cmps = []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}
 	for i, key := range t.keys {
@@ -241,7 +263,8 @@ func (e *Engine) returnOps(ctx context.Context, info *skuInfo, o Order, kv *mvcc
 			return nil, nil, "", err
 		}
 		if v < o.Qty {
-			return nil, nil, "", fmt.Errorf("%w: buyer counter %s holds %d, less than order %q's %d", ErrCorrupt, userKey, v, o.ID, o.Qty)
+			return nil, nil, "", fmt.Errorf("%w: buyer counter %s holds %d, less than order %q's %d (both read at revision %d)",
+				ErrCorrupt, userKey, v, o.ID, o.Qty, cur.Header.Revision)
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(userKey), "=", mod))
 		if v == o.Qty {

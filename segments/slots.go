@@ -124,8 +124,7 @@ func (s *seller) serveStep(ctx context.Context, req *allocReq, home int) placeRe
 // as the step returns, while the commit is still on its way (the part's pin
 // keeps the segment's key until the commit is answered).
 func (s *seller) runSlot(ctx context.Context, req *allocReq, sl *slot) placeResult {
-	cr, r := s.e.runStep(ctx, req, []*lock.Hold{sl.h}, []commitPart{sl.part})
-	_ = sl.h.Unlock(s.e.bg.Ctx())
+	cr, r := s.e.stepInSlot(ctx, req, sl.h, sl.part)
 	if cr == nil {
 		return r
 	}

@@ -167,6 +167,10 @@ type AuditReport struct {
 	// Allocated does, without their records.
 	Archived       int64
 	ArchivedOrders int64
+	// Deliveries counts the restocks recorded by delivery ID; Delivered is
+	// the units they added (part of Total).
+	Deliveries int64
+	Delivered  int64
 	// Problems names each offending key and what is wrong with it, and the
 	// imbalance if there is one.
 	Problems []string
@@ -178,8 +182,10 @@ type AuditReport struct {
 // Every value is decoded strictly, and every order's parts must name places
 // of the SKU. Every live reservation must have its index key (with its
 // quantity) and every index key a live reservation; every buyer's counter
-// must equal the units its active orders counted there hold. A failed audit is reported in the report (OK false), not as an
-// error; errors are for failing to read.
+// must equal the units its active orders counted there hold. Every delivery
+// record (Restock) must decode and name the SKU, and the deliveries together
+// cannot exceed the total. A failed audit is reported in the report (OK
+// false), not as an error; errors are for failing to read.
 func (e *Engine) Audit(ctx context.Context, sku string) (*AuditReport, error) {
 	return e.AuditAt(ctx, sku, 0)
 }
@@ -197,6 +203,7 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 		clientv3.OpGet(e.keys.Orders(sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(e.keys.Reservations(sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(e.keys.Users(sku), clientv3.WithPrefix(), at),
+		clientv3.OpGet(e.keys.Deliveries(sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(e.keys.Archive(sku), at),
 	).Commit()
 	if err != nil {
@@ -301,7 +308,8 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 			r.Problems = append(r.Problems, fmt.Sprintf("buyer %q's active orders hold %d, but it has no counter", buyer, h))
 		}
 	}
-	if arc, err := decodeArchiveKVs(resp.Responses[5].GetResponseRange().Kvs); err != nil {
+	e.auditDeliveries(r, resp.Responses[5].GetResponseRange().Kvs)
+	if arc, err := decodeArchiveKVs(resp.Responses[6].GetResponseRange().Kvs); err != nil {
 		r.Problems = append(r.Problems, err.Error())
 	} else {
 		r.Archived, r.ArchivedOrders = arc.Units, arc.Orders
@@ -312,4 +320,28 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 	}
 	r.OK = len(r.Problems) == 0
 	return r, nil
+}
+
+// auditDeliveries counts the SKU's delivery records into r: each must
+// decode and name the SKU and the ID of its key, and together they cannot
+// have added more than the total (the total is the initial stock plus every
+// delivery).
+func (e *Engine) auditDeliveries(r *AuditReport, kvs []*mvccpb.KeyValue) {
+	for _, kv := range kvs {
+		key := string(kv.Key)
+		d, err := DecodeDelivery(key, kv.Value)
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
+			continue
+		}
+		if id, err := e.keys.ParseDelivery(r.SKU, key); err != nil || d.SKU != r.SKU || d.ID != id {
+			r.Problems = append(r.Problems, fmt.Sprintf("delivery record at key %q names SKU %q delivery %q", key, d.SKU, d.ID))
+			continue
+		}
+		r.Deliveries++
+		r.Delivered += d.Qty
+	}
+	if r.Delivered > r.Total {
+		r.Problems = append(r.Problems, fmt.Sprintf("deliveries add up to %d, more than the total %d", r.Delivered, r.Total))
+	}
 }

@@ -10,15 +10,17 @@ import (
 // runStep runs req's business step, if it has one, while holds are held
 // (its ctx is cancelled if one of them is lost), and hands parts to the
 // committer. It is the one way an order's step is run: in a held segment's
-// slot (slots.go) and in places locked by a fallback (gather.go). It
-// returns the commit request to wait on, or, when the step failed or a
-// lock was lost during it, the failure, with parts given back (nothing
-// deducted).
+// slot (slots.go, through stepInSlot) and in places locked by a fallback
+// (gather.go). It returns the commit request to wait on, or, when the step
+// failed or a lock was lost during it, the failure, with parts given back
+// (nothing deducted).
+//
+// A step that panics gets the same clean-up as one that fails (parts given
+// back, its ctx released), and the panic then goes on to AllocateFunc's
+// caller; the callers unlock the holds with defer.
 func (e *Engine) runStep(ctx context.Context, req *allocReq, holds []*lock.Hold, parts []commitPart) (*commitReq, placeResult) {
 	if req.step != nil {
-		sctx, unbind := bindAll(ctx, holds)
-		err := req.step(sctx)
-		unbind()
+		err := callStep(ctx, req.step, holds, parts)
 		for _, h := range holds {
 			if cause := context.Cause(h.Ctx()); cause != nil {
 				cancelParts(parts)
@@ -31,6 +33,32 @@ func (e *Engine) runStep(ctx context.Context, req *allocReq, holds []*lock.Hold,
 		}
 	}
 	return e.submit(ctx, req, parts), placeResult{}
+}
+
+// callStep runs step with a ctx bound to holds. If step does not return
+// (it panics, or calls runtime.Goexit), parts are given back before the
+// panic goes on: a recovered panic must not leave their units reserved,
+// nor the segment pinned, for the rest of the process's life.
+func callStep(ctx context.Context, step Step, holds []*lock.Hold, parts []commitPart) error {
+	sctx, unbind := bindAll(ctx, holds)
+	defer unbind()
+	returned := false
+	defer func() {
+		if !returned {
+			cancelParts(parts)
+		}
+	}()
+	err := step(sctx)
+	returned = true
+	return err
+}
+
+// stepInSlot runs req's step in a held segment's slot (h, with part
+// reserved there) and hands the part to the committer: the slot is free
+// again as soon as the step returns, or panics.
+func (e *Engine) stepInSlot(ctx context.Context, req *allocReq, h *lock.Hold, part commitPart) (*commitReq, placeResult) {
+	defer func() { _ = h.Unlock(e.bg.Ctx()) }()
+	return e.runStep(ctx, req, []*lock.Hold{h}, []commitPart{part})
 }
 
 // bindAll returns ctx cancelled when any of holds is lost.

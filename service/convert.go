@@ -69,7 +69,7 @@ func auditResponse(r *coordinator.AuditReport) *stockctlv1.AuditResponse {
 		Sku: r.SKU, Ok: r.OK, Revision: r.Revision, Total: r.Total, Pool: r.Pool, Segments: r.Segments,
 		Allocated: r.Allocated, Reserved: r.Reserved, Confirmed: r.Confirmed, Orders: r.Orders,
 		ReleasedOrders: r.ReleasedOrders, ExpiredOrders: r.ExpiredOrders, Buyers: r.Buyers,
-		Problems: r.Problems,
+		Problems: r.Problems, Deliveries: r.Deliveries, Delivered: r.Delivered,
 	}
 }
 

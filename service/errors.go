@@ -37,7 +37,7 @@ var (
 // op says what kind of call an error came from, where the coordinator's
 // sentinels mean different things to a caller (ErrConflict on a create is
 // SKU_EXISTS, on an order ORDER_CONFLICT, on a reservation step
-// ORDER_STATE_CONFLICT).
+// ORDER_STATE_CONFLICT, on a restock DELIVERY_CONFLICT).
 type op int
 
 const (
@@ -134,6 +134,8 @@ func stockError(o op, err error) *connect.Error {
 			return newError(connect.CodeAlreadyExists, stockctlv1.ErrorReason_ERROR_REASON_SKU_EXISTS, err, nil)
 		case opStep:
 			return newError(connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_ORDER_STATE_CONFLICT, err, nil)
+		case opStock:
+			return newError(connect.CodeAlreadyExists, stockctlv1.ErrorReason_ERROR_REASON_DELIVERY_CONFLICT, err, nil)
 		default:
 			return newError(connect.CodeAlreadyExists, stockctlv1.ErrorReason_ERROR_REASON_ORDER_CONFLICT, err, nil)
 		}

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 
 	"connectrpc.com/connect"
 
@@ -13,7 +12,7 @@ import (
 )
 
 // stockService implements StockService on the coordinator. Each method
-// checks what the coordinator does not (durations, the delivery field),
+// checks what the coordinator does not (durations),
 // waits for etcd to be reachable (etcdReady), and leaves every other check
 // to the coordinator, which validates before it writes anything.
 type stockService struct{ s *Server }
@@ -50,8 +49,8 @@ func (h stockService) CreateSKU(ctx context.Context, req *connect.Request[stockc
 			return nil, err
 		}
 		return &stockctlv1.CreateSKUResponse{
-			Sku: m.Sku, Total: meta.Total, Segments: int32(meta.Segments), InitialFill: m.InitialFill,
-			Pool: meta.Total - m.InitialFill, LowWatermark: meta.LowWatermark, RefillBatch: meta.RefillBatch,
+			Sku: m.Sku, Total: meta.Total, Segments: int32(meta.Segments), InitialFill: meta.InitialFill,
+			Pool: meta.Total - meta.InitialFill, LowWatermark: meta.LowWatermark, RefillBatch: meta.RefillBatch,
 			PerUserLimit: meta.PerUserLimit, CreateTime: timestamp(meta.Created),
 		}, nil
 	})
@@ -135,23 +134,15 @@ func (h stockService) Release(ctx context.Context, req *connect.Request[stockctl
 	})
 }
 
-// errDeliveryUnsupported refuses RestockRequest.delivery until the library
-// can make a restock idempotent by delivery ID.
-var errDeliveryUnsupported = errors.New("restock: the delivery field (an idempotency ID) is not supported yet: " +
-	"leave it empty, and do not retry a restock whose outcome you do not know without checking Status first")
-
 func (h stockService) Restock(ctx context.Context, req *connect.Request[stockctlv1.RestockRequest]) (*connect.Response[stockctlv1.RestockResponse], error) {
 	m := req.Msg
-	if m.Delivery != "" {
-		return nil, newError(connect.CodeUnimplemented, stockctlv1.ErrorReason_ERROR_REASON_DELIVERY_UNSUPPORTED, errDeliveryUnsupported,
-			map[string]string{"field": "delivery"})
-	}
 	return unary(ctx, h.s, opStock, stockctlv1connect.StockServiceRestockProcedure, func(ctx context.Context) (*stockctlv1.RestockResponse, error) {
-		r, err := h.s.c.Restock(ctx, m.Sku, m.Qty)
+		r, err := h.s.c.Restock(ctx, m.Sku, m.Delivery, m.Qty)
 		if err != nil {
 			return nil, err
 		}
-		return &stockctlv1.RestockResponse{Sku: r.SKU, Qty: m.Qty, Total: r.Total, Pool: r.Pool, Revision: r.Revision}, nil
+		return &stockctlv1.RestockResponse{Sku: r.SKU, Qty: r.Qty, Total: r.Total, Pool: r.Pool, Revision: r.Revision,
+			Replayed: r.Replayed, Delivery: r.Delivery}, nil
 	})
 }
 

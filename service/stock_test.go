@@ -85,9 +85,13 @@ func TestStockServiceEveryMethod(t *testing.T) {
 				t.Fatalf("second Release = %v, %v; want replayed", again, err)
 			}
 
-			rs, err := c.Restock(ctx(t), connect.NewRequest(&stockctlv1.RestockRequest{Sku: sku, Qty: 50}))
-			if err != nil || rs.Msg.Total != 150 || rs.Msg.Qty != 50 {
+			rs, err := c.Restock(ctx(t), connect.NewRequest(&stockctlv1.RestockRequest{Sku: sku, Qty: 50, Delivery: "dlv-" + p.name}))
+			if err != nil || rs.Msg.Total != 150 || rs.Msg.Qty != 50 || rs.Msg.Replayed || rs.Msg.Delivery != "dlv-"+p.name {
 				t.Fatalf("Restock = %v, %v", rs, err)
+			}
+			rsAgain, err := c.Restock(ctx(t), connect.NewRequest(&stockctlv1.RestockRequest{Sku: sku, Qty: 50, Delivery: "dlv-" + p.name}))
+			if err != nil || !rsAgain.Msg.Replayed || rsAgain.Msg.Total != 150 || rsAgain.Msg.Revision != rs.Msg.Revision {
+				t.Fatalf("second Restock = %v, %v; want replayed, adding nothing", rsAgain, err)
 			}
 
 			st := status(t, c, sku)
@@ -97,7 +101,8 @@ func TestStockServiceEveryMethod(t *testing.T) {
 				t.Fatalf("Status = %v", st)
 			}
 			au := audit(t, c, sku)
-			if au.Total != 150 || au.Allocated != 2 || au.Confirmed != 2 || au.Orders != 3 || au.ReleasedOrders != 2 {
+			if au.Total != 150 || au.Allocated != 2 || au.Confirmed != 2 || au.Orders != 3 || au.ReleasedOrders != 2 ||
+				au.Deliveries != 1 || au.Delivered != 50 {
 				t.Fatalf("Audit = %v", au)
 			}
 		})
@@ -123,6 +128,9 @@ func TestStockServiceErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := c.Cancel(ctx(t), connect.NewRequest(&stockctlv1.CancelRequest{Sku: "tv", Order: "cancelled"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Restock(ctx(t), connect.NewRequest(&stockctlv1.RestockRequest{Sku: "limited", Qty: 1, Delivery: "dlv-seed"})); err != nil {
 		t.Fatal(err)
 	}
 	// Let "short" pass its deadline: Confirm then finds it expired.
@@ -157,8 +165,11 @@ func TestStockServiceErrors(t *testing.T) {
 		{"per-user limit", func(c clients) error { return c.allocate("limited", "x-8", 3, "u-1") }, connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_PER_USER_LIMIT_EXCEEDED, 400, ""},
 		{"limit needs a buyer", func(c clients) error { return c.allocate("limited", "x-9", 1, "") }, connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, 400, ""},
 		{"expired", func(c clients) error { return c.confirm("tv", "short") }, connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_RESERVATION_EXPIRED, 400, ""},
-		{"restock delivery", func(c clients) error { return c.restock("tv", 1, "delivery-1") }, connect.CodeUnimplemented, stockctlv1.ErrorReason_ERROR_REASON_DELIVERY_UNSUPPORTED, 501, ""},
-		{"restock qty 0", func(c clients) error { return c.restock("tv", 0, "") }, connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, 400, "qty"},
+		{"restock without a delivery", func(c clients) error { return c.restock("tv", 1, "") }, connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, 400, "delivery"},
+		{"restock bad delivery", func(c clients) error { return c.restock("tv", 1, "a/b") }, connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, 400, "delivery"},
+		{"restock qty 0", func(c clients) error { return c.restock("tv", 0, "dlv-0") }, connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, 400, "qty"},
+		{"delivery reused with another qty", func(c clients) error { return c.restock("limited", 2, "dlv-seed") }, connect.CodeAlreadyExists, stockctlv1.ErrorReason_ERROR_REASON_DELIVERY_CONFLICT, 409, ""},
+		{"delivery reused for another sku", func(c clients) error { return c.restock("tv", 1, "dlv-seed") }, connect.CodeAlreadyExists, stockctlv1.ErrorReason_ERROR_REASON_DELIVERY_CONFLICT, 409, ""},
 	}
 	before := map[string]*stockctlv1.StockStatus{"tv": status(t, c, "tv"), "limited": status(t, c, "limited")}
 	for _, p := range protocols {

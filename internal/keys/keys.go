@@ -23,6 +23,9 @@
 //	                                 that keys sort by deadline (value: the qty)
 //	P users/<sku>/<buyer>            units a buyer holds of sku (confirmed and live
 //	                                 reserved), kept only for SKUs with a per-user limit
+//	P deliveries/<sku>/<delivery>    the record of one restock (its qty, the total
+//	                                 and pool after it)
+//	P deliveryid/<delivery>          global delivery-ID claim (value: the SKU)
 //	P archive/<sku>                  what pruned orders of sku held and how many there
 //	                                 were (written with the deletes that prune them)
 //
@@ -152,6 +155,19 @@ func deadlineDigits(ns int64) string {
 	return strings.Repeat("0", max(0, DeadlineDigits-len(d))) + d
 }
 
+// ReservationsPrefix is the prefix of every SKU's reservation index keys.
+func (s Space) ReservationsPrefix() string { return s.prefix + "reservations/" }
+
+// ReservationSKU is the SKU of a key under ReservationsPrefix.
+func (s Space) ReservationSKU(key string) (string, error) {
+	rest, ok := strings.CutPrefix(key, s.ReservationsPrefix())
+	sku, _, found := strings.Cut(rest, "/")
+	if !ok || !found || sku == "" {
+		return "", fmt.Errorf("keys: %q is not a reservation key", key)
+	}
+	return sku, nil
+}
+
 // ParseReservation returns the deadline (unix nanoseconds) and the order of
 // a key under Reservations(sku).
 func (s Space) ParseReservation(sku, key string) (int64, string, error) {
@@ -186,6 +202,25 @@ func (s Space) ParseUser(sku, key string) (string, error) {
 		return "", fmt.Errorf("keys: %q is not a user key of %q", key, sku)
 	}
 	return b, nil
+}
+
+// Deliveries is the prefix of sku's delivery (restock) records.
+func (s Space) Deliveries(sku string) string { return s.prefix + "deliveries/" + sku + "/" }
+
+// Delivery is the record of delivery id of sku.
+func (s Space) Delivery(sku, id string) string { return s.Deliveries(sku) + id }
+
+// DeliveryID is the global claim of delivery id: delivery IDs are unique
+// across SKUs, as order IDs are.
+func (s Space) DeliveryID(id string) string { return s.prefix + "deliveryid/" + id }
+
+// ParseDelivery returns the delivery ID of a key under Deliveries(sku).
+func (s Space) ParseDelivery(sku, key string) (string, error) {
+	id, ok := strings.CutPrefix(key, s.Deliveries(sku))
+	if !ok || id == "" || strings.Contains(id, "/") {
+		return "", fmt.Errorf("keys: %q is not a delivery key of %q", key, sku)
+	}
+	return id, nil
 }
 
 func index(i int) string {

@@ -23,6 +23,8 @@ func TestLayout(t *testing.T) {
 		s.OrderID("o-1"):            "/shop/orderid/o-1",
 		s.Election():                "/shop/rebalance/election",
 		s.RebalanceLast():           "/shop/rebalance/last",
+		s.Delivery("iphone", "d-7"): "/shop/deliveries/iphone/d-7",
+		s.DeliveryID("d-7"):         "/shop/deliveryid/d-7",
 	}
 	for got, want := range cases {
 		if got != want {
@@ -104,12 +106,16 @@ func FuzzParseMetaAndOrder(f *testing.F) {
 	s, _ := New("/p/")
 	f.Add("/p/meta/iphone", "iphone")
 	f.Add("/p/orders/iphone/o1", "iphone")
+	f.Add("/p/deliveries/iphone/d1", "iphone")
 	f.Fuzz(func(t *testing.T, key, sku string) {
 		if name, err := s.ParseMeta(key); err == nil && s.Meta(name) != key {
 			t.Fatalf("ParseMeta(%q) = %q", key, name)
 		}
 		if id, err := s.ParseOrder(sku, key); err == nil && s.Order(sku, id) != key {
 			t.Fatalf("ParseOrder(%q, %q) = %q", sku, key, id)
+		}
+		if id, err := s.ParseDelivery(sku, key); err == nil && s.Delivery(sku, id) != key {
+			t.Fatalf("ParseDelivery(%q, %q) = %q", sku, key, id)
 		}
 	})
 }

@@ -98,17 +98,23 @@ const (
 	// DATA_LOSS (500): a value stored in etcd does not decode. Nothing was
 	// written. Page whoever runs the server.
 	ErrorReason_ERROR_REASON_DATA_CORRUPT ErrorReason = 23
-	// DEADLINE_EXCEEDED (504): the call's deadline passed first. An order
-	// may still have been committed: retry with the same order ID to learn.
+	// DEADLINE_EXCEEDED (504): the call's deadline passed first. An order or
+	// a restock may still have been committed: retry with the same order ID
+	// (delivery ID) to learn.
 	ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED ErrorReason = 24
 	// CANCELED (499): the caller went away.
 	ErrorReason_ERROR_REASON_CANCELED ErrorReason = 25
-	// UNIMPLEMENTED (501): RestockRequest.delivery is not supported yet.
+	// No longer sent: RestockRequest.delivery is supported (and required)
+	// since the server made restocks idempotent. Kept so that the numbers of
+	// the reasons never change.
 	ErrorReason_ERROR_REASON_DELIVERY_UNSUPPORTED ErrorReason = 26
 	// UNIMPLEMENTED (501): a LockKind this server does not support.
 	ErrorReason_ERROR_REASON_LOCK_KIND_UNSUPPORTED ErrorReason = 27
 	// INTERNAL (500): anything else; the message says what.
 	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 28
+	// ALREADY_EXISTS (409): Restock's delivery ID was used with another SKU
+	// or qty. Nothing was added.
+	ErrorReason_ERROR_REASON_DELIVERY_CONFLICT ErrorReason = 29
 )
 
 // Enum value maps for ErrorReason.
@@ -143,6 +149,7 @@ var (
 		26: "ERROR_REASON_DELIVERY_UNSUPPORTED",
 		27: "ERROR_REASON_LOCK_KIND_UNSUPPORTED",
 		28: "ERROR_REASON_INTERNAL",
+		29: "ERROR_REASON_DELIVERY_CONFLICT",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":             0,
@@ -174,6 +181,7 @@ var (
 		"ERROR_REASON_DELIVERY_UNSUPPORTED":    26,
 		"ERROR_REASON_LOCK_KIND_UNSUPPORTED":   27,
 		"ERROR_REASON_INTERNAL":                28,
+		"ERROR_REASON_DELIVERY_CONFLICT":       29,
 	}
 )
 
@@ -641,7 +649,7 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12/\n" +
 	"\x06reason\x18\x03 \x01(\x0e2\x17.stockctl.v1.LostReasonR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage*\xc8\a\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage*\xec\a\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\x1e\n" +
@@ -672,7 +680,8 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x15ERROR_REASON_CANCELED\x10\x19\x12%\n" +
 	"!ERROR_REASON_DELIVERY_UNSUPPORTED\x10\x1a\x12&\n" +
 	"\"ERROR_REASON_LOCK_KIND_UNSUPPORTED\x10\x1b\x12\x19\n" +
-	"\x15ERROR_REASON_INTERNAL\x10\x1c*\x8b\x01\n" +
+	"\x15ERROR_REASON_INTERNAL\x10\x1c\x12\"\n" +
+	"\x1eERROR_REASON_DELIVERY_CONFLICT\x10\x1d*\x8b\x01\n" +
 	"\n" +
 	"LostReason\x12\x1b\n" +
 	"\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +

@@ -1223,10 +1223,12 @@ type RestockRequest struct {
 	Sku   string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
 	// 1 to 10^9 units.
 	Qty int64 `protobuf:"varint,2,opt,name=qty,proto3" json:"qty,omitempty"`
-	// Reserved for an idempotency ID of the delivery (a retry with the same ID
-	// would add nothing). The library does not support it yet: a non-empty
-	// value is refused with UNIMPLEMENTED (DELIVERY_UNSUPPORTED), so that no
-	// caller believes its retries are safe. Leave it empty for now.
+	// The delivery's ID, required: 1 to 128 bytes of printable ASCII other
+	// than space and '/', unique across SKUs (a delivery note, a purchase
+	// order line). A retry with the same ID, SKU and qty is replayed and adds
+	// nothing; the same ID with another SKU or qty is CONFLICT. After a
+	// DEADLINE_EXCEEDED or a lost reply, retry with the same ID to learn
+	// whether the restock landed.
 	Delivery      string `protobuf:"bytes,3,opt,name=delivery,proto3" json:"delivery,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1287,10 +1289,14 @@ type RestockResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Sku   string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
 	Qty   int64                  `protobuf:"varint,2,opt,name=qty,proto3" json:"qty,omitempty"`
-	// The SKU's total and pool after the restock.
-	Total         int64 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
-	Pool          int64 `protobuf:"varint,4,opt,name=pool,proto3" json:"pool,omitempty"`
-	Revision      int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The SKU's total and pool right after the restock (on a replay, after
+	// the first application).
+	Total    int64 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	Pool     int64 `protobuf:"varint,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	Revision int64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// True when the delivery had been applied before: nothing was added now.
+	Replayed      bool   `protobuf:"varint,6,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Delivery      string `protobuf:"bytes,7,opt,name=delivery,proto3" json:"delivery,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1358,6 +1364,20 @@ func (x *RestockResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *RestockResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *RestockResponse) GetDelivery() string {
+	if x != nil {
+		return x.Delivery
+	}
+	return ""
 }
 
 type StatusRequest struct {
@@ -1929,7 +1949,10 @@ type AuditResponse struct {
 	ExpiredOrders  int64 `protobuf:"varint,12,opt,name=expired_orders,json=expiredOrders,proto3" json:"expired_orders,omitempty"`
 	Buyers         int64 `protobuf:"varint,13,opt,name=buyers,proto3" json:"buyers,omitempty"`
 	// What is wrong, one line per offending key, and the imbalance if any.
-	Problems      []string `protobuf:"bytes,14,rep,name=problems,proto3" json:"problems,omitempty"`
+	Problems []string `protobuf:"bytes,14,rep,name=problems,proto3" json:"problems,omitempty"`
+	// Restocks recorded by delivery ID, and the units they added.
+	Deliveries    int64 `protobuf:"varint,15,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
+	Delivered     int64 `protobuf:"varint,16,opt,name=delivered,proto3" json:"delivered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2062,6 +2085,20 @@ func (x *AuditResponse) GetProblems() []string {
 	return nil
 }
 
+func (x *AuditResponse) GetDeliveries() int64 {
+	if x != nil {
+		return x.Deliveries
+	}
+	return 0
+}
+
+func (x *AuditResponse) GetDelivered() int64 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
+}
+
 var File_stockctl_v1_stock_service_proto protoreflect.FileDescriptor
 
 const file_stockctl_v1_stock_service_proto_rawDesc = "" +
@@ -2162,13 +2199,15 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x0eRestockRequest\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x10\n" +
 	"\x03qty\x18\x02 \x01(\x03R\x03qty\x12\x1a\n" +
-	"\bdelivery\x18\x03 \x01(\tR\bdelivery\"{\n" +
+	"\bdelivery\x18\x03 \x01(\tR\bdelivery\"\xb3\x01\n" +
 	"\x0fRestockResponse\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x10\n" +
 	"\x03qty\x18\x02 \x01(\x03R\x03qty\x12\x14\n" +
 	"\x05total\x18\x03 \x01(\x03R\x05total\x12\x12\n" +
 	"\x04pool\x18\x04 \x01(\x03R\x04pool\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x03R\brevision\"!\n" +
+	"\brevision\x18\x05 \x01(\x03R\brevision\x12\x1a\n" +
+	"\breplayed\x18\x06 \x01(\bR\breplayed\x12\x1a\n" +
+	"\bdelivery\x18\a \x01(\tR\bdelivery\"!\n" +
 	"\rStatusRequest\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\"B\n" +
 	"\x0eStatusResponse\x120\n" +
@@ -2213,7 +2252,7 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\vtotal_moved\x18\a \x01(\x03R\n" +
 	"totalMoved\" \n" +
 	"\fAuditRequest\x12\x10\n" +
-	"\x03sku\x18\x01 \x01(\tR\x03sku\"\x87\x03\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\"\xc5\x03\n" +
 	"\rAuditResponse\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x1a\n" +
@@ -2229,7 +2268,11 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x0freleased_orders\x18\v \x01(\x03R\x0ereleasedOrders\x12%\n" +
 	"\x0eexpired_orders\x18\f \x01(\x03R\rexpiredOrders\x12\x16\n" +
 	"\x06buyers\x18\r \x01(\x03R\x06buyers\x12\x1a\n" +
-	"\bproblems\x18\x0e \x03(\tR\bproblems*\x92\x01\n" +
+	"\bproblems\x18\x0e \x03(\tR\bproblems\x12\x1e\n" +
+	"\n" +
+	"deliveries\x18\x0f \x01(\x03R\n" +
+	"deliveries\x12\x1c\n" +
+	"\tdelivered\x18\x10 \x01(\x03R\tdelivered*\x92\x01\n" +
 	"\n" +
 	"OrderState\x12\x1b\n" +
 	"\x17ORDER_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +

@@ -62,6 +62,7 @@ func commands() []*ucli.Command {
 		pruneCommand(),
 		deleteCommand(),
 		reclaimCommand(),
+		ordersCommand(),
 		rebalanceCommand(),
 		lockCommand(),
 		serveCommand(),

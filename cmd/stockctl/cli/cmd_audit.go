@@ -36,6 +36,8 @@ type auditView struct {
 	Buyers         int64    `json:"buyers"`
 	Archived       int64    `json:"archived"`
 	ArchivedOrders int64    `json:"archivedOrders"`
+	Deliveries     int64    `json:"deliveries"`
+	Delivered      int64    `json:"delivered"`
 	Revision       int64    `json:"revision"`
 	Problems       []string `json:"problems"`
 }
@@ -43,8 +45,8 @@ type auditView struct {
 func auditViewOf(r *coordinator.AuditReport) auditView {
 	return auditView{SKU: r.SKU, OK: r.OK, Total: r.Total, Pool: r.Pool, Segments: r.Segments, Allocated: r.Allocated,
 		Reserved: r.Reserved, Confirmed: r.Confirmed, ExpiredOrders: r.ExpiredOrders, Buyers: r.Buyers,
-		Orders: r.Orders, ReleasedOrders: r.ReleasedOrders, Revision: r.Revision, Problems: append([]string{}, r.Problems...),
-		Archived: r.Archived, ArchivedOrders: r.ArchivedOrders}
+		Orders: r.Orders, ReleasedOrders: r.ReleasedOrders, Deliveries: r.Deliveries, Delivered: r.Delivered,
+		Revision: r.Revision, Problems: append([]string{}, r.Problems...), Archived: r.Archived, ArchivedOrders: r.ArchivedOrders}
 }
 
 func (v auditView) table() table {
@@ -62,6 +64,9 @@ func (v auditView) table() table {
 	t.add("RESERVED", fmt.Sprintf("%d in live reservations; %d confirmed or allocated", v.Reserved, v.Confirmed))
 	if v.Buyers > 0 {
 		t.add("BUYERS", fmt.Sprintf("%d per-user counters, each equal to its orders", v.Buyers))
+	}
+	if v.Deliveries > 0 {
+		t.add("DELIVERIES", fmt.Sprintf("%d restocks, %d units", v.Deliveries, v.Delivered))
 	}
 	if v.ArchivedOrders > 0 {
 		t.add("ARCHIVED", fmt.Sprintf("%d units in %d pruned orders", v.Archived, v.ArchivedOrders))

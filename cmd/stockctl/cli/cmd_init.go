@@ -85,7 +85,7 @@ func initAction(c *ucli.Context) error {
 		if err != nil {
 			return opFailed(ctx, err)
 		}
-		return show(c, g, skuView{SKU: sku, Total: meta.Total, Segments: meta.Segments, InitialFill: cfg.InitialFill,
+		return show(c, g, skuView{SKU: sku, Total: meta.Total, Segments: meta.Segments, InitialFill: meta.InitialFill,
 			LowWatermark: meta.LowWatermark, RefillBatch: meta.RefillBatch, PerUserLimit: meta.PerUserLimit, Created: meta.Created})
 	})
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -82,9 +84,11 @@ func lockAction(c *ucli.Context) error {
 		return usageError("invalid --grace %v: must be positive", grace)
 	}
 
-	ctx, stop := signalContext(c)
+	// SIGHUP and SIGQUIT too: left to Go's defaults, they would end
+	// stockctl at once and leave CMD running without the lock.
+	ctx, stop := signalContext(c, lockSignals...)
 	defer stop()
-	actx, cancel := g.commandContext(c) // connecting and waiting for the lock
+	actx, cancel := g.boundedContext(ctx) // connecting and waiting for the lock
 	defer cancel()
 	cn, err := connect(actx, c, g, coordinator.WithSessionTTL(ttl))
 	if err != nil {
@@ -113,7 +117,7 @@ func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lo
 	cmd.Stdin = c.App.Reader
 	cmd.Stdout = c.App.Writer
 	cmd.Stderr = c.App.ErrWriter
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(childEnviron(os.Environ()),
 		envLockName+"="+l.Name(),
 		envLockKey+"="+l.Key(),
 		envFencingToken+"="+strconv.FormatInt(l.Token(), 10))
@@ -125,12 +129,18 @@ func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lo
 	// If CMD's children keep its output pipes open after it exits, Wait
 	// returns anyway after this long.
 	cmd.WaitDelay = grace
-	if err := cmd.Start(); err != nil {
+	exited, err := startChild(cmd)
+	if err != nil {
 		unlock(l)
 		return 0, ucli.Exit(fmt.Errorf("failed to start %q under lock %s: %w", argv[0], l.Name(), err), ExitFailure)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	// Should stockctl die without stopping CMD (SIGKILL, a crash), the
+	// guard stops CMD and its group as a lost lock does.
+	release, err := guardChild(cmd, ownGroup, grace)
+	if err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "stockctl: warning: %v: if stockctl is killed, what %q started may outlive the lock\n", err, argv[0])
+	}
+	defer release()
 
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
@@ -159,6 +169,37 @@ func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lo
 		<-exited
 		return max(exitStatus(cmd.ProcessState), 0), nil
 	}
+}
+
+// startChild starts cmd and returns the channel of its Wait. The start and
+// the wait run on one OS thread, locked to them until cmd exits: Linux sends
+// the parent-death signal when the thread that started the child ends, not
+// the process, and Go may end a thread it no longer needs.
+func startChild(cmd *exec.Cmd) (chan error, error) {
+	exited := make(chan error, 1)
+	started := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			exited <- cmd.Wait()
+		}
+	}()
+	return exited, <-started
+}
+
+// childEnviron is stockctl's environment for CMD, without STOCKCTL_USER:
+// it carries the etcd password, which CMD has no business with.
+func childEnviron(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, envUser+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // stopChild sends SIGTERM, then SIGKILL after grace, and waits for the

@@ -74,19 +74,27 @@ func TestHappyPathsAndJSONShapes(t *testing.T) {
 		t.Fatalf("allocate after release: %+v", again)
 	}
 
-	out = e.ok("-o", "json", "restock", "iphone", "--qty", "50")
-	checkShape(t, "restock", out, "sku", "total", "pool", "revision")
+	out = e.ok("-o", "json", "restock", "iphone", "--delivery", "dn-1", "--qty", "50")
+	checkShape(t, "restock", out, "sku", "delivery", "qty", "total", "pool", "revision", "replayed")
 	var rs restockView
 	decode(t, out, &rs)
-	if rs.Total != 150 || rs.Pool != 110 {
+	if rs.Total != 150 || rs.Pool != 110 || rs.Replayed || rs.Delivery != "dn-1" || rs.Qty != 50 {
 		t.Fatalf("restock: %+v", rs)
+	}
+	// A retry of the delivery (its first reply lost, an operator running it
+	// again) replays it and adds nothing.
+	var rsAgain restockView
+	e.json(&rsAgain, "restock", "iphone", "--delivery", "dn-1", "--qty", "50")
+	if !rsAgain.Replayed || rsAgain.Total != 150 || rsAgain.Revision != rs.Revision {
+		t.Fatalf("restock again: %+v, want the first result replayed", rsAgain)
 	}
 
 	out = e.ok("-o", "json", "audit", "iphone")
-	checkShape(t, "audit", out, "sku", "ok", "total", "pool", "segments", "allocated", "reserved", "confirmed", "orders", "releasedOrders", "expiredOrders", "buyers", "archived", "archivedOrders", "revision", "problems")
+	checkShape(t, "audit", out, "sku", "ok", "total", "pool", "segments", "allocated", "reserved", "confirmed", "orders", "releasedOrders", "expiredOrders", "buyers", "deliveries", "delivered", "archived", "archivedOrders", "revision", "problems")
 	var au auditView
 	decode(t, out, &au)
-	if !au.OK || au.Total != 150 || au.Pool != 110 || au.Segments != 40 || au.Allocated != 0 || au.Orders != 1 || au.ReleasedOrders != 1 || len(au.Problems) != 0 {
+	if !au.OK || au.Total != 150 || au.Pool != 110 || au.Segments != 40 || au.Allocated != 0 || au.Orders != 1 || au.ReleasedOrders != 1 || len(au.Problems) != 0 ||
+		au.Deliveries != 1 || au.Delivered != 50 {
 		t.Fatalf("audit: %+v", au)
 	}
 

@@ -38,7 +38,7 @@ func TestErrorsSayItOnce(t *testing.T) {
 		{ExitConflict, `failed to create phone: conflict: the SKU already exists`, []string{"init", "phone", "--total", "1", "--segments", "1"}},
 		{ExitNotFound, `failed to read the status of nope: unknown SKU`, []string{"status", "nope"}},
 		{ExitNotFound, `failed to audit nope: unknown SKU`, []string{"audit", "nope"}},
-		{ExitNotFound, `failed to restock nope: unknown SKU`, []string{"restock", "nope", "--qty", "1"}},
+		{ExitNotFound, `failed to restock nope delivery "dv-1": unknown SKU`, []string{"restock", "nope", "--delivery", "dv-1", "--qty", "1"}},
 	} {
 		r := e.fails(tc.code, tc.want, tc.args...)
 		msg := strings.TrimSpace(r.stderr)

@@ -44,7 +44,9 @@ func TestBadInputsExit2AndChangeNothing(t *testing.T) {
 		{"allocate order with space", []string{"allocate", "shoe", "--order", "o 2", "--qty", "1"}, `invalid order "o 2"`},
 		{"allocate two skus", []string{"allocate", "shoe", "boot", "--order", "o2", "--qty", "1"}, "too many arguments"},
 		{"release without order", []string{"release", "shoe"}, "missing --order"},
-		{"restock zero", []string{"restock", "shoe", "--qty", "0"}, "invalid qty 0"},
+		{"restock zero", []string{"restock", "shoe", "--delivery", "d1", "--qty", "0"}, "invalid qty 0"},
+		{"restock without delivery", []string{"restock", "shoe", "--qty", "5"}, "missing --delivery"},
+		{"restock bad delivery", []string{"restock", "shoe", "--delivery", "d/1", "--qty", "5"}, `--delivery: invalid delivery "d/1"`},
 		{"status without sku", []string{"status"}, "missing SKU argument"},
 		{"audit bad sku", []string{"audit", ".."}, `invalid sku ".."`},
 		{"unknown flag", []string{"allocate", "shoe", "--order", "o2", "--qty", "1", "--colour", "red"}, "flag provided but not defined: -colour"},
@@ -115,7 +117,7 @@ func TestExitCodes(t *testing.T) {
 	// 4: not found.
 	for _, args := range [][]string{
 		{"status", "nope"}, {"audit", "nope"}, {"allocate", "nope", "--order", "n1", "--qty", "1"},
-		{"release", "nope", "--order", "h1"}, {"restock", "nope", "--qty", "1"}, {"rebalance", "nope"},
+		{"release", "nope", "--order", "h1"}, {"restock", "nope", "--delivery", "d1", "--qty", "1"}, {"rebalance", "nope"},
 	} {
 		e.fails(ExitNotFound, `nope`, args...)
 		e.fails(ExitNotFound, `: unknown SKU`, args...)
@@ -126,6 +128,8 @@ func TestExitCodes(t *testing.T) {
 	e.fails(ExitConflict, "the SKU already exists", "init", "hat", "--total", "3", "--segments", "2")
 	e.fails(ExitConflict, `hat order "h1": conflict: the order was already applied with qty 2, not 1`, "allocate", "hat", "--order", "h1", "--qty", "1")
 	e.fails(ExitConflict, `scarf order "h1": conflict: the order ID was already used for SKU "hat"`, "allocate", "scarf", "--order", "h1", "--qty", "1")
+	e.ok("restock", "hat", "--delivery", "dn-1", "--qty", "4")
+	e.fails(ExitConflict, `delivery "dn-1" was already applied with qty 4, not 5`, "restock", "hat", "--delivery", "dn-1", "--qty", "5")
 }
 
 // Invariant: an audit that finds the books out of balance exits 1, after

@@ -54,7 +54,7 @@ func globalFlags() []ucli.Flag {
 			Usage: "etcd endpoints, comma-separated host:port, http://host:port or https://host:port (host:port is https with --cacert/--cert/--key); " +
 				"none: an embedded etcd in --data-dir for the command's duration"},
 		&ucli.StringFlag{Name: "prefix", Value: coordinator.DefaultPrefix, EnvVars: []string{"STOCKCTL_PREFIX"},
-			Usage: "etcd key prefix stockctl keeps everything under"},
+			Usage: "etcd key prefix stockctl keeps everything under (a trailing / is added when missing)"},
 		&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: outputTable, EnvVars: []string{"STOCKCTL_OUTPUT"},
 			Usage: "output format: table or json"},
 		&ucli.DurationFlag{Name: "dial-timeout", Value: DefaultDialTimeout, EnvVars: []string{"STOCKCTL_DIAL_TIMEOUT"},
@@ -64,7 +64,7 @@ func globalFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "cacert", EnvVars: []string{"STOCKCTL_CACERT"}, Usage: "CA bundle to verify etcd's TLS certificate with"},
 		&ucli.StringFlag{Name: "cert", EnvVars: []string{"STOCKCTL_CERT"}, Usage: "client TLS certificate (with --key)"},
 		&ucli.StringFlag{Name: "key", EnvVars: []string{"STOCKCTL_KEY"}, Usage: "client TLS private key (with --cert)"},
-		&ucli.StringFlag{Name: "user", EnvVars: []string{"STOCKCTL_USER"},
+		&ucli.StringFlag{Name: "user", EnvVars: []string{envUser},
 			Usage: "etcd user as name:password (the password is never printed)"},
 		&ucli.StringFlag{Name: "data-dir", Value: DefaultDataDir, EnvVars: []string{"STOCKCTL_DATA_DIR"},
 			Usage: "data dir of the embedded etcd (used without --endpoints)"},
@@ -110,9 +110,13 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 		}
 		g.endpoints = append(g.endpoints, norm)
 	}
-	if _, err := keys.New(g.prefix); err != nil {
+	ks, err := keys.New(g.prefix)
+	if err != nil {
 		return nil, usageError("invalid --prefix %q: %v", g.prefix, err)
 	}
+	// "/shop" means "/shop/": every key goes there, and the connection
+	// check must read there too, where a role limited to the prefix may.
+	g.prefix = ks.Prefix()
 	if g.output != outputTable && g.output != outputJSON {
 		return nil, usageError("invalid --output %q: want table or json", g.output)
 	}
@@ -250,24 +254,28 @@ func (g *globals) commandContext(c *ucli.Context) (context.Context, context.Canc
 	return tctx, func() { cancel(); stop() }
 }
 
+// envUser holds --user's name:password; lock keeps it from CMD.
+const envUser = "STOCKCTL_USER"
+
 // errInterrupted is the cause of a command's ctx after SIGINT or SIGTERM.
 var errInterrupted = errors.New("interrupted")
 
-// signalContext is a ctx that ends on SIGINT or SIGTERM, for commands that
-// run until interrupted. Its cause is errInterrupted.
-func signalContext(c *ucli.Context) (context.Context, context.CancelFunc) {
+// signalContext is a ctx that ends on SIGINT or SIGTERM (and on the extra
+// signals, which then no longer end the process at once), for commands that
+// run until interrupted. Its cause is errInterrupted, naming the signal.
+func signalContext(c *ucli.Context, extra ...os.Signal) (context.Context, context.CancelFunc) {
 	parent := c.Context
 	if parent == nil {
 		parent = context.Background()
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, append([]os.Signal{os.Interrupt, syscall.SIGTERM}, extra...)...)
 	done := make(chan struct{})
 	go func() {
 		select {
-		case <-sigs:
-			cancel(errInterrupted)
+		case sig := <-sigs:
+			cancel(fmt.Errorf("%w by %v", errInterrupted, sig))
 		case <-done:
 		}
 	}()

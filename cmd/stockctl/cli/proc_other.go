@@ -3,9 +3,14 @@
 package cli
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
+	"time"
 )
+
+// lockSignals: no signals beyond SIGINT and SIGTERM here.
+var lockSignals []os.Signal
 
 // setProcessGroup does nothing where process groups are not available.
 func setProcessGroup(cmd *exec.Cmd, own bool) {}
@@ -18,4 +23,9 @@ func signalChild(cmd *exec.Cmd, ownGroup bool, sig syscall.Signal) {
 		return
 	}
 	_ = cmd.Process.Signal(sig)
+}
+
+// guardChild has no watcher here: CMD may outlive a stockctl that is killed.
+func guardChild(cmd *exec.Cmd, ownGroup bool, grace time.Duration) (release func(), err error) {
+	return func() {}, nil
 }

@@ -3,13 +3,24 @@
 package cli
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
+	"time"
 )
 
-// setProcessGroup puts cmd in a process group of its own if own is set.
+// lockSignals are the signals lock handles like SIGINT and SIGTERM: each
+// would otherwise end stockctl at once (Go's default) and leave CMD running
+// without the lock. SIGQUIT then no longer dumps goroutines.
+var lockSignals = []os.Signal{syscall.SIGHUP, syscall.SIGQUIT}
+
+// setProcessGroup puts cmd in a process group of its own if own is set,
+// and asks the kernel to kill it when stockctl dies (where it can).
 func setProcessGroup(cmd *exec.Cmd, own bool) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: own}
+	setParentDeathSignal(cmd.SysProcAttr)
 }
 
 // signalChild signals cmd's process group (when it has its own) or cmd.
@@ -19,4 +30,50 @@ func signalChild(cmd *exec.Cmd, ownGroup bool, sig syscall.Signal) {
 		return
 	}
 	_ = cmd.Process.Signal(sig)
+}
+
+// guardScript is the watcher's: it waits on a pipe whose only writer is
+// stockctl. A line means stockctl is done with CMD (it stopped it, or CMD
+// exited): nothing to do. End of file without one means stockctl died
+// without stopping CMD (SIGKILL, a crash): the kernel closed the pipe. Then
+// it stops $1 (CMD's process group, or CMD) as a lost lock does: SIGTERM,
+// then SIGKILL when it still runs after $2 tenths of a second.
+const guardScript = `read -r _ && exit 0
+kill -s TERM -- "$1" 2>/dev/null || exit 0
+i=0
+while [ "$i" -lt "$2" ] && kill -s 0 -- "$1" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+kill -s KILL -- "$1" 2>/dev/null
+exit 0`
+
+// guardChild starts a watcher process that stops cmd (its process group
+// when it has its own, so that what CMD started goes too) if stockctl dies
+// without doing so: a parent-death signal reaches only CMD itself, and only
+// on Linux. The watcher is /bin/sh, in a process group of its own so that
+// signals meant for CMD's group or the terminal's do not reach it. Call
+// release on every path where stockctl has dealt with CMD; it tells the
+// watcher to exit, and waits for it.
+func guardChild(cmd *exec.Cmd, ownGroup bool, grace time.Duration) (release func(), err error) {
+	target := strconv.Itoa(cmd.Process.Pid)
+	if ownGroup {
+		target = "-" + target
+	}
+	r, w, err := os.Pipe() // close-on-exec: CMD never holds the write end
+	if err != nil {
+		return func() {}, err
+	}
+	tenths := strconv.FormatInt(int64((grace+99*time.Millisecond)/(100*time.Millisecond)), 10)
+	g := exec.Command("/bin/sh", "-c", guardScript, "stockctl-lock-guard", target, tenths)
+	g.Stdin = r
+	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = g.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		return func() {}, fmt.Errorf("start the watcher of %q: %w", cmd.Path, err)
+	}
+	return func() {
+		_, _ = w.Write([]byte("done\n"))
+		w.Close()
+		_ = g.Wait()
+	}, nil
 }

@@ -59,7 +59,7 @@ func TestServeProcessEveryStockMethod(t *testing.T) {
 	if r := call(stock("Release"), `{"sku":"tee","order":"o-1"}`); r["qty"] != "2" || r["replayed"] != false {
 		t.Fatalf("release: %v", r)
 	}
-	if r := call(stock("Restock"), `{"sku":"tee","qty":10}`); r["total"] != "110" {
+	if r := call(stock("Restock"), `{"sku":"tee","qty":10,"delivery":"dn-1"}`); r["total"] != "110" {
 		t.Fatalf("restock: %v", r)
 	}
 	st := call(stock("Status"), `{"sku":"tee"}`)["status"].(map[string]any)

@@ -318,7 +318,7 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 		})
 	}
 
-	e.ok("restock", "ev", "--qty", "5")
+	e.ok("restock", "ev", "--delivery", "dn-ev", "--qty", "5")
 	wait("the restock", func(v watchView) bool { return v.Total == 25 && v.Pool == 15 && v.Allocated == 0 })
 	for _, v := range w.frames(t) {
 		if v.Total-v.Pool != 10 {

@@ -90,8 +90,9 @@ type StockServiceClient interface {
 	// Release returns an order's units (a plain allocation, a live or a
 	// confirmed reservation). Idempotent (replayed on a second call).
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
-	// Restock adds a delivery of qty units to the SKU's pool and total. Not
-	// idempotent yet: see RestockRequest.delivery.
+	// Restock adds a delivery of qty units to the SKU's pool and total.
+	// Idempotent by RestockRequest.delivery, which is required: a retry with
+	// the same delivery, SKU and qty is replayed and adds nothing.
 	Restock(context.Context, *connect.Request[v1.RestockRequest]) (*connect.Response[v1.RestockResponse], error)
 	// Status reads a SKU's stock at one etcd revision.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)
@@ -269,8 +270,9 @@ type StockServiceHandler interface {
 	// Release returns an order's units (a plain allocation, a live or a
 	// confirmed reservation). Idempotent (replayed on a second call).
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
-	// Restock adds a delivery of qty units to the SKU's pool and total. Not
-	// idempotent yet: see RestockRequest.delivery.
+	// Restock adds a delivery of qty units to the SKU's pool and total.
+	// Idempotent by RestockRequest.delivery, which is required: a retry with
+	// the same delivery, SKU and qty is replayed and adds nothing.
 	Restock(context.Context, *connect.Request[v1.RestockRequest]) (*connect.Response[v1.RestockResponse], error)
 	// Status reads a SKU's stock at one etcd revision.
 	Status(context.Context, *connect.Request[v1.StatusRequest]) (*connect.Response[v1.StatusResponse], error)

@@ -1,0 +1,272 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	ucli "github.com/urfave/cli/v2"
+
+	"github.com/stockctl/stockctl/feed"
+	"github.com/stockctl/stockctl/segments"
+)
+
+// ExitCompacted: orders --since names a revision older than etcd's
+// compacted history: the events after it are gone. Start again with
+// --snapshot.
+const ExitCompacted = 8
+
+func ordersCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "orders",
+		Usage: "print every change to a SKU's orders, in etcd's order, from a revision (the order feed)",
+		Description: "One line per event: allocated, reserved, confirmed, cancelled, released or expired, with the\n" +
+			"revision that made it. Without --follow, prints the events up to the revision etcd is at when it\n" +
+			"starts, and says on stderr which --since resumes after them. --snapshot prints every order in its\n" +
+			"current state first: the way to start again when --since is older than etcd's compaction (exit 8).\n" +
+			"With -o json, one JSON object per line, whose cursor is the --since to resume from after it.\n" +
+			"See docs/feed.md.",
+		ArgsUsage: "SKU|--all [--since REV | --snapshot] [--follow]",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "since", Value: "0", Usage: "print the events after this revision (0: from the start of etcd's history)"},
+			&ucli.BoolFlag{Name: "snapshot", Usage: "start with every order in its current state, then the events after it"},
+			&ucli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing events as they happen, until interrupted (exit 0)"},
+			&ucli.BoolFlag{Name: "all", Usage: "every SKU's orders (instead of a SKU argument)"},
+		},
+		Action: ordersAction,
+	}
+}
+
+// ordersArgs are orders' validated arguments.
+type ordersArgs struct {
+	sku      string // "" with --all
+	since    int64
+	snapshot bool
+	follow   bool
+}
+
+func readOrdersArgs(c *ucli.Context) (ordersArgs, error) {
+	a := ordersArgs{snapshot: c.Bool("snapshot"), follow: c.Bool("follow")}
+	if c.Bool("all") {
+		if c.NArg() > 0 {
+			return a, usageError("--all takes no SKU argument, got %q (usage: stockctl orders %s)", c.Args().Slice(), c.Command.ArgsUsage)
+		}
+	} else {
+		sku, err := oneArg(c, "SKU", segments.ValidateSKU)
+		if err != nil {
+			return a, err
+		}
+		a.sku = sku
+	}
+	raw := strings.TrimSpace(c.String("since"))
+	since, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || since < 0 {
+		return a, usageError("invalid --since %q: want a revision, a whole number from 0 (0: from the start of etcd's history)", c.String("since"))
+	}
+	a.since = since
+	if a.snapshot && c.IsSet("since") {
+		return a, usageError("--snapshot and --since exclude each other: a snapshot starts from the current orders")
+	}
+	return a, nil
+}
+
+// orderEventView is one line of orders -o json.
+type orderEventView struct {
+	Revision    int64      `json:"revision"`
+	Event       string     `json:"event"`
+	SKU         string     `json:"sku"`
+	Order       string     `json:"order"`
+	Qty         int64      `json:"qty"`
+	Parts       []partView `json:"parts"`
+	Buyer       string     `json:"buyer,omitempty"`
+	Reservation bool       `json:"reservation"`
+	Deadline    *time.Time `json:"deadline,omitempty"`
+	Created     time.Time  `json:"created"`
+	// Snapshot: the line is an order in its state at the snapshot's
+	// revision (--snapshot), not a change.
+	Snapshot bool `json:"snapshot"`
+	// Cursor is the --since to resume from after this line: every event
+	// up to it has been printed. It is the line's revision on the last line
+	// of a revision, the one before on the others, and 0 inside a
+	// snapshot (only its last line has the snapshot's revision).
+	Cursor int64 `json:"cursor"`
+}
+
+// orderEventViews builds the lines of a batch. Within a batch, a revision
+// ends where the next event's revision is greater.
+func orderEventViews(b feed.Batch, prevCursor int64, snapshot bool) []orderEventView {
+	out := make([]orderEventView, len(b.Events))
+	cursor := prevCursor
+	for i, e := range b.Events {
+		v := orderEventView{Revision: e.Revision, Event: string(e.Kind), SKU: e.SKU, Order: e.Order, Qty: e.Qty,
+			Parts: partViews(e.Parts), Buyer: e.Buyer, Reservation: e.Reservation, Created: e.Created.UTC(), Snapshot: snapshot}
+		if !e.Deadline.IsZero() {
+			d := e.Deadline.UTC()
+			v.Deadline = &d
+		}
+		switch {
+		case i == len(b.Events)-1:
+			cursor = b.Cursor
+		case !snapshot && b.Events[i+1].Revision > e.Revision:
+			cursor = e.Revision
+		}
+		v.Cursor = cursor
+		out[i] = v
+	}
+	return out
+}
+
+// text is the line of an event in table output.
+func (v orderEventView) text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%8d  %-9s  %s  %s  qty %d  %s", v.Revision, v.Event, v.SKU, v.Order, v.Qty, partsText(v.Parts))
+	if v.Buyer != "" {
+		fmt.Fprintf(&b, "  buyer %s", v.Buyer)
+	}
+	if v.Deadline != nil {
+		fmt.Fprintf(&b, "  deadline %s", v.Deadline.Format(time.RFC3339))
+	}
+	return b.String()
+}
+
+// ordersPrinter writes orders' lines: one per event, and in table output
+// notes (lines starting with "#") around a snapshot.
+type ordersPrinter struct {
+	w      io.Writer
+	json   bool
+	cursor int64
+}
+
+func (p *ordersPrinter) note(format string, args ...any) error {
+	if p.json {
+		return nil
+	}
+	_, err := fmt.Fprintf(p.w, "# "+format+"\n", args...)
+	return err
+}
+
+func (p *ordersPrinter) print(b feed.Batch, snapshot bool) error {
+	var buf []byte
+	for _, v := range orderEventViews(b, p.cursor, snapshot) {
+		if p.json {
+			line, err := json.Marshal(v)
+			if err != nil {
+				return err
+			}
+			buf = append(append(buf, line...), '\n')
+		} else {
+			buf = append(append(buf, v.text()...), '\n')
+		}
+	}
+	p.cursor = b.Cursor
+	// One write per batch: a reader never sees part of a revision unless
+	// stockctl dies in the middle of the write.
+	_, err := p.w.Write(buf)
+	return err
+}
+
+func ordersAction(c *ucli.Context) error {
+	g, err := readGlobals(c)
+	if err != nil {
+		return err
+	}
+	a, err := readOrdersArgs(c)
+	if err != nil {
+		return err
+	}
+	what := "orders of every SKU"
+	if a.sku != "" {
+		what = "orders of " + a.sku
+	}
+	// --timeout bounds the whole command, or only its setup with --follow,
+	// which runs until interrupted (as status --watch).
+	var ctx, sctx context.Context
+	if a.follow {
+		var stop, cancel context.CancelFunc
+		ctx, stop = signalContext(c)
+		defer stop()
+		sctx, cancel = g.boundedContext(ctx)
+		defer cancel()
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = g.commandContext(c)
+		defer cancel()
+		sctx = ctx
+	}
+	cn, err := connect(sctx, c, g)
+	if err != nil {
+		return followEnd(ctx, a, err)
+	}
+	defer cn.Close()
+	if a.follow && cn.server != nil {
+		fmt.Fprintf(c.App.ErrWriter, "stockctl: orders --follow: following the embedded etcd in %s: no other process can change it "+
+			"while this runs (run `stockctl serve`, and follow with --endpoints)\n", g.dataDir)
+	}
+	p := &ordersPrinter{w: c.App.Writer, json: g.output == outputJSON, cursor: a.since}
+	cfg := feed.Config{Prefix: g.prefix, SKU: a.sku, Since: a.since, UntilOpen: !a.follow}
+	if a.snapshot {
+		snap, err := feed.Snapshot(sctx, cn.client, cfg)
+		if err != nil {
+			return followEnd(ctx, a, ordersFailed(sctx, "read a snapshot of the "+what, err))
+		}
+		if err := p.note("snapshot at revision %d: %d orders, each in its current state", snap.Cursor, len(snap.Events)); err != nil {
+			return writeFailed(err)
+		}
+		if err := p.print(snap, true); err != nil {
+			return writeFailed(err)
+		}
+		cfg.Since = snap.Cursor
+		if err := p.note("events after revision %d", snap.Cursor); err != nil {
+			return writeFailed(err)
+		}
+	}
+	f, err := feed.Open(sctx, cn.client, cfg)
+	if err != nil {
+		return followEnd(ctx, a, ordersFailed(sctx, "read the "+what, err))
+	}
+	defer f.Close()
+	for {
+		b, err := f.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			fmt.Fprintf(c.App.ErrWriter, "stockctl: orders: every event up to revision %d printed; resume with --since %d\n", f.Cursor(), f.Cursor())
+			return nil
+		}
+		if err != nil {
+			return followEnd(ctx, a, ordersFailed(ctx, "read the "+what, err))
+		}
+		if err := p.print(b, false); err != nil {
+			return writeFailed(err)
+		}
+	}
+}
+
+// ordersFailed is failed, with the feed's own exit codes: a cursor older
+// than etcd's compaction (ExitCompacted) and one ahead of etcd (invalid
+// input), each with what to do.
+func ordersFailed(ctx context.Context, what string, err error) error {
+	switch {
+	case errors.Is(err, feed.ErrCompacted):
+		return ucli.Exit(fmt.Errorf("failed to %s: %w; print the current orders with --snapshot instead", what, err), ExitCompacted)
+	case errors.Is(err, feed.ErrCursorAhead):
+		return ucli.Exit(fmt.Errorf("failed to %s: invalid --since: %w", what, err), ExitUsage)
+	}
+	return failed(ctx, what, err)
+}
+
+// followEnd makes an interrupt (or the caller's cancel) the normal end of
+// orders --follow, whenever it comes: its ctx has no timeout.
+func followEnd(ctx context.Context, a ordersArgs, err error) error {
+	if a.follow && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func writeFailed(err error) error {
+	return ucli.Exit(fmt.Errorf("failed to write the output: %w", err), ExitFailure)
+}

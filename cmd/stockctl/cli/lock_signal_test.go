@@ -1,0 +1,140 @@
+//go:build linux
+
+package cli
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockctl/stockctl/internal/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// lockProcess is a `stockctl lock` run as a real process of the built
+// binary, whose CMD records its pid and starts a grandchild in the
+// background (as a shell script's commands are).
+type lockProcess struct {
+	cmd                *exec.Cmd
+	stderr             *syncBuffer
+	child, grandchild  int
+	exited             chan error
+	lockName, lockKeys string
+}
+
+func (e *env) startLockProcess(bin, name string, extraEnv []string, script string) *lockProcess {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	full := `echo $$ > ` + dir + `/child.tmp; mv ` + dir + `/child.tmp ` + dir + `/child; ` +
+		`sleep 300 & echo $! > ` + dir + `/gc.tmp; mv ` + dir + `/gc.tmp ` + dir + `/grandchild; ` + script
+	p := &lockProcess{stderr: &syncBuffer{}, exited: make(chan error, 1), lockName: name, lockKeys: e.prefix + "locks/" + name + "/"}
+	p.cmd = exec.Command(bin, e.args("lock", name, "--ttl", "2s", "--grace", "2s", "--", "sh", "-c", full)...)
+	p.cmd.Env = append(os.Environ(), extraEnv...)
+	p.cmd.Stdout = p.stderr
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	readPid := func(f string) int {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
+	etcdtest.WaitFor(e.t, "the child and the grandchild to start", 60*time.Second, func() bool {
+		p.child, p.grandchild = readPid("child"), readPid("grandchild")
+		return p.child > 0 && p.grandchild > 0
+	})
+	e.t.Cleanup(func() {
+		// Whatever the test found, leave nothing running.
+		for _, pid := range []int{p.child, p.grandchild} {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		_ = p.cmd.Process.Kill()
+	})
+	return p
+}
+
+// Invariant (issue 19, item 3): CMD and what it started die with
+// `stockctl lock`, whatever ends it. SIGTERM, SIGINT, SIGHUP and SIGQUIT are
+// handled alike: CMD's process group gets SIGTERM, the lock is released at
+// once, and stockctl exits with CMD's status. SIGKILL cannot be handled: the
+// kernel kills CMD (Linux's parent-death signal) and the watcher stops its
+// group; the lock lapses with its lease, and the next holder never runs
+// beside them.
+func TestLockChildDiesWithStockctl(t *testing.T) {
+	t.Parallel()
+	bin := buildStockctl(t)
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			p := e.startLockProcess(bin, "job", nil, "wait")
+			if err := p.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			select {
+			case err = <-p.exited:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("stockctl lock still runs 60s after %v; output %q", sig, p.stderr.String())
+			}
+			etcdtest.WaitFor(t, "CMD and its grandchild to be gone", 30*time.Second, func() bool {
+				return !alive(p.child) && !alive(p.grandchild)
+			})
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("stockctl lock after %v: %v; output %q", sig, err, p.stderr.String())
+			}
+			if sig == syscall.SIGKILL {
+				// The lease lapses after its TTL; then the next holder takes
+				// the lock, and nothing of the first runs any more.
+				r := e.run("--timeout", "60s", "lock", "job", "--", "true")
+				if r.code != 0 {
+					t.Fatalf("the next holder: exit %d, stderr %q", r.code, r.stderr)
+				}
+				if alive(p.child) || alive(p.grandchild) {
+					t.Fatal("the first holder's processes run beside the next holder")
+				}
+				return
+			}
+			// Handled: CMD was stopped with SIGTERM (a shell dies of it: 143),
+			// and the lock released at once, not left to its lease.
+			if code := ee.ExitCode(); code != 128+int(syscall.SIGTERM) {
+				t.Fatalf("exit %d after %v, want CMD's 143; output %q", code, sig, p.stderr.String())
+			}
+			if !strings.Contains(p.stderr.String(), "interrupted by "+sig.String()) {
+				t.Fatalf("output %q does not say which signal ended it", p.stderr.String())
+			}
+			resp, err := shared.client.Get(t.Context(), p.lockKeys, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil || resp.Count != 0 {
+				t.Fatalf("lock keys after a handled %v: %v, %v; want none", sig, resp, err)
+			}
+		})
+	}
+}
+
+// Invariant (issue 19, item 3): CMD's environment has the lock's variables
+// and stockctl's others, but never STOCKCTL_USER, which carries the etcd
+// password.
+func TestLockChildEnvironmentHasNoPassword(t *testing.T) {
+	t.Setenv("STOCKCTL_LOG_LEVEL", "warn") // an ordinary variable: passed on
+	e := newEnv(t)
+	t.Setenv(envUser, "root:not-needed-here") // auth is off on the shared etcd: ignored
+	r := e.run("lock", "envjob", "--", "sh", "-c", `echo "user=${STOCKCTL_USER-unset} level=$STOCKCTL_LOG_LEVEL token=$STOCKCTL_FENCING_TOKEN"`)
+	if r.code != 0 {
+		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "user=unset ") || !strings.Contains(r.stdout, "level=warn ") || strings.Contains(r.stdout, "token= ") {
+		t.Fatalf("CMD saw %q; want no STOCKCTL_USER, the other variables, a token", r.stdout)
+	}
+}
