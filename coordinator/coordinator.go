@@ -74,6 +74,7 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 		WatchPrefixes:     []string{space.LocksPrefix(), space.SemaphoresPrefix()},
 		Logger:            o.logger,
 		Metrics:           lm,
+		Identity:          o.identity,
 	})
 	c.stock = segments.NewEngine(client, c.kv, c.locks, c.bg, segments.Config{
 		Keys:          space,

@@ -65,7 +65,8 @@
 // # Metrics
 //
 // WithMetrics(reg) registers these Prometheus metrics (the rebalancer's
-// are rebalance.Rebalancer.Collector). Label values are fixed sets, except
+// are rebalance.Rebalancer.Collector; docs/metrics.md lists every metric
+// stockctl exports and what each counts). Label values are fixed sets, except
 // the stock gauges' SKU and place, bounded by MetricsMaxSKUs.
 //
 //	stockctl_lock_wait_seconds{lock,outcome}        histogram: waits for a lock; lock is segment, pool,
@@ -98,9 +99,10 @@
 //	stockctl_commit_duration_seconds{outcome}       histogram: one group commit's round trip; outcome
 //	                                                committed, refused (a compare failed: diagnosed and
 //	                                                answered or retried) or error
-//	stockctl_stock_moves_total{kind}                committed moves: refill (pool → segments), drain
-//	                                                (segment → pool), pull (pool → a segment this process
-//	                                                sells from, for an order)
+//	stockctl_stock_moves_total{kind}                moves this process committed, one per segment filled
+//	                                                or emptied: refill (pool → a segment), drain (segment →
+//	                                                pool), pull (pool → a segment this process sells from,
+//	                                                for an order)
 //	stockctl_stock_moved_units_total{kind}          units those moves carried
 //	stockctl_stock_move_duration_seconds{kind,outcome}
 //	                                                histogram: one move, its locks included; outcome

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
 	"github.com/stockctl/stockctl/internal/lock"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -77,6 +79,15 @@ var (
 	// retrying under the same order ID is safe. Contention on stockctl's
 	// own keys is retried inside first, so this is rare.
 	ErrContention = segments.ErrContention
+	// ErrNoSpace: etcd's database reached its quota (--quota-backend-bytes;
+	// alarm NOSPACE). etcd refuses every write until an operator reclaims
+	// space (compact, defragment, disarm the alarm); reads still work. See
+	// docs/operations.md. The one write that crossed the quota is applied
+	// and still answered with this error (etcd's quota applier does so):
+	// as after any error, retry the order under its ID once etcd takes
+	// writes again, which replays it if it was applied. It is etcd's own
+	// error (rpctypes.ErrNoSpace).
+	ErrNoSpace = rpctypes.ErrNoSpace
 )
 
 // InsufficientStockError is the error of an allocation refused for lack of

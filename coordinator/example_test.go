@@ -5,37 +5,26 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/internal/embedetcd"
 )
 
-// exampleEtcd starts an embedded etcd for an example; a service would
-// connect to its own cluster instead.
-func exampleEtcd() (endpoints []string, stop func()) {
-	dir, err := os.MkdirTemp("", "stockctl-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
-	s, err := embedetcd.Start(context.Background(), embedetcd.Config{Dir: dir})
-	if err != nil {
-		log.Fatal(err)
-	}
-	return s.Endpoints(), func() {
-		s.Close()
-		os.RemoveAll(dir)
-	}
-}
+// The examples below are whole programs but for one thing: etcd() stands
+// for your etcd cluster's endpoints, e.g. []string{"https://etcd-1:2379"}
+// (with TLS and a user in the clientv3.Config). Here each example gets a
+// fresh embedded etcd (example_etcd_test.go).
 
 // A lock whose protected write commits only while the lock is held.
 func ExampleCoordinator_Lock() {
-	eps, stop := exampleEtcd()
-	defer stop()
-	client := mustClient(eps)
+	client, err := clientv3.New(clientv3.Config{Endpoints: etcd(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer client.Close()
-	c, err := coordinator.New(client)
+	c, err := coordinator.New(client) // one per process: it owns the process's etcd session
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -47,7 +36,9 @@ func ExampleCoordinator_Lock() {
 		log.Fatal(err)
 	}
 	defer l.Unlock(ctx)
-	resp, err := l.Txn(ctx).Then(putOp("/app/invoice-42", "paid")).Commit()
+	// The write carries the lock's fence: etcd applies it only while the
+	// lock is really held, however late this process runs.
+	resp, err := l.Txn(ctx).Then(clientv3.OpPut("/app/invoice-42", "paid")).Commit()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -57,9 +48,10 @@ func ExampleCoordinator_Lock() {
 
 // A flash sale in miniature: a SKU of 10 units in 2 segments.
 func ExampleCoordinator_Allocate() {
-	eps, stop := exampleEtcd()
-	defer stop()
-	client := mustClient(eps)
+	client, err := clientv3.New(clientv3.Config{Endpoints: etcd(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer client.Close()
 	c, err := coordinator.New(client)
 	if err != nil {
@@ -77,27 +69,39 @@ func ExampleCoordinator_Allocate() {
 	}
 	fmt.Println("allocated", a.Qty, "replayed:", a.Replayed)
 
-	again, _ := c.Allocate(ctx, "iphone", "order-1", 3, "user-7") // a retry
+	again, err := c.Allocate(ctx, "iphone", "order-1", 3, "user-7") // a retry
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("retry replayed:", again.Replayed, "same revision:", again.Revision == a.Revision)
 
 	_, err = c.Allocate(ctx, "iphone", "order-2", 8, "user-8")
 	fmt.Println("sold out:", errors.Is(err, coordinator.ErrInsufficientStock))
+	var refused *coordinator.InsufficientStockError
+	if errors.As(err, &refused) { // true at one revision, which it names
+		fmt.Println("wanted", refused.Want, "of the", refused.Remaining, "left")
+	}
 
-	st, _ := c.Status(ctx, "iphone")
+	st, err := c.Status(ctx, "iphone")
+	if err != nil {
+		log.Fatal(err)
+	}
 	fmt.Println("remaining", st.Remaining(), "allocated", st.Allocated)
 	// Output:
 	// allocated 3 replayed: false
 	// retry replayed: true same revision: true
 	// sold out: true
+	// wanted 8 of the 7 left
 	// remaining 7 allocated 3
 }
 
 // A checkout: the units are held by a reservation until the payment
 // confirms it; a buyer may hold at most 2 units of this SKU.
 func ExampleCoordinator_Reserve() {
-	eps, stop := exampleEtcd()
-	defer stop()
-	client := mustClient(eps)
+	client, err := clientv3.New(clientv3.Config{Endpoints: etcd(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer client.Close()
 	c, err := coordinator.New(client)
 	if err != nil {
@@ -135,12 +139,53 @@ func ExampleCoordinator_Reserve() {
 	// allocated: 2 reserved: 0
 }
 
+// Archiving old orders, so that etcd does not fill up over a long sale:
+// the books still balance, with the archived units counted.
+func ExampleCoordinator_Prune() {
+	client, err := clientv3.New(clientv3.Config{Endpoints: etcd(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	c, err := coordinator.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	if _, err := c.CreateSKU(ctx, "mug", coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10}); err != nil {
+		log.Fatal(err)
+	}
+	for _, order := range []string{"m-1", "m-2"} {
+		if _, err := c.Allocate(ctx, "mug", order, 2, ""); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// In a service: time.Now().Add(-30 * 24 * time.Hour), older than any
+	// retry or return of an order.
+	p, err := c.Prune(ctx, "mug", time.Now())
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("pruned", p.Orders, "orders holding", p.Units, "units")
+	a, err := c.Audit(ctx, "mug")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("balanced:", a.OK, "archived:", a.Archived, "records left:", a.Orders)
+	// Output:
+	// pruned 2 orders holding 4 units
+	// balanced: true archived: 4 records left: 0
+}
+
 // A read-write lock: readers hold it together, a writer alone, and a
 // reader that comes after a queued writer waits for it.
 func ExampleCoordinator_RLock() {
-	eps, stop := exampleEtcd()
-	defer stop()
-	client := mustClient(eps)
+	client, err := clientv3.New(clientv3.Config{Endpoints: etcd(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer client.Close()
 	c, err := coordinator.New(client)
 	if err != nil {
@@ -176,9 +221,10 @@ func ExampleCoordinator_RLock() {
 
 // A semaphore of 2: a third permit waits; its limit is stored with it.
 func ExampleCoordinator_AcquirePermit() {
-	eps, stop := exampleEtcd()
-	defer stop()
-	client := mustClient(eps)
+	client, err := clientv3.New(clientv3.Config{Endpoints: etcd(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer client.Close()
 	c, err := coordinator.New(client)
 	if err != nil {

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,6 +104,7 @@ type options struct {
 	lockDelay         time.Duration
 	logger            *slog.Logger
 	metrics           prometheus.Registerer // nil: no metrics
+	identity          string
 }
 
 func defaultOptions() options {
@@ -119,7 +121,50 @@ func defaultOptions() options {
 		tenureIdle:        DefaultTenureIdle,
 		tenureMaxHold:     DefaultTenureMaxHold,
 		logger:            slog.New(slog.DiscardHandler),
+		identity:          DefaultIdentity(),
 	}
+}
+
+// DefaultIdentity is a coordinator's identity when WithIdentity is not
+// given: "<hostname>/<pid>".
+func DefaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return fmt.Sprintf("%s/%d", host, os.Getpid())
+}
+
+// MaxIdentityLen is the longest identity WithIdentity accepts.
+const MaxIdentityLen = 128
+
+// WithIdentity names this coordinator (default DefaultIdentity(), its host
+// and pid) where other processes see it: each lock key it puts in etcd, a
+// named lock's or a segment's, carries the name as its value, so that
+// `stockctl status --watch` and the lock listings say which instance holds
+// a lock, not only its lease. 1 to MaxIdentityLen printable bytes; it costs
+// those bytes in every lock key's value.
+func WithIdentity(name string) Option {
+	return func(o *options) error {
+		if err := ValidateIdentity(name); err != nil {
+			return err
+		}
+		o.identity = name
+		return nil
+	}
+}
+
+// ValidateIdentity checks a name for WithIdentity.
+func ValidateIdentity(name string) error {
+	if name == "" || len(name) > MaxIdentityLen {
+		return fmt.Errorf("identity %q: must be 1 to %d bytes", name, MaxIdentityLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if name[i] < 0x20 || name[i] == 0x7f {
+			return fmt.Errorf("identity %q: contains a control character", name)
+		}
+	}
+	return nil
 }
 
 // Option configures a Coordinator. Options are validated by New, which

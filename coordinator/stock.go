@@ -244,6 +244,37 @@ func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*Audi
 	return c.stock.AuditAt(ctx, sku, rev)
 }
 
+// Pruned is the outcome of Prune; Deleted of DeleteSKU.
+type (
+	Pruned  = segments.Pruned
+	Deleted = segments.Deleted
+)
+
+// Prune archives sku's orders created before before: their records and
+// order-ID claims are deleted, and what they held is added to the SKU's
+// archive record in the same transactions, so that Status and Audit still
+// balance (total = pool + segments + active orders + archived). Live
+// reservations are kept. A pruned order's ID is forgotten: a retry of it
+// is a new order, so prune only orders older than any retry (and any
+// Release, Cancel or Confirm) a client may still send. A pruned active
+// order counted against a per-user limit leaves its buyer's counter. ctx
+// bounds the call; on failure what was pruned stays pruned (each batch in
+// one balanced transaction) and calling again goes on. See
+// docs/operations.md.
+func (c *Coordinator) Prune(ctx context.Context, sku string, before time.Time) (*Pruned, error) {
+	return c.stock.Prune(ctx, sku, before)
+}
+
+// DeleteSKU deletes a SKU that is done: no live reservation and no process
+// holding or waiting for the lock of its pool or a segment (otherwise
+// ErrConflict, naming which). Its orders are archived as Prune does, then
+// every key of the SKU is deleted in one transaction; stock left in it goes
+// too. A process that cached the SKU keeps its segment count until it
+// restarts: recreate the name with the same segment count, or restart them.
+func (c *Coordinator) DeleteSKU(ctx context.Context, sku string) (*Deleted, error) {
+	return c.stock.DeleteSKU(ctx, sku)
+}
+
 // SKUs lists the SKUs whose creation has completed, in name order.
 func (c *Coordinator) SKUs(ctx context.Context) ([]string, error) {
 	return c.stock.SKUs(ctx)

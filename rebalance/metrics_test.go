@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/rebalance"
@@ -87,5 +88,36 @@ func TestRebalancerMetricsFollowLeadership(t *testing.T) {
 		for _, p := range problems {
 			t.Errorf("lint: %s: %s", p.Metric, p.Text)
 		}
+	}
+}
+
+// The coordinator's and the rebalancer's move counters count the same
+// thing, one move per segment: a pass that refills five segments in one
+// transaction is five moves in both, with the same units (the
+// coordinator's used to count the transaction once).
+func TestMoveCountersAgree(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	reg := prometheus.NewRegistry()
+	c := newCoordinator(t, etcd, coordinator.WithMetrics(reg))
+	if _, err := c.CreateSKU(t.Context(), "m", coordinator.SKUConfig{Total: 50, Segments: 5, RefillBatch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := rebalance.New(c, rebalance.Config{Identity: "once"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(r.Collector())
+	pass, err := r.RunOnce(t.Context(), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pass.Moves) != 5 {
+		t.Fatalf("pass %+v, want a refill of each of 5 segments", pass)
+	}
+	stock := metricOf(t, reg, "stockctl_stock_moves_total", "kind", "refill")
+	reb := metricOf(t, reg, "stockctl_rebalancer_moves_total", "kind", "refill")
+	units := metricOf(t, reg, "stockctl_stock_moved_units_total", "kind", "refill")
+	if stock != 5 || reb != 5 || units != 15 {
+		t.Fatalf("stockctl_stock_moves_total{refill} %v, stockctl_rebalancer_moves_total{refill} %v, units %v: want 5, 5, 15", stock, reb, units)
 	}
 }

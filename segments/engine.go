@@ -218,14 +218,14 @@ func (e *Engine) Meta(ctx context.Context, sku string) (Meta, int64, error) {
 		return Meta{}, 0, fmt.Errorf("read meta of %s: %w", sku, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Meta{}, 0, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
+		return Meta{}, 0, ErrUnknownSKU
 	}
 	meta, err := DecodeMeta(key, resp.Kvs[0].Value)
 	if err != nil {
 		return Meta{}, 0, err
 	}
 	if meta.Creating {
-		return Meta{}, 0, fmt.Errorf("%w %q: its creation has not completed", ErrUnknownSKU, sku)
+		return Meta{}, 0, fmt.Errorf("%w: its creation has not completed", ErrUnknownSKU)
 	}
 	return meta, resp.Kvs[0].ModRevision, nil
 }

@@ -50,6 +50,11 @@ var errContention = ErrContention
 // no deadline sooner.
 const maxCommitAttempts = 64
 
+// The error types below leave the SKU and the order out of their messages:
+// the operation that returns one names them ("confirm tee order "o-1":
+// reservation expired at ..."), and a message says each thing once. Their
+// fields carry them for programs.
+
 // ExpiredError is the error of a call on a reservation that expired.
 type ExpiredError struct {
 	SKU      string
@@ -61,7 +66,7 @@ type ExpiredError struct {
 }
 
 func (e *ExpiredError) Error() string {
-	return fmt.Sprintf("%s order %q: %v at %s (revision %d)", e.SKU, e.Order, ErrExpired, e.Deadline.Format(time.RFC3339Nano), e.Revision)
+	return fmt.Sprintf("%v at %s (revision %d)", ErrExpired, e.Deadline.Format(time.RFC3339Nano), e.Revision)
 }
 
 // Is makes errors.Is(err, ErrExpired) true.
@@ -80,8 +85,8 @@ type LimitExceededError struct {
 }
 
 func (e *LimitExceededError) Error() string {
-	return fmt.Sprintf("%s buyer %q: %v: holds %d, wants %d more, limit %d (revision %d)",
-		e.SKU, e.Buyer, ErrLimitExceeded, e.Held, e.Want, e.Limit, e.Revision)
+	return fmt.Sprintf("buyer %q: %v: holds %d, wants %d more, limit %d (revision %d)",
+		e.Buyer, ErrLimitExceeded, e.Held, e.Want, e.Limit, e.Revision)
 }
 
 // Is makes errors.Is(err, ErrLimitExceeded) true.
@@ -98,7 +103,7 @@ type InsufficientStockError struct {
 }
 
 func (e *InsufficientStockError) Error() string {
-	return fmt.Sprintf("%s: %v: want %d, have %d at revision %d", e.SKU, ErrInsufficientStock, e.Want, e.Remaining, e.Revision)
+	return fmt.Sprintf("%v: want %d, have %d at revision %d", ErrInsufficientStock, e.Want, e.Remaining, e.Revision)
 }
 
 // Is makes errors.Is(err, ErrInsufficientStock) true.

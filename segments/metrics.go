@@ -117,7 +117,7 @@ func NewMetrics() *Metrics {
 		}, []string{"outcome"}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_stock_moves_total",
-			Help: "Committed stock moves (kind: refill from the pool into segments, drain of a segment into the pool, pull of pool stock into a segment this process sells from).",
+			Help: "Stock moves this process committed, one per segment a move filled or emptied (kind: refill from the pool into a segment, drain of a segment into the pool, pull of pool stock into a segment this process sells from).",
 		}, []string{"kind"}),
 		movedUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_stock_moved_units_total",
@@ -322,8 +322,12 @@ func (m *Metrics) committed(n int, d time.Duration, outcome string) {
 	m.commitSeconds.WithLabelValues(outcome).Observe(d.Seconds())
 }
 
-// moved counts one stock move of kind that moved units (0: nothing to move).
-func (m *Metrics) moved(kind, sku string, units int64, d time.Duration, err error) {
+// moved counts one call of a stock move of kind: its duration once, and
+// one move per segment it moved stock into or out of (moved maps a
+// segment to its units; empty: nothing to move). A refill of three
+// segments in one transaction is three moves, as the rebalancer counts
+// them (stockctl_rebalancer_moves_total counts one Move per segment).
+func (m *Metrics) moved(kind, sku string, moved map[int]int64, d time.Duration, err error) {
 	if m == nil {
 		return
 	}
@@ -332,11 +336,11 @@ func (m *Metrics) moved(kind, sku string, units int64, d time.Duration, err erro
 	switch {
 	case err != nil:
 		outcome = "error"
-	case units == 0:
+	case len(moved) == 0:
 		outcome = "nothing"
 	default:
-		m.moves.WithLabelValues(kind).Inc()
-		m.movedUnits.WithLabelValues(kind).Add(float64(units))
+		m.moves.WithLabelValues(kind).Add(float64(len(moved)))
+		m.movedUnits.WithLabelValues(kind).Add(float64(sumMoved(moved)))
 	}
 	m.moveSeconds.WithLabelValues(kind, outcome).Observe(d.Seconds())
 }

@@ -51,7 +51,7 @@ func (e *Engine) refill(ctx context.Context, sku string, want map[int]int64, bel
 		if note != nil {
 			kind = movePull // only a seller's pull notes what it moved
 		}
-		defer func(start time.Time) { e.metrics.moved(kind, sku, sumMoved(out), time.Since(start), outErr) }(time.Now())
+		defer func(start time.Time) { e.metrics.moved(kind, sku, out, time.Since(start), outErr) }(time.Now())
 	}
 	info, err := e.sku(ctx, sku)
 	if err != nil {
@@ -176,7 +176,13 @@ func (e *Engine) refillChunk(ctx context.Context, sku string, pool *heldPlace, t
 // Refill, a sent transaction is not abandoned when ctx is cancelled.
 func (e *Engine) Drain(ctx context.Context, sku string, seg int, wait time.Duration, fence ...clientv3.Cmp) (out int64, outRev int64, outErr error) {
 	if e.metrics != nil {
-		defer func(start time.Time) { e.metrics.moved(moveDrain, sku, out, time.Since(start), outErr) }(time.Now())
+		defer func(start time.Time) {
+			var moved map[int]int64
+			if out > 0 {
+				moved = map[int]int64{seg: out}
+			}
+			e.metrics.moved(moveDrain, sku, moved, time.Since(start), outErr)
+		}(time.Now())
 	}
 	info, err := e.sku(ctx, sku)
 	if err != nil {

@@ -15,24 +15,24 @@ import (
 func (e *Engine) replay(ctx context.Context, req *allocReq, idx *mvccpb.KeyValue) (*Allocation, error) {
 	owner := string(idx.Value)
 	if owner != req.sku.name {
-		return nil, fmt.Errorf("%w: order ID %q was already used for SKU %q", ErrConflict, req.order, owner)
+		return nil, fmt.Errorf("%w: the order ID was already used for SKU %q", ErrConflict, owner)
 	}
 	o, kv, err := e.readOrder(ctx, owner, req.order)
 	if err != nil {
 		return nil, err
 	}
 	if o.Qty != req.qty {
-		return nil, fmt.Errorf("%w: order %q was already applied with qty %d, not %d", ErrConflict, req.order, o.Qty, req.qty)
+		return nil, fmt.Errorf("%w: the order was already applied with qty %d, not %d", ErrConflict, o.Qty, req.qty)
 	}
 	if reservation := o.State != ""; reservation != (req.ttl > 0) {
 		what := "a plain allocation"
 		if reservation {
 			what = "a reservation"
 		}
-		return nil, fmt.Errorf("%w: order %q was already applied as %s", ErrConflict, req.order, what)
+		return nil, fmt.Errorf("%w: the order was already applied as %s", ErrConflict, what)
 	}
 	if o.Buyer != req.buyer {
-		return nil, fmt.Errorf("%w: order %q was already applied for buyer %q, not %q", ErrConflict, req.order, o.Buyer, req.buyer)
+		return nil, fmt.Errorf("%w: the order was already applied for buyer %q, not %q", ErrConflict, o.Buyer, req.buyer)
 	}
 	return &Allocation{
 		SKU: o.SKU, Order: o.ID, Qty: o.Qty, Parts: o.Parts,
@@ -49,7 +49,7 @@ func (e *Engine) readOrder(ctx context.Context, sku, order string) (Order, *mvcc
 		return Order{}, nil, fmt.Errorf("read order: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Order{}, nil, fmt.Errorf("%w: %q", ErrOrderNotFound, order)
+		return Order{}, nil, ErrOrderNotFound
 	}
 	o, err := DecodeOrder(key, resp.Kvs[0].Value)
 	if err != nil {

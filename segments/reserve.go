@@ -91,11 +91,11 @@ func (e *Engine) confirmOnce(ctx context.Context, info *skuInfo, order string) (
 	r := &Confirmed{SKU: o.SKU, Order: o.ID, Qty: o.Qty, Parts: o.Parts, Buyer: o.Buyer, Deadline: o.Deadline, Revision: kv.ModRevision}
 	switch {
 	case o.State == "":
-		return nil, false, fmt.Errorf("%w: order %q is a plain allocation, not a reservation", ErrConflict, order)
+		return nil, false, fmt.Errorf("%w: the order is a plain allocation, not a reservation", ErrConflict)
 	case o.State == StateExpired:
 		return nil, false, &ExpiredError{SKU: o.SKU, Order: o.ID, Deadline: o.Deadline, Revision: kv.ModRevision}
 	case o.Released:
-		return nil, false, fmt.Errorf("%w: reservation %q was cancelled or released", ErrConflict, order)
+		return nil, false, fmt.Errorf("%w: the reservation was cancelled or released", ErrConflict)
 	case o.State == StateConfirmed:
 		r.Replayed = true
 		return r, false, nil

@@ -155,9 +155,9 @@ func returnVerdict(kind returnKind, o Order, rev int64, now time.Time) (proceed 
 	case retCancel:
 		switch {
 		case o.State == "":
-			return false, fmt.Errorf("%w: order %q is a plain allocation, not a reservation (use release)", ErrConflict, o.ID)
+			return false, fmt.Errorf("%w: the order is a plain allocation, not a reservation (use release)", ErrConflict)
 		case o.State == StateConfirmed:
-			return false, fmt.Errorf("%w: reservation %q was confirmed; a paid order is returned by release", ErrConflict, o.ID)
+			return false, fmt.Errorf("%w: the reservation was confirmed; a paid order is returned by release", ErrConflict)
 		case o.State == StateExpired:
 			return false, expired
 		case o.Released:

@@ -38,8 +38,12 @@ type Status struct {
 	Reserved     int64
 	Reservations int64
 	// Orders counts order records, released ones included.
-	Orders   int64
-	Revision int64
+	Orders int64
+	// Archived is the part of Allocated held by pruned orders, and
+	// ArchivedOrders how many orders were pruned (Prune).
+	Archived       int64
+	ArchivedOrders int64
+	Revision       int64
 	// Rebalancer is the last pass of the rebalancer, if one ever ran.
 	Rebalancer *RebalancePass
 }
@@ -57,7 +61,7 @@ func (s *Status) Remaining() int64 {
 // same revision.
 func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 	if err := ValidateSKU(sku); err != nil {
-		return nil, fmt.Errorf("status %s: %w", sku, err)
+		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 	}
 	resp, err := e.kv.Txn(ctx).Then(
 		clientv3.OpGet(e.keys.Meta(sku)),
@@ -65,13 +69,14 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 		clientv3.OpGet(e.keys.Orders(sku), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(e.keys.RebalanceLast()),
 		clientv3.OpGet(e.keys.Reservations(sku), clientv3.WithPrefix()),
+		clientv3.OpGet(e.keys.Archive(sku)),
 	).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("status %s: %w", sku, err)
+		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 	}
 	meta, info, err := e.decodeMetaResp(sku, resp.Responses[0].GetResponseRange().Kvs)
 	if err != nil {
-		return nil, fmt.Errorf("status %s: %w", sku, err)
+		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 	}
 	st := &Status{SKU: sku, Meta: meta, Total: meta.Total, Revision: resp.Header.Revision,
 		Segments: make([]SegmentStatus, meta.Segments)}
@@ -81,7 +86,7 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 		k, v, err := e.decodeStockKV(info, kv)
 		if err != nil {
-			return nil, fmt.Errorf("status %s: %w", sku, err)
+			return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 		}
 		switch k.Kind {
 		case keys.KindPool:
@@ -98,31 +103,36 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 	if kvs := resp.Responses[3].GetResponseRange().Kvs; len(kvs) > 0 {
 		pass, err := DecodeRebalancePass(string(kvs[0].Key), kvs[0].Value)
 		if err != nil {
-			return nil, fmt.Errorf("status %s: %w", sku, err)
+			return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 		}
 		st.Rebalancer = &pass
 	}
 	for _, kv := range resp.Responses[4].GetResponseRange().Kvs {
 		q, err := DecodeCounter(string(kv.Key), kv.Value)
 		if err != nil {
-			return nil, fmt.Errorf("status %s: %w", sku, err)
+			return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 		}
 		st.Reserved += q
 		st.Reservations++
 	}
+	arc, err := decodeArchiveKVs(resp.Responses[5].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
+	}
+	st.Archived, st.ArchivedOrders = arc.Units, arc.Orders
 	return st, nil
 }
 
 func (e *Engine) decodeMetaResp(sku string, kvs []*mvccpb.KeyValue) (Meta, *skuInfo, error) {
 	if len(kvs) == 0 {
-		return Meta{}, nil, fmt.Errorf("%w %q", ErrUnknownSKU, sku)
+		return Meta{}, nil, ErrUnknownSKU
 	}
 	meta, err := DecodeMeta(string(kvs[0].Key), kvs[0].Value)
 	if err != nil {
 		return Meta{}, nil, err
 	}
 	if meta.Creating {
-		return Meta{}, nil, fmt.Errorf("%w %q: its creation has not completed", ErrUnknownSKU, sku)
+		return Meta{}, nil, fmt.Errorf("%w: its creation has not completed", ErrUnknownSKU)
 	}
 	return meta, &skuInfo{name: sku, segments: meta.Segments}, nil
 }
@@ -130,8 +140,8 @@ func (e *Engine) decodeMetaResp(sku string, kvs []*mvccpb.KeyValue) (Meta, *skuI
 // AuditReport is the outcome of an audit.
 type AuditReport struct {
 	SKU string
-	// OK is true when Total = Pool + Segments + Allocated and nothing was
-	// found wrong.
+	// OK is true when Total = Pool + Segments + Allocated + Archived and
+	// nothing was found wrong.
 	OK       bool
 	Revision int64
 	Total    int64
@@ -152,6 +162,11 @@ type AuditReport struct {
 	ExpiredOrders  int64
 	// Buyers counts the per-user counters (SKUs with a per-user limit).
 	Buyers int64
+	// Archived is what pruned orders held (the archive record, see Prune),
+	// ArchivedOrders how many were pruned: they count in the balance as
+	// Allocated does, without their records.
+	Archived       int64
+	ArchivedOrders int64
 	// Deliveries counts the restocks recorded by delivery ID; Delivered is
 	// the units they added (part of Total).
 	Deliveries int64
@@ -189,6 +204,7 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 		clientv3.OpGet(e.keys.Reservations(sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(e.keys.Users(sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(e.keys.Deliveries(sku), clientv3.WithPrefix(), at),
+		clientv3.OpGet(e.keys.Archive(sku), at),
 	).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("audit %s: %w", sku, err)
@@ -293,9 +309,14 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 		}
 	}
 	e.auditDeliveries(r, resp.Responses[5].GetResponseRange().Kvs)
-	if sum := r.Pool + r.Segments + r.Allocated; sum != r.Total {
-		r.Problems = append(r.Problems, fmt.Sprintf("books do not balance at revision %d: total %d != pool %d + segments %d + allocated %d (= %d)",
-			r.Revision, r.Total, r.Pool, r.Segments, r.Allocated, sum))
+	if arc, err := decodeArchiveKVs(resp.Responses[6].GetResponseRange().Kvs); err != nil {
+		r.Problems = append(r.Problems, err.Error())
+	} else {
+		r.Archived, r.ArchivedOrders = arc.Units, arc.Orders
+	}
+	if sum := r.Pool + r.Segments + r.Allocated + r.Archived; sum != r.Total {
+		r.Problems = append(r.Problems, fmt.Sprintf("books do not balance at revision %d: total %d != pool %d + segments %d + allocated %d + archived %d (= %d)",
+			r.Revision, r.Total, r.Pool, r.Segments, r.Allocated, r.Archived, sum))
 	}
 	r.OK = len(r.Problems) == 0
 	return r, nil

@@ -8,6 +8,7 @@ type Option func(*options)
 type options struct {
 	noFsync     bool
 	grpcOptions []grpc.ServerOption
+	quota       int64
 }
 
 // WithNoFsync turns off fsync in the members. Tests get faster, and a crash
@@ -21,6 +22,12 @@ func WithNoFsync() Option {
 // real traffic.
 func WithGRPCServerOptions(opts ...grpc.ServerOption) Option {
 	return func(o *options) { o.grpcOptions = append(o.grpcOptions, opts...) }
+}
+
+// WithQuotaBackendBytes sets the members' database quota: beyond it etcd
+// raises NOSPACE and refuses every write, as a full production etcd does.
+func WithQuotaBackendBytes(n int64) Option {
+	return func(o *options) { o.quota = n }
 }
 
 func buildOptions(opts []Option) options {

@@ -28,6 +28,8 @@
 //	P deliveries/<sku>/<delivery>    the record of one restock (its qty, the total
 //	                                 and pool after it)
 //	P deliveryid/<delivery>          global delivery-ID claim (value: the SKU)
+//	P archive/<sku>                  what pruned orders of sku held and how many there
+//	                                 were (written with the deletes that prune them)
 //
 // Segment indices are written with four decimal digits so that keys sort in
 // index order (the maximum segment count is 1024).
@@ -185,6 +187,9 @@ func (s Space) ParseReservation(sku, key string) (int64, string, error) {
 	}
 	return ns, order, nil
 }
+
+// Archive is the record of sku's pruned (archived) orders.
+func (s Space) Archive(sku string) string { return s.prefix + "archive/" + sku }
 
 // Users is the prefix of sku's per-user counters.
 func (s Space) Users(sku string) string { return s.prefix + "users/" + sku + "/" }

@@ -37,6 +37,9 @@ type Config struct {
 	Logger        *slog.Logger
 	// Metrics, if not nil, counts waits, holds, handoffs and sessions.
 	Metrics *Metrics
+	// Identity is the value of every lock key this engine puts: who holds
+	// (coordinator.WithIdentity).
+	Identity string
 }
 
 // Engine is one process's lock engine: its etcd session and its queues.

@@ -155,7 +155,7 @@ func hasRecords(rs []*etcdserverpb.ResponseOp, i int) bool {
 // reads are sent with the put, after its own reads; their answers are in
 // the result.
 func (e *Engine) putWaiterKey(ctx context.Context, sess *concurrency.Session, pfx, key, delayPfx string, reads []clientv3.Op) (putResult, error) {
-	base := withDelayCount(delayPfx, clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
+	base := withDelayCount(delayPfx, clientv3.OpPut(key, e.cfg.Identity, clientv3.WithLease(sess.Lease())),
 		clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))
 	ops := append(base[:len(base):len(base)], reads...)
 	for attempt := 0; attempt < 3; attempt++ {

@@ -357,7 +357,7 @@ func (e *Engine) lockShared(ctx context.Context, sess *concurrency.Session, q *s
 	// On its own bounded ctx, as lockKey's put.
 	pctx, cancelPut := context.WithTimeout(e.bg.Ctx(), e.cfg.ReleaseTimeout)
 	resp, err := e.kv.Txn(pctx).Then(withDelayCount(q.delayPfx,
-		clientv3.OpPut(key, "", clientv3.WithLease(sess.Lease())),
+		clientv3.OpPut(key, e.cfg.Identity, clientv3.WithLease(sess.Lease())),
 		writers.youngest(0), // every exclusive key is older than ours
 	)...).Commit()
 	cancelPut()

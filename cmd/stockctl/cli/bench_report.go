@@ -55,7 +55,7 @@ func (r benchReport) table() table {
 	t.notes = append(t.notes, "", "P50/P99/MAX: end to end, queueing included (with B closed-loop buyers, at least B ÷ throughput);",
 		"SERVICE P99: from holding the lock (the step's start) to the order's return;",
 		"REFILLS, REFILL P99 (stockctl's pool and rebalancer): from a segment's stock falling below its low watermark to stock arriving in its inbox.")
-	// Issue 11 sets its targets on an embedded etcd with fsync, 4
+	// The targets are set on an embedded etcd with fsync, 4
 	// processes and buyers spread over them; the rows cannot say so.
 	if c := r.Config; len(r.Targets) > 0 && (c.Etcd != benchIssueEtcd || c.Processes != bench.DefaultProcesses || c.Affinity != string(bench.Spread)) {
 		t.notes = append(t.notes, fmt.Sprintf("The targets are set on etcd %s, %d processes (%s); this run: etcd %s, %d processes (%s).",

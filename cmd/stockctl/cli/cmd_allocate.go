@@ -109,7 +109,7 @@ func allocateAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		a, err := cn.coord.Allocate(ctx, sku, order, qty, route, buyerOpts(buyer)...)
 		if err != nil {
-			return failed(ctx, fmt.Sprintf("allocate %d of %s for order %q", qty, sku, order), err)
+			return opFailed(ctx, err)
 		}
 		return show(c, g, allocationViewOf(a))
 	})

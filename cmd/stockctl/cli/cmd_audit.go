@@ -34,6 +34,8 @@ type auditView struct {
 	ReleasedOrders int64    `json:"releasedOrders"`
 	ExpiredOrders  int64    `json:"expiredOrders"`
 	Buyers         int64    `json:"buyers"`
+	Archived       int64    `json:"archived"`
+	ArchivedOrders int64    `json:"archivedOrders"`
 	Deliveries     int64    `json:"deliveries"`
 	Delivered      int64    `json:"delivered"`
 	Revision       int64    `json:"revision"`
@@ -44,7 +46,7 @@ func auditViewOf(r *coordinator.AuditReport) auditView {
 	return auditView{SKU: r.SKU, OK: r.OK, Total: r.Total, Pool: r.Pool, Segments: r.Segments, Allocated: r.Allocated,
 		Reserved: r.Reserved, Confirmed: r.Confirmed, ExpiredOrders: r.ExpiredOrders, Buyers: r.Buyers,
 		Orders: r.Orders, ReleasedOrders: r.ReleasedOrders, Deliveries: r.Deliveries, Delivered: r.Delivered,
-		Revision: r.Revision, Problems: append([]string{}, r.Problems...)}
+		Revision: r.Revision, Problems: append([]string{}, r.Problems...), Archived: r.Archived, ArchivedOrders: r.ArchivedOrders}
 }
 
 func (v auditView) table() table {
@@ -66,11 +68,18 @@ func (v auditView) table() table {
 	if v.Deliveries > 0 {
 		t.add("DELIVERIES", fmt.Sprintf("%d restocks, %d units", v.Deliveries, v.Delivered))
 	}
+	if v.ArchivedOrders > 0 {
+		t.add("ARCHIVED", fmt.Sprintf("%d units in %d pruned orders", v.Archived, v.ArchivedOrders))
+	}
 	op := "="
-	if v.Pool+v.Segments+v.Allocated != v.Total {
+	if v.Pool+v.Segments+v.Allocated+v.Archived != v.Total {
 		op = "≠"
 	}
-	t.add("CHECK", fmt.Sprintf("total %d %s pool %d + segments %d + allocated %d", v.Total, op, v.Pool, v.Segments, v.Allocated))
+	check := fmt.Sprintf("total %d %s pool %d + segments %d + allocated %d", v.Total, op, v.Pool, v.Segments, v.Allocated)
+	if v.ArchivedOrders > 0 {
+		check += fmt.Sprintf(" + archived %d", v.Archived)
+	}
+	t.add("CHECK", check)
 	t.add("REVISION", v.Revision)
 	for _, p := range v.Problems {
 		t.notes = append(t.notes, "problem: "+p)
@@ -90,7 +99,7 @@ func auditAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		r, err := cn.coord.Audit(ctx, sku)
 		if err != nil {
-			return failed(ctx, "audit "+sku, err)
+			return opFailed(ctx, err)
 		}
 		if err := show(c, g, auditViewOf(r)); err != nil {
 			return err

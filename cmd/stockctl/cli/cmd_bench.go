@@ -16,15 +16,15 @@ import (
 	"github.com/stockctl/stockctl/segments"
 )
 
-// benchDefaultRuns are bench's shapes: the seed's single lock, then
-// exactly issue 11's table (20 segments with 40 and with 200 buyers, 100
+// benchDefaultRuns are bench's shapes: a single lock (the baseline),
+// then the targets' shapes (20 segments with 40 and with 200 buyers, 100
 // segments with 200).
 const benchDefaultRuns = "1x2,20x40,20x200,100x200"
 
 // benchDefaultSegments are the segment counts when only --buyers is given.
 const benchDefaultSegments = "1,20,100"
 
-// benchIssueEtcd is the etcd issue 11 measures its targets on.
+// benchIssueEtcd is the etcd the targets are measured on.
 const benchIssueEtcd = "embedded, fsync on"
 
 // maxBenchBuyers bounds a run's buyers (goroutines; their route keys are
@@ -39,7 +39,7 @@ func benchCommand() *ucli.Command {
 			"spread evenly over the segments and over --processes etcd clients, for --duration or --orders, whichever\n" +
 			"comes first. Shapes of one segment count run next to each other, and the strategies one after another\n" +
 			"at each shape, so that the runs compared at one shape are close in time. The strategies:\n" +
-			"  one-lock         one etcd concurrency.Mutex around the whole stock (the seed's baseline)\n" +
+			"  one-lock         one etcd concurrency.Mutex around the whole stock (the baseline)\n" +
 			"  etcd-mutex       a stock concurrency.Mutex per segment, one session per buyer (the naive etcd way)\n" +
 			"  stockctl         stockctl's coordinators (AllocateFunc), rebalancer and pool\n" +
 			"  stockctl-nostep  stockctl's Allocate with no business step (pure allocation, group commit)\n" +
@@ -52,7 +52,7 @@ func benchCommand() *ucli.Command {
 			"Each run's books are read afterwards: nothing may be oversold, and what the buyers were served must\n" +
 			"match the orders recorded. The ideal of a strategy with a step is places ÷ step (segments ÷ step, or\n" +
 			"1 ÷ step for one lock). stockctl's runs also time refills: from a segment's stock falling below its low\n" +
-			"watermark to stock arriving in its inbox. The issue's targets are judged on the rows that ran.\n" +
+			"watermark to stock arriving in its inbox. The performance targets are judged on the rows that ran.\n" +
 			"Exit 1 if any run's check fails (a target not met does not fail the bench).\n" +
 			"Without --endpoints it runs on an embedded etcd (fsync on) in a temporary directory, removed at the end.",
 		Flags: append([]ucli.Flag{

@@ -35,8 +35,9 @@ const (
 	// p99 (about 0.5 s here), so it only cuts off attempts that hang.
 	demoAttemptTimeout = 5 * time.Second
 	demoSKU            = "flash-sale"
-	// demoLeaderWait bounds the wait for the rebalancer's election before
-	// the sale starts (the sale starts anyway: segments hold stock).
+	// demoLeaderWait bounds the wait for a rebalancer to be elected (the
+	// demo's own, or one already running, e.g. `stockctl serve`'s) before
+	// the sale starts; the sale starts anyway: segments hold stock.
 	demoLeaderWait = 10 * time.Second
 	// Checkout mode: reservations wait 1 s for their payment (short, so
 	// that the demo sees them expire and sells their stock again within
@@ -225,18 +226,24 @@ func demoAction(c *ucli.Context) error {
 		}
 	}()
 	for i := range conns {
-		if conns[i], err = connect(sctx, c, &eg); err != nil {
+		// Each coordinator has an identity of its own, as a process would,
+		// so that a status --watch of the sale tells the lock holders apart.
+		if conns[i], err = connect(sctx, c, &eg, coordinator.WithIdentity(fmt.Sprintf("%s#%d", eg.identity, i+1))); err != nil {
 			return err
 		}
 	}
 	if _, err := conns[0].coord.CreateSKU(sctx, d.SKU, coordinator.SKUConfig{Total: d.Total, Segments: d.Segments,
 		InitialFill: d.InitialFill, LowWatermark: d.LowWatermark, RefillBatch: d.RefillBatch, PerUserLimit: d.PerUserLimit}); err != nil {
-		return failed(sctx, "create the demo SKU "+d.SKU, err)
+		return opFailed(sctx, err)
+	}
+	created, err := conns[0].coord.Status(sctx, d.SKU)
+	if err != nil {
+		return opFailed(sctx, err)
 	}
 	cancelSetup()
 
 	t := newDemoTally(d.Segments)
-	stopRebalancer, err := startDemoRebalancer(ctx, conns[d.Coordinators].coord, t)
+	stopRebalancer, leader, err := startDemoRebalancer(ctx, conns[d.Coordinators], t)
 	if err != nil {
 		return failed(ctx, "start the rebalancer", err)
 	}
@@ -244,8 +251,8 @@ func demoAction(c *ucli.Context) error {
 
 	if g.output == outputTable {
 		fmt.Fprintf(c.App.Writer, "flash sale of %s: %d units in %d segments (%d in the segments, %d in the pool), "+
-			"%d buyers on %d coordinators, %v business step\n\n",
-			d.SKU, d.Total, d.Segments, d.InitialFill, d.Total-d.InitialFill, d.Buyers, d.Coordinators, d.step)
+			"%d buyers on %d coordinators, %v business step; rebalancer: %s\n\n",
+			d.SKU, d.Total, d.Segments, d.InitialFill, d.Total-d.InitialFill, d.Buyers, d.Coordinators, d.step, leaderText(leader))
 	}
 	coords := make([]*coordinator.Coordinator, d.Coordinators)
 	for i := range coords {
@@ -284,19 +291,27 @@ func demoAction(c *ucli.Context) error {
 	defer cancel()
 	st, err := conns[0].coord.Status(rctx, d.SKU)
 	if err != nil {
-		return failed(rctx, "read the status of "+d.SKU+" after the sale", err)
+		return opFailed(rctx, err)
 	}
 	audit, err := conns[0].coord.Audit(rctx, d.SKU)
 	if err != nil {
-		return failed(rctx, "audit "+d.SKU+" after the sale", err)
+		return opFailed(rctx, err)
 	}
-	report := newDemoReport(d, res, st, audit, t)
+	moves, err := readMoves(rctx, conns[0].coord, d.SKU, d.Segments, created.Revision, st.Revision)
+	if err != nil {
+		return failed(rctx, "read the moves of "+d.SKU+" from etcd's history", err)
+	}
+	report := newDemoReport(d, res, st, audit, t, moves, leader)
 	if d.Checkout {
 		held, err := buyerUnits(rctx, conns[0].coord, d.SKU)
 		if err != nil {
 			return failed(rctx, "read the buyers' counters of "+d.SKU, err)
 		}
-		report.addCheckout(d, t, held)
+		books, err := readCheckout(rctx, conns[0].coord, d.SKU)
+		if err != nil {
+			return failed(rctx, "read the order records of "+d.SKU, err)
+		}
+		report.addCheckout(d, t, books, held)
 	}
 	if err := show(c, g, report); err != nil {
 		return err
@@ -329,11 +344,14 @@ func demoBuy(cs []*coordinator.Coordinator, sku string, step time.Duration, t *d
 }
 
 // startDemoRebalancer runs a rebalancer until the returned stop is called
-// (idempotent), after waiting a bounded time for it to be elected.
-func startDemoRebalancer(ctx context.Context, c *coordinator.Coordinator, t *demoTally) (stop func(), err error) {
-	r, err := rebalance.New(c, rebalance.Config{Identity: "demo-rebalancer", OnMove: t.move, OnExpire: t.expire})
+// (idempotent), after waiting a bounded time for a rebalancer to be
+// elected: this one, or one that already leads (`stockctl serve`'s, when
+// the demo runs against its etcd), which is the one that will move stock.
+// It returns the leader's identity ("" if none was elected in time).
+func startDemoRebalancer(ctx context.Context, cn *conn, t *demoTally) (stop func(), leader string, err error) {
+	r, err := rebalance.New(cn.coord, rebalance.Config{Identity: "demo-rebalancer", OnExpire: t.expire})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -346,12 +364,29 @@ func startDemoRebalancer(ctx context.Context, c *coordinator.Coordinator, t *dem
 		})
 	}
 	deadline := time.Now().Add(demoLeaderWait)
-	for !r.Leader() && time.Now().Before(deadline) && ctx.Err() == nil {
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if r.Leader() {
+			return stop, r.Identity(), nil
+		}
+		if leader = currentLeader(cn); leader != "" {
+			return stop, leader, nil
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	if ctx.Err() != nil {
 		stop()
-		return nil, context.Cause(ctx)
+		return nil, "", context.Cause(ctx)
 	}
-	return stop, nil
+	return stop, "", nil
+}
+
+// leaderText names the elected rebalancer for the demo's first line.
+func leaderText(leader string) string {
+	switch leader {
+	case "":
+		return "none elected yet"
+	case "demo-rebalancer":
+		return "the demo's own"
+	}
+	return leader + " (another process's: it makes the moves)"
 }

@@ -83,7 +83,7 @@ func initAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		meta, err := cn.coord.CreateSKU(ctx, sku, cfg)
 		if err != nil {
-			return failed(ctx, "create SKU "+sku, err)
+			return opFailed(ctx, err)
 		}
 		return show(c, g, skuView{SKU: sku, Total: meta.Total, Segments: meta.Segments, InitialFill: meta.InitialFill,
 			LowWatermark: meta.LowWatermark, RefillBatch: meta.RefillBatch, PerUserLimit: meta.PerUserLimit, Created: meta.Created})

@@ -19,11 +19,6 @@ import (
 	"github.com/stockctl/stockctl/segments"
 )
 
-func identityFlag() ucli.Flag {
-	return &ucli.StringFlag{Name: "identity", EnvVars: []string{"STOCKCTL_IDENTITY"},
-		Usage: "name of this rebalancer in the leadership record and status (default: host/pid)"}
-}
-
 func rebalanceCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "rebalance",
@@ -138,18 +133,19 @@ func rebalanceAction(c *ucli.Context) error {
 		if _, _, err := engines.Of(cn.coord).Stock.Meta(ctx, sku); err != nil {
 			return failed(ctx, "rebalance "+sku, err)
 		}
-		r, err := rebalance.New(cn.coord, rebalance.Config{Identity: c.String("identity")})
+		r, err := rebalance.New(cn.coord, rebalance.Config{Identity: g.identity})
 		if err != nil {
 			return failed(ctx, "set up the rebalancer", err)
 		}
 		pass, err := r.RunOnce(ctx, sku)
 		if err != nil {
+			// RunOnce's error names the pass: "rebalance SKU: ...".
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(context.Cause(ctx), context.DeadlineExceeded) || ctx.Err() != nil {
 				if leader := currentLeader(cn); leader != "" {
 					err = fmt.Errorf("%w; another rebalancer leads (%s): its passes keep %s stocked", err, leader, sku)
 				}
 			}
-			return failed(ctx, "rebalance "+sku, err)
+			return opFailed(ctx, err)
 		}
 		v := passView{SKU: sku, Leader: pass.Leader, Revision: pass.Revision, Moves: []moveView{}, Expired: []expiryView{}}
 		for _, m := range pass.Moves {
@@ -194,6 +190,9 @@ func watchRebalancer(c *ucli.Context, g *globals, sku string) error {
 		return err
 	}
 	defer cn.Close()
+	if reg := metrics.registerer(); reg != nil {
+		reg.MustRegister(newEtcdCollector(cn.client, cn.endpoints))
+	}
 	printer := newMovePrinter(c.App.Writer, g.output)
 	if sku != "" {
 		printer.only = sku
@@ -206,7 +205,7 @@ func watchRebalancer(c *ucli.Context, g *globals, sku string) error {
 // Its metrics go to reg, if not nil.
 func runRebalancer(ctx context.Context, c *ucli.Context, cn *conn, printer *movePrinter, reg prometheus.Registerer) error {
 	r, err := rebalance.New(cn.coord, rebalance.Config{
-		Identity: c.String("identity"),
+		Identity: cn.g.identity,
 		Logger:   cn.g.logger(c.App.ErrWriter),
 		OnMove:   printer.print,
 	})

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -66,7 +65,7 @@ func releaseAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		r, err := cn.coord.Release(ctx, sku, order)
 		if err != nil {
-			return failed(ctx, fmt.Sprintf("release order %q of %s", order, sku), err)
+			return opFailed(ctx, err)
 		}
 		return show(c, g, releaseViewOf(r))
 	})

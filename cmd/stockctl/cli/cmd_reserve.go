@@ -49,7 +49,7 @@ func reserveAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		a, err := cn.coord.Reserve(ctx, sku, order, qty, route, ttl, buyerOpts(buyer)...)
 		if err != nil {
-			return failed(ctx, fmt.Sprintf("reserve %d of %s for order %q", qty, sku, order), err)
+			return opFailed(ctx, err)
 		}
 		if err := show(c, g, allocationViewOf(a)); err != nil {
 			return err
@@ -111,7 +111,7 @@ func confirmAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		r, err := cn.coord.Confirm(ctx, sku, order)
 		if err != nil {
-			return failed(ctx, fmt.Sprintf("confirm order %q of %s", order, sku), err)
+			return opFailed(ctx, err)
 		}
 		return show(c, g, confirmView{SKU: r.SKU, Order: r.Order, Qty: r.Qty, Parts: partViews(r.Parts), Buyer: r.Buyer,
 			Deadline: r.Deadline.UTC(), Revision: r.Revision, Replayed: r.Replayed})
@@ -138,7 +138,7 @@ func cancelAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		r, err := cn.coord.Cancel(ctx, sku, order)
 		if err != nil {
-			return failed(ctx, fmt.Sprintf("cancel order %q of %s", order, sku), err)
+			return opFailed(ctx, err)
 		}
 		return show(c, g, releaseViewOf(r))
 	})

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"fmt"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -69,7 +68,7 @@ func restockAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		r, err := cn.coord.Restock(ctx, sku, delivery, qty)
 		if err != nil {
-			return failed(ctx, fmt.Sprintf("restock %s with delivery %q of %d", sku, delivery, qty), err)
+			return opFailed(ctx, err)
 		}
 		return show(c, g, restockView{SKU: r.SKU, Delivery: r.Delivery, Qty: r.Qty, Total: r.Total, Pool: r.Pool,
 			Revision: r.Revision, Replayed: r.Replayed})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -15,6 +16,14 @@ import (
 // DefaultListen is where serve's embedded etcd listens for clients: etcd's
 // usual client port, on loopback.
 const DefaultListen = "127.0.0.1:2379"
+
+// DefaultAutoCompactionRetention is how much history serve's embedded etcd
+// keeps: every hour or so it compacts what is older. etcd keeps every
+// revision of every key until compacted, and each order writes several, so
+// without it the database reaches its quota and etcd refuses every write
+// (docs/operations.md). Cost: `audit --revision` and watches that fell
+// further behind than this cannot go back that far (a watch reloads).
+const DefaultAutoCompactionRetention = time.Hour
 
 func serveCommand() *ucli.Command {
 	return &ucli.Command{
@@ -36,6 +45,10 @@ func serveCommand() *ucli.Command {
 				Usage: "loopback host:port for the embedded etcd's clients (not with --endpoints)"},
 			identityFlag(),
 			metricsAddrFlag(),
+			&ucli.DurationFlag{Name: "auto-compaction-retention", Value: DefaultAutoCompactionRetention, EnvVars: []string{"STOCKCTL_AUTO_COMPACTION_RETENTION"},
+				Usage: "the embedded etcd compacts history older than this, periodically (0: never; not with --endpoints, where the cluster's own flag rules)"},
+			&ucli.Int64Flag{Name: "quota-backend-bytes", EnvVars: []string{"STOCKCTL_QUOTA_BACKEND_BYTES"},
+				Usage: "the embedded etcd's database quota: beyond it etcd refuses writes (alarm NOSPACE) (0: etcd's default, 2 GiB; not with --endpoints)"},
 		}, apiFlags()...),
 		Action: serveAction,
 	}
@@ -73,8 +86,10 @@ func serveAction(c *ucli.Context) error {
 	}
 	listen := c.String("listen")
 	if len(g.endpoints) > 0 {
-		if c.IsSet("listen") {
-			return usageError("--listen is the embedded etcd's address: with --endpoints serve uses that etcd and starts none")
+		for _, f := range []string{"listen", "auto-compaction-retention", "quota-backend-bytes"} {
+			if c.IsSet(f) {
+				return usageError("--%s is the embedded etcd's: with --endpoints serve uses that etcd and starts none", f)
+			}
 		}
 	} else {
 		host, _, err := net.SplitHostPort(listen)
@@ -84,6 +99,13 @@ func serveAction(c *ucli.Context) error {
 		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 			return usageError("invalid --listen %q: must be a loopback address (127.0.0.1, ::1 or localhost)", listen)
 		}
+	}
+	retention, quota := c.Duration("auto-compaction-retention"), c.Int64("quota-backend-bytes")
+	if retention < 0 || (retention > 0 && retention < time.Second) {
+		return usageError("invalid --auto-compaction-retention %v: 0 (never) or at least 1s", retention)
+	}
+	if quota < 0 {
+		return usageError("invalid --quota-backend-bytes %d: must not be negative (0: etcd's default)", quota)
 	}
 	// Everything the API needs is read and checked before anything starts:
 	// a bad flag is exit 2 with nothing listening.
@@ -113,7 +135,11 @@ func serveAction(c *ucli.Context) error {
 			return err
 		}
 	} else {
-		embedded, err := startEmbedded(sctx, embedetcd.Config{Dir: g.dataDir, ClientAddr: listen})
+		ecfg := embedetcd.Config{Dir: g.dataDir, ClientAddr: listen, QuotaBackendBytes: quota}
+		if retention > 0 {
+			ecfg.AutoCompactionRetention = retention.String()
+		}
+		embedded, err := startEmbedded(sctx, ecfg)
 		if err != nil {
 			return err
 		}
@@ -128,6 +154,9 @@ func serveAction(c *ucli.Context) error {
 	}
 	defer cn.Close() // after the API's Close
 	cancel()
+	if reg := metrics.registerer(); reg != nil {
+		reg.MustRegister(newEtcdCollector(cn.client, cn.endpoints))
+	}
 
 	api.cfg.Registerer = metrics.registerer()
 	api.cfg.Logger = g.logger(c.App.ErrWriter)

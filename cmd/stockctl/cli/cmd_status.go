@@ -42,6 +42,12 @@ type statusView struct {
 	RefillBatch  int64           `json:"refillBatch"`
 	Segments     []segmentView   `json:"segments"`
 	Rebalancer   *rebalancerView `json:"rebalancer"`
+	// Archived is the part of Allocated held by pruned orders, and
+	// ArchivedOrders how many were pruned (stockctl prune).
+	Archived       int64 `json:"archived"`
+	ArchivedOrders int64 `json:"archivedOrders"`
+	// Etcd is each endpoint's database size, quota and alarms.
+	Etcd []etcdSpace `json:"etcd"`
 }
 
 // segmentView is one segment's stock. Remaining counts the inbox: stock
@@ -68,7 +74,7 @@ func statusViewOf(st *coordinator.Status) statusView {
 	v := statusView{SKU: st.SKU, Total: st.Total, Pool: st.Pool, Allocated: st.Allocated, Orders: st.Orders,
 		Reserved: st.Reserved, Reservations: st.Reservations, PerUserLimit: st.Meta.PerUserLimit,
 		Revision: st.Revision, LowWatermark: st.Meta.LowWatermark, RefillBatch: st.Meta.RefillBatch,
-		Segments: make([]segmentView, len(st.Segments))}
+		Segments: make([]segmentView, len(st.Segments)), Archived: st.Archived, ArchivedOrders: st.ArchivedOrders, Etcd: []etcdSpace{}}
 	for i, s := range st.Segments {
 		v.Segments[i] = segmentView{Index: s.Index, Remaining: s.Remaining, Inbox: s.Inbox}
 	}
@@ -86,6 +92,9 @@ func (v statusView) table() table {
 	t.add("POOL", v.Pool)
 	t.add("ALLOCATED", fmt.Sprintf("%d in %d orders", v.Allocated, v.Orders))
 	t.add("RESERVED", fmt.Sprintf("%d in %d live reservations (%d confirmed or allocated)", v.Reserved, v.Reservations, v.Allocated-v.Reserved))
+	if v.ArchivedOrders > 0 {
+		t.add("ARCHIVED", fmt.Sprintf("%d of the allocated units, in %d pruned orders", v.Archived, v.ArchivedOrders))
+	}
 	if v.PerUserLimit > 0 {
 		t.add("PER-USER LIMIT", v.PerUserLimit)
 	}
@@ -96,6 +105,11 @@ func (v statusView) table() table {
 			r.Leader, r.At.Local().Format(time.DateTime), r.Moves, r.Moved, r.TotalMoves, r.TotalMoved))
 	} else {
 		t.add("REBALANCER", "never ran")
+	}
+	for _, s := range v.Etcd {
+		if w := s.warning(); w != "" {
+			t.add("ETCD", w)
+		}
 	}
 	t.header = []string{"SEGMENT", "REMAINING", "INBOX", "LEVEL"}
 	var full int64
@@ -131,8 +145,10 @@ func statusAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		st, err := cn.coord.Status(ctx, sku)
 		if err != nil {
-			return failed(ctx, "read the status of "+sku, err)
+			return opFailed(ctx, err)
 		}
-		return show(c, g, statusViewOf(st))
+		v := statusViewOf(st)
+		v.Etcd = readSpace(ctx, cn.client, cn.endpoints)
+		return show(c, g, v)
 	})
 }

@@ -38,7 +38,7 @@ func TestHappyPathsAndJSONShapes(t *testing.T) {
 	}
 
 	out = e.ok("-o", "json", "status", "iphone")
-	checkShape(t, "status", out, "sku", "total", "pool", "allocated", "reserved", "reservations", "perUserLimit", "orders", "revision", "lowWatermark", "refillBatch", "segments", "rebalancer")
+	checkShape(t, "status", out, "sku", "total", "pool", "allocated", "reserved", "reservations", "perUserLimit", "orders", "revision", "lowWatermark", "refillBatch", "segments", "rebalancer", "archived", "archivedOrders", "etcd")
 	var st statusView
 	decode(t, out, &st)
 	if st.Total != 100 || st.Pool != 60 || st.Allocated != 2 || st.Orders != 1 || len(st.Segments) != 4 || st.Rebalancer != nil {
@@ -90,7 +90,7 @@ func TestHappyPathsAndJSONShapes(t *testing.T) {
 	}
 
 	out = e.ok("-o", "json", "audit", "iphone")
-	checkShape(t, "audit", out, "sku", "ok", "total", "pool", "segments", "allocated", "reserved", "confirmed", "orders", "releasedOrders", "expiredOrders", "buyers", "deliveries", "delivered", "revision", "problems")
+	checkShape(t, "audit", out, "sku", "ok", "total", "pool", "segments", "allocated", "reserved", "confirmed", "orders", "releasedOrders", "expiredOrders", "buyers", "deliveries", "delivered", "archived", "archivedOrders", "revision", "problems")
 	var au auditView
 	decode(t, out, &au)
 	if !au.OK || au.Total != 150 || au.Pool != 110 || au.Segments != 40 || au.Allocated != 0 || au.Orders != 1 || au.ReleasedOrders != 1 || len(au.Problems) != 0 ||

@@ -46,7 +46,8 @@ func connect(ctx context.Context, c *ucli.Context, g *globals, opts ...coordinat
 		return nil, err
 	}
 	cn.client = client
-	opts = append([]coordinator.Option{coordinator.WithPrefix(g.prefix), coordinator.WithLogger(g.logger(c.App.ErrWriter))}, opts...)
+	opts = append([]coordinator.Option{coordinator.WithPrefix(g.prefix), coordinator.WithLogger(g.logger(c.App.ErrWriter)),
+		coordinator.WithIdentity(g.identity)}, opts...)
 	coord, err := coordinator.New(client, opts...)
 	if err != nil {
 		cn.Close()

@@ -7,31 +7,25 @@ import (
 
 	"github.com/stockctl/stockctl/cmd/stockctl/sale"
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/rebalance"
 )
 
-// demoTally counts, per place, the orders served from it and the
-// rebalancer's moves into and out of it.
+// demoTally counts what only the buyers see: per place, the orders served
+// from it. The moves and the checkout figures come from the books in etcd
+// (demo_books.go), whoever made them.
 type demoTally struct {
 	mu       sync.Mutex
 	orders   []int64 // per segment
 	pool     int64   // orders served (partly) from the pool
 	gathered int64   // orders served from more than one place
-	refills  []int64
-	refilled []int64
-	drains   []int64
-	drained  []int64
 
-	// Checkout mode (demo_checkout.go).
-	carts, cartUnits      int64
-	expired, expiredUnits int64
-	expiryDelays          []time.Duration
-	limitRefusals         int64
+	// Checkout mode (demo_checkout.go): the delays of the expiries this
+	// demo's rebalancer made, and the per-user-limit refusals.
+	expiryDelays  []time.Duration
+	limitRefusals int64
 }
 
 func newDemoTally(n int) *demoTally {
-	return &demoTally{orders: make([]int64, n), refills: make([]int64, n), refilled: make([]int64, n),
-		drains: make([]int64, n), drained: make([]int64, n)}
+	return &demoTally{orders: make([]int64, n)}
 }
 
 func (t *demoTally) order(a *coordinator.Allocation) {
@@ -47,22 +41,6 @@ func (t *demoTally) order(a *coordinator.Allocation) {
 		case i < len(t.orders):
 			t.orders[i]++
 		}
-	}
-}
-
-func (t *demoTally) move(m rebalance.Move) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if m.Segment < 0 || m.Segment >= len(t.orders) {
-		return
-	}
-	switch m.Kind {
-	case rebalance.Refill:
-		t.refills[m.Segment]++
-		t.refilled[m.Segment] += m.Qty
-	case rebalance.Drain:
-		t.drains[m.Segment]++
-		t.drained[m.Segment] += m.Qty
 	}
 }
 
@@ -117,11 +95,18 @@ type minMaxView struct {
 	Max int64 `json:"max"`
 }
 
+// movesView is what moved between the pool and the segments during the
+// sale, read from etcd's history: the elected rebalancer's refills and
+// drains (Leader names it: this demo's, or another process's such as
+// `stockctl serve`), and the selling processes' pulls from the pool.
 type movesView struct {
-	Refills  int64 `json:"refills"`
-	Refilled int64 `json:"refilled"`
-	Drains   int64 `json:"drains"`
-	Drained  int64 `json:"drained"`
+	Leader   string `json:"leader"`
+	Refills  int64  `json:"refills"`
+	Refilled int64  `json:"refilled"`
+	Drains   int64  `json:"drains"`
+	Drained  int64  `json:"drained"`
+	Pulls    int64  `json:"pulls"`
+	Pulled   int64  `json:"pulled"`
 }
 
 type poolRowView struct {
@@ -130,8 +115,8 @@ type poolRowView struct {
 }
 
 // demoSegRow is one segment after the sale: what is left, how many orders
-// it served, and what the rebalancer moved into (refills) and out of it
-// (drains).
+// it served, and what moved into it (refills, the sellers' pulls) and out
+// of it (drains).
 type demoSegRow struct {
 	Index     int   `json:"index"`
 	Remaining int64 `json:"remaining"`
@@ -140,9 +125,11 @@ type demoSegRow struct {
 	Refilled  int64 `json:"refilled"`
 	Drains    int64 `json:"drains"`
 	Drained   int64 `json:"drained"`
+	Pulls     int64 `json:"pulls"`
+	Pulled    int64 `json:"pulled"`
 }
 
-func newDemoReport(d demoConfig, res *sale.Result, st *coordinator.Status, audit *coordinator.AuditReport, t *demoTally) demoReport {
+func newDemoReport(d demoConfig, res *sale.Result, st *coordinator.Status, audit *coordinator.AuditReport, t *demoTally, mv *bookMoves, leader string) demoReport {
 	r := demoReport{
 		Config: d, Stop: string(res.Stop), SoldOut: res.SoldOut,
 		Orders: res.Orders, Units: res.Units, Refusals: res.Refusals, Errors: res.Errors, Unresolved: res.Unresolved,
@@ -151,11 +138,12 @@ func newDemoReport(d demoConfig, res *sale.Result, st *coordinator.Status, audit
 		OrdersPerBuyer: minMaxView{Min: res.MinPerBuyer, Max: res.MaxPerBuyer},
 		// Honest figures: what the buyers were actually served, against
 		// the SKU's total as etcd has it.
-		Oversold: max(0, res.Units-audit.Total),
-		Unsold:   max(0, audit.Total-res.Units),
-		Audit:    auditViewOf(audit),
-		Pool:     poolRowView{Remaining: st.Pool},
-		Failures: []string{},
+		Oversold:   max(0, res.Units-audit.Total),
+		Unsold:     max(0, audit.Total-res.Units),
+		Audit:      auditViewOf(audit),
+		Pool:       poolRowView{Remaining: st.Pool},
+		Rebalancer: movesView{Leader: leader},
+		Failures:   []string{},
 	}
 	if res.FirstError != nil {
 		r.FirstError = res.FirstError.Error()
@@ -166,12 +154,18 @@ func newDemoReport(d demoConfig, res *sale.Result, st *coordinator.Status, audit
 	for i, s := range st.Segments {
 		row := demoSegRow{Index: s.Index, Remaining: s.Remaining}
 		if i < len(t.orders) {
-			row.Orders, row.Refills, row.Refilled, row.Drains, row.Drained = t.orders[i], t.refills[i], t.refilled[i], t.drains[i], t.drained[i]
+			row.Orders = t.orders[i]
+		}
+		if i < len(mv.refills) {
+			row.Refills, row.Refilled, row.Drains, row.Drained = mv.refills[i], mv.refilled[i], mv.drains[i], mv.drained[i]
+			row.Pulls, row.Pulled = mv.pulls[i], mv.pulled[i]
 		}
 		r.Rebalancer.Refills += row.Refills
 		r.Rebalancer.Refilled += row.Refilled
 		r.Rebalancer.Drains += row.Drains
 		r.Rebalancer.Drained += row.Drained
+		r.Rebalancer.Pulls += row.Pulls
+		r.Rebalancer.Pulled += row.Pulled
 		r.Segments = append(r.Segments, row)
 	}
 	t.mu.Unlock()
@@ -189,6 +183,11 @@ func newDemoReport(d demoConfig, res *sale.Result, st *coordinator.Status, audit
 	}
 	if r.Unsold != 0 {
 		fail("the sale stopped (%s) with %d units unsold", res.Stop, r.Unsold)
+	}
+	if res.Unresolved != 0 {
+		// Every attempt at them failed: whether they took stock is not
+		// known to the buyers, whatever the books say.
+		fail("%d orders unresolved (every attempt failed; first error: %v)", res.Unresolved, res.FirstError)
 	}
 	r.OK = len(r.Failures) == 0
 	return r
@@ -230,21 +229,27 @@ func (r demoReport) table() table {
 	}
 	t.add("AUDIT", fmt.Sprintf("%s: total %d = pool %d + segments %d + allocated %d (%d orders, revision %d)",
 		verdict, a.Total, a.Pool, a.Segments, a.Allocated, a.Orders, a.Revision))
-	t.add("REBALANCER", fmt.Sprintf("%d refills (%d units), %d drains (%d units)",
-		r.Rebalancer.Refills, r.Rebalancer.Refilled, r.Rebalancer.Drains, r.Rebalancer.Drained))
+	leader := r.Rebalancer.Leader
+	if leader == "" {
+		leader = "no rebalancer elected"
+	}
+	t.add("REBALANCER", fmt.Sprintf("%s: %d refills (%d units), %d drains (%d units)",
+		leader, r.Rebalancer.Refills, r.Rebalancer.Refilled, r.Rebalancer.Drains, r.Rebalancer.Drained))
+	t.add("PULLS", fmt.Sprintf("%d (%d units): sellers that found their segments empty took stock from the pool themselves",
+		r.Rebalancer.Pulls, r.Rebalancer.Pulled))
 	if r.Checkout != nil {
 		r.Checkout.rows(&t)
 	}
 
-	t.header = []string{"SEGMENT", "REMAINING", "ORDERS", "REFILLS", "REFILLED", "DRAINS", "DRAINED", "ORDERS SERVED"}
+	t.header = []string{"SEGMENT", "REMAINING", "ORDERS", "REFILLS", "REFILLED", "PULLS", "DRAINS", "DRAINED", "ORDERS SERVED"}
 	var most int64
 	for _, s := range r.Segments {
 		most = max(most, s.Orders)
 	}
-	t.rows = append(t.rows, []string{"pool", fmt.Sprint(r.Pool.Remaining), fmt.Sprint(r.Pool.Orders), "", "", "", "", bar(r.Pool.Orders, most)})
+	t.rows = append(t.rows, []string{"pool", fmt.Sprint(r.Pool.Remaining), fmt.Sprint(r.Pool.Orders), "", "", "", "", "", bar(r.Pool.Orders, most)})
 	for _, s := range r.Segments {
 		t.rows = append(t.rows, []string{fmt.Sprint(s.Index), fmt.Sprint(s.Remaining), fmt.Sprint(s.Orders),
-			fmt.Sprint(s.Refills), fmt.Sprint(s.Refilled), fmt.Sprint(s.Drains), fmt.Sprint(s.Drained), bar(s.Orders, most)})
+			fmt.Sprint(s.Refills), fmt.Sprint(s.Refilled), fmt.Sprint(s.Pulls), fmt.Sprint(s.Drains), fmt.Sprint(s.Drained), bar(s.Orders, most)})
 	}
 	for _, f := range r.Failures {
 		t.notes = append(t.notes, "FAILED: "+f)

@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stockctl/stockctl/cmd/stockctl/sale"
+	"github.com/stockctl/stockctl/coordinator"
 )
 
 var smallDemo = []string{"demo", "--total", "400", "--segments", "4", "--initial-fill", "40", "--low-watermark", "5",
@@ -27,16 +31,21 @@ func TestDemoJSON(t *testing.T) {
 	if !d.Audit.OK || d.Audit.Allocated != d.Units || d.Audit.Orders != d.Orders || d.Audit.Pool != 0 || d.Audit.Segments != 0 {
 		t.Fatalf("demo audit: %+v (units %d, orders %d)", d.Audit, d.Units, d.Orders)
 	}
-	if d.Rebalancer.Refills == 0 || d.Rebalancer.Refilled+d.Config.InitialFill-d.Rebalancer.Drained > 400+d.Rebalancer.Drained {
-		t.Fatalf("demo rebalancer: %+v", d.Rebalancer)
+	// Every unit the segments sold came from the initial fill or a move
+	// from the pool (a refill or a seller's pull), less what drains took back.
+	rb := d.Rebalancer
+	if rb.Leader != "demo-rebalancer" || rb.Refills+rb.Pulls == 0 ||
+		d.Config.InitialFill+rb.Refilled+rb.Pulled-rb.Drained > 400 {
+		t.Fatalf("demo moves: %+v", rb)
 	}
-	var served, refilled int64
+	var served, refilled, pulled int64
 	for _, s := range d.Segments {
 		served += s.Orders
 		refilled += s.Refilled
+		pulled += s.Pulled
 	}
-	if served < d.Orders-d.Pool.Orders || refilled != d.Rebalancer.Refilled || len(d.Segments) != 4 {
-		t.Fatalf("segment rows %+v do not add up (orders %d)", d.Segments, d.Orders)
+	if served < d.Orders-d.Pool.Orders || refilled != rb.Refilled || pulled != rb.Pulled || len(d.Segments) != 4 {
+		t.Fatalf("segment rows %+v do not add up (orders %d, moves %+v)", d.Segments, d.Orders, rb)
 	}
 	if !(0 < d.LatencyMs.P50 && d.LatencyMs.P50 <= d.LatencyMs.P99 && d.LatencyMs.P99 <= d.LatencyMs.Max) || d.OrdersPerSec <= 0 {
 		t.Fatalf("demo figures: %+v", d)
@@ -57,7 +66,7 @@ func TestDemoTable(t *testing.T) {
 	}
 	for _, want := range []string{"flash sale of flash-sale-", "RESULT      sold out: every check passed", "UNITS SOLD  400 of 400",
 		"OVERSOLD    0", "AUDIT       ok: total 400 = pool 0 + segments 0 + allocated 400",
-		"SEGMENT  REMAINING  ORDERS  REFILLS  REFILLED  DRAINS  DRAINED  ORDERS SERVED"} {
+		"SEGMENT  REMAINING  ORDERS  REFILLS  REFILLED  PULLS  DRAINS  DRAINED  ORDERS SERVED", "rebalancer: the demo's own"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("demo table lacks %q:\n%s", want, r.stdout)
 		}
@@ -80,14 +89,64 @@ func TestDemoCheckout(t *testing.T) {
 	var d demoReport
 	decode(t, r.stdout, &d)
 	co := d.Checkout
-	if !d.OK || !d.SoldOut || d.Units != 400 || d.Oversold != 0 || d.Unsold != 0 || co == nil {
-		t.Fatalf("demo: %+v", d)
+	if !d.OK || len(d.Failures) != 0 || co == nil {
+		t.Fatalf("demo not ok: failures %q (checkout %+v)", d.Failures, co)
 	}
-	if co.Abandoned == 0 || co.Expired != co.Abandoned || co.ExpiredUnits != co.AbandonedUnits ||
-		co.PerUserLimit != 4 || co.MaxPerBuyer > 4 || co.Buyers == 0 {
-		t.Fatalf("checkout figures: %+v", *co)
+	// Each check on its own, saying what mismatched. A payment late on a
+	// slow machine makes one more expired reservation (and the order is
+	// placed again): the figures come from the records, so they agree
+	// whatever the machine's speed.
+	for _, c := range []struct {
+		what      string
+		got, want int64
+	}{
+		{"units sold", d.Units, 400},
+		{"oversold", d.Oversold, 0},
+		{"unsold", d.Unsold, 0},
+		{"unresolved orders", d.Unresolved, 0},
+		{"expired reservations (records) vs abandoned carts + late payments", co.Expired, co.Abandoned + co.Late},
+		{"expired reservations: records vs audit", co.Expired, d.Audit.ExpiredOrders},
+		{"audit: allocated", d.Audit.Allocated, 400},
+		{"audit: reserved", d.Audit.Reserved, 0},
+		{"per-user limit", co.PerUserLimit, 4},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %d, want %d", c.what, c.got, c.want)
+		}
 	}
-	if !d.Audit.OK || d.Audit.Allocated != 400 || d.Audit.Reserved != 0 || d.Audit.ExpiredOrders != co.Expired {
-		t.Fatalf("demo audit: %+v", d.Audit)
+	if !d.SoldOut || !d.Audit.OK || co.Abandoned == 0 || co.MaxPerBuyer > 4 || co.Buyers == 0 {
+		t.Errorf("sold out %v, audit ok %v (problems %q), abandoned carts %d, most units a buyer holds %d, buyers %d",
+			d.SoldOut, d.Audit.OK, d.Audit.Problems, co.Abandoned, co.MaxPerBuyer, co.Buyers)
 	}
+}
+
+// A run with unresolved orders is not ok, whatever else balances: the
+// buyers do not know whether those orders took stock.
+func TestDemoReportUnresolvedIsNotOK(t *testing.T) {
+	t.Parallel()
+	d := demoConfig{Total: 10, Segments: 1}
+	res := &sale.Result{Stop: sale.StopSoldOut, SoldOut: true, Orders: 10, Units: 10, Errors: 9, Unresolved: 3,
+		FirstError: errors.New("attempt took too long")}
+	st := &coordinator.Status{Segments: []coordinator.SegmentStatus{{}}}
+	audit := &coordinator.AuditReport{OK: true, Total: 10, Allocated: 10, Orders: 10}
+	r := newDemoReport(d, res, st, audit, newDemoTally(1), &bookMoves{refills: []int64{0}, refilled: []int64{0},
+		pulls: []int64{0}, pulled: []int64{0}, drains: []int64{0}, drained: []int64{0}}, "")
+	if r.OK || len(r.Failures) != 1 || !strings.Contains(r.Failures[0], "3 orders unresolved") {
+		t.Fatalf("report of a run with 3 unresolved orders: ok %v, failures %q", r.OK, r.Failures)
+	}
+}
+
+// The demo against `stockctl serve`'s etcd, whose rebalancer leads: the
+// demo starts without waiting for its own to be elected, and reports the
+// moves serve's rebalancer made, from etcd's history (it used to report
+// its own rebalancer's moves: none).
+func TestDemoAgainstServe(t *testing.T) {
+	t.Parallel()
+	srv := startServe(t, "served-demo")
+	var d demoReport
+	decode(t, srv.ok(t, append([]string{"-o", "json"}, smallDemo...)...), &d)
+	if !d.OK || d.Rebalancer.Leader != "served-demo" || d.Rebalancer.Refills == 0 {
+		t.Fatalf("demo against serve: ok %v, failures %q, moves %+v", d.OK, d.Failures, d.Rebalancer)
+	}
+	srv.stop(t)
 }

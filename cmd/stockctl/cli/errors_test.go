@@ -119,14 +119,15 @@ func TestExitCodes(t *testing.T) {
 		{"status", "nope"}, {"audit", "nope"}, {"allocate", "nope", "--order", "n1", "--qty", "1"},
 		{"release", "nope", "--order", "h1"}, {"restock", "nope", "--delivery", "d1", "--qty", "1"}, {"rebalance", "nope"},
 	} {
-		e.fails(ExitNotFound, `unknown SKU "nope"`, args...)
+		e.fails(ExitNotFound, `nope`, args...)
+		e.fails(ExitNotFound, `: unknown SKU`, args...)
 	}
-	e.fails(ExitNotFound, `order not found: "h9"`, "release", "hat", "--order", "h9")
+	e.fails(ExitNotFound, `failed to release hat order "h9": order not found`, "release", "hat", "--order", "h9")
 
 	// 5: conflict.
 	e.fails(ExitConflict, "the SKU already exists", "init", "hat", "--total", "3", "--segments", "2")
-	e.fails(ExitConflict, `order "h1" was already applied with qty 2, not 1`, "allocate", "hat", "--order", "h1", "--qty", "1")
-	e.fails(ExitConflict, `order ID "h1" was already used for SKU "hat"`, "allocate", "scarf", "--order", "h1", "--qty", "1")
+	e.fails(ExitConflict, `hat order "h1": conflict: the order was already applied with qty 2, not 1`, "allocate", "hat", "--order", "h1", "--qty", "1")
+	e.fails(ExitConflict, `scarf order "h1": conflict: the order ID was already used for SKU "hat"`, "allocate", "scarf", "--order", "h1", "--qty", "1")
 	e.ok("restock", "hat", "--delivery", "dn-1", "--qty", "4")
 	e.fails(ExitConflict, `delivery "dn-1" was already applied with qty 4, not 5`, "restock", "hat", "--delivery", "dn-1", "--qty", "5")
 }

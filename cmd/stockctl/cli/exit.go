@@ -69,8 +69,27 @@ func failed(ctx context.Context, what string, err error) error {
 			err = fmt.Errorf("%w (%v)", err, cause)
 		}
 	}
+	if errors.Is(err, coordinator.ErrNoSpace) {
+		err = fmt.Errorf("%w: %s", err, noSpaceHint)
+	}
+	if what == "" {
+		return ucli.Exit(fmt.Errorf("failed to %w", err), codeOf(err))
+	}
 	return ucli.Exit(fmt.Errorf("failed to %s: %w", what, err), codeOf(err))
 }
+
+// opFailed is the error of a command whose library call failed. The
+// library's errors already say what was done to what ("allocate iphone
+// order "o-1": insufficient stock: want 5, have 3 at revision 9"), so the
+// message is "failed to " and that, said once.
+func opFailed(ctx context.Context, err error) error { return failed(ctx, "", err) }
+
+// noSpaceHint is what an operator does when etcd refuses writes because its
+// database reached its quota (docs/operations.md).
+const noSpaceHint = "etcd's database is full (alarm NOSPACE: it reached its --quota-backend-bytes) and etcd refuses every write " +
+	"until space is reclaimed; reads still work. Run `stockctl reclaim` (compact, defragment, disarm the alarm), " +
+	"then `stockctl prune SKU --older-than D` to archive old orders (while etcd is nearly full, prune may stop " +
+	"part way: reclaim and prune again), and retry the orders that failed under their IDs; see docs/operations.md"
 
 // usageError is invalid input or usage: exit 2, with a message naming what
 // was wrong.

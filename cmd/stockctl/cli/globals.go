@@ -70,6 +70,7 @@ func globalFlags() []ucli.Flag {
 			Usage: "data dir of the embedded etcd (used without --endpoints)"},
 		&ucli.StringFlag{Name: "log-level", Value: DefaultLogLevel, EnvVars: []string{"STOCKCTL_LOG_LEVEL"},
 			Usage: "what the coordinator and the rebalancer log on stderr: " + logLevelNames},
+		identityFlag(),
 	}
 }
 
@@ -85,6 +86,7 @@ type globals struct {
 	password    string
 	dataDir     string
 	logLevel    slog.Level // of the coordinator's and rebalancer's loggers
+	identity    string     // the coordinator's and the rebalancer's name (identity.go)
 }
 
 // readGlobals validates the global flags. Every problem is a usage error
@@ -129,6 +131,9 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 		return nil, err
 	}
 	g.logLevel = level
+	if g.identity, err = readIdentity(c); err != nil {
+		return nil, err
+	}
 	if g.dataDir == "" && len(g.endpoints) == 0 {
 		return nil, usageError("--data-dir is empty: name a directory for the embedded etcd, or give --endpoints")
 	}

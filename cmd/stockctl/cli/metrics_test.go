@@ -102,6 +102,13 @@ func TestServeMetrics(t *testing.T) {
 	if _, ok := fams["go_goroutines"]; !ok {
 		t.Error("no Go runtime metrics")
 	}
+	// The embedded etcd's space, for alerts before it is full.
+	if v, ok := sample(fams, "stockctl_etcd_quota_backend_bytes", nil); !ok || v <= 0 {
+		t.Errorf("stockctl_etcd_quota_backend_bytes = %v (found %v), want etcd's quota", v, ok)
+	}
+	if v, ok := sample(fams, "stockctl_etcd_db_size_bytes", nil); !ok || v <= 0 {
+		t.Errorf("stockctl_etcd_db_size_bytes = %v (found %v)", v, ok)
+	}
 	// The stock gauges are etcd's figures: quiet now, they equal status.
 	var st statusView
 	decode(t, srv.ok(t, "-o", "json", "status", "gauge"), &st)

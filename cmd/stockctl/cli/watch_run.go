@@ -226,8 +226,14 @@ func watchStatus(c *ucli.Context, g *globals, sku string) error {
 		loadTimeout = DefaultTimeout
 	}
 	w := newSaleWatch(cn.coord, sku, loadTimeout, c.App.ErrWriter)
-	if err := w.state.load(sctx, cn.coord); err != nil {
-		return interruptedIsOK(ctx, failed(sctx, "read the status of "+sku, err))
+	if err := w.state.load(sctx, cn.coord); errors.Is(err, coordinator.ErrUnknownSKU) {
+		cancel()
+		// Until it exists: a wait, not setup, so not bounded by --timeout.
+		if err := w.waitForSKU(ctx, c.App.ErrWriter); err != nil {
+			return interruptedIsOK(ctx, opFailed(ctx, err))
+		}
+	} else if err != nil {
+		return interruptedIsOK(ctx, opFailed(sctx, err))
 	}
 	cancel()
 

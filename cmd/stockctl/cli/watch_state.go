@@ -46,6 +46,9 @@ type saleState struct {
 	// waiter keys under its lock: lease → the key's create revision. The
 	// oldest key holds the lock.
 	locks map[int]map[int64]int64
+	// idents maps a lease to the identity its lock keys carry (the
+	// holder's --identity, coordinator.WithIdentity).
+	idents map[int64]string
 	// candidates are the keys under the rebalancer's election prefix; the
 	// oldest one leads.
 	candidates map[string]candidate
@@ -86,7 +89,7 @@ func (s *saleState) load(ctx context.Context, c *coordinator.Coordinator) error 
 	// watches that start after it miss nothing.
 	at := clientv3.WithRev(st.Revision)
 	resp, err := engines.Of(c).KV.Txn(ctx).Then(
-		clientv3.OpGet(s.keys.StockLocks(s.sku), clientv3.WithPrefix(), clientv3.WithKeysOnly(), at),
+		clientv3.OpGet(s.keys.StockLocks(s.sku), clientv3.WithPrefix(), at),
 		clientv3.OpGet(s.electionPrefix(), clientv3.WithPrefix(), at),
 		clientv3.OpGet(s.keys.Reservations(s.sku), clientv3.WithPrefix(), at),
 	).Commit()
@@ -98,7 +101,7 @@ func (s *saleState) load(ctx context.Context, c *coordinator.Coordinator) error 
 	for i, seg := range st.Segments {
 		s.counter[i], s.inbox[i] = seg.Remaining-seg.Inbox, seg.Inbox
 	}
-	s.locks = map[int]map[int64]int64{}
+	s.locks, s.idents = map[int]map[int64]int64{}, map[int64]string{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 		s.putLockKey(kv)
 	}
@@ -171,7 +174,7 @@ func (s *saleState) apply(evs []*clientv3.Event, now time.Time) (changed bool, e
 // response). A deleted record means the SKU is gone; status would say so.
 func (s *saleState) applyMeta(ev *clientv3.Event) error {
 	if ev.Type == mvccpb.DELETE {
-		return fmt.Errorf("%w %q: its meta record was deleted at revision %d", coordinator.ErrUnknownSKU, s.sku, ev.Kv.ModRevision)
+		return fmt.Errorf("%w: its meta record was deleted at revision %d", coordinator.ErrUnknownSKU, ev.Kv.ModRevision)
 	}
 	m, err := segments.DecodeMeta(string(ev.Kv.Key), ev.Kv.Value)
 	if err != nil {
@@ -263,6 +266,9 @@ func (s *saleState) putLockKey(kv *mvccpb.KeyValue) {
 		s.locks[k.Index] = map[int64]int64{}
 	}
 	s.locks[k.Index][k.Lease] = kv.CreateRevision
+	if len(kv.Value) > 0 {
+		s.idents[k.Lease] = string(kv.Value)
+	}
 }
 
 // applyElection applies events under the rebalancer's election prefix.

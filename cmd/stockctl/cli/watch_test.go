@@ -18,7 +18,7 @@ import (
 // reserved and confirmed are absent unless they have a value).
 var watchFields = []string{"sku", "at", "revision", "total", "pool", "allocated", "orders", "ordersPerSec",
 	"refillsPerSec", "rateWindowSeconds", "lowWatermark", "refillBatch", "leader", "leaderLease", "rebalancer",
-	"poolHolder", "segments"}
+	"poolHolder", "poolHolderIdentity", "segments"}
 
 // watchRun is a status --watch (or any command) running in-process until
 // stopped, as if by ^C.
@@ -245,7 +245,6 @@ func TestStatusWatchErrors(t *testing.T) {
 		{"no SKU", []string{"status", "--watch"}, ExitUsage, "missing SKU argument (usage: stockctl status SKU [--watch])"},
 		{"two SKUs", []string{"status", "a", "b", "--watch"}, ExitUsage, "too many arguments"},
 		{"bad SKU", []string{"status", "a/b", "--watch"}, ExitUsage, "a/b"},
-		{"unknown SKU", []string{"status", "nosuch", "--watch"}, ExitNotFound, "failed to read the status of nosuch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.run(tc.args...)
@@ -254,6 +253,25 @@ func TestStatusWatchErrors(t *testing.T) {
 				t.Fatalf("stdout %q", r.stdout)
 			}
 		})
+	}
+}
+
+// status --watch of a SKU not created yet waits for it (it used to exit
+// 4): it says so on stderr, and shows the SKU once it exists, until ^C.
+func TestStatusWatchWaitsForSKU(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := startWatch(t, e.args("-o", "json", "--timeout", "2s", "status", "later", "--watch")...)
+	etcdtest.WaitFor(t, "the waiting line", 30*time.Second, func() bool {
+		return strings.Contains(w.errOut.String(), "no SKU later yet") && strings.Contains(w.errOut.String(), "waiting for it to be created")
+	})
+	e.ok("init", "later", "--total", "30", "--segments", "3")
+	etcdtest.WaitFor(t, "the SKU's first frame", 30*time.Second, func() bool {
+		v, ok := lastFrame(t, w.out.String())
+		return ok && v.Total == 30 && len(v.Segments) == 3
+	})
+	if code := w.stop(t); code != 0 {
+		t.Fatalf("exit %d after ^C, stderr %q", code, w.errOut.String())
 	}
 }
 
@@ -308,7 +326,7 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 		}
 	}
 
-	coord, err := coordinator.New(shared.client, coordinator.WithPrefix(e.prefix))
+	coord, err := coordinator.New(shared.client, coordinator.WithPrefix(e.prefix), coordinator.WithIdentity("shop-9"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,8 +348,8 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 	if len(a.Parts) != 1 || seg < 0 {
 		t.Fatalf("3 of 5 units in each segment, taken from %+v", a.Parts)
 	}
-	wait("the order and its segment's holder", func(v watchView) bool {
-		return v.Allocated == 3 && v.Orders == 1 && v.Segments[seg].Holder == lease
+	wait("the order and its segment's holder, by lease and identity", func(v watchView) bool {
+		return v.Allocated == 3 && v.Orders == 1 && v.Segments[seg].Holder == lease && v.Segments[seg].HolderIdentity == "shop-9"
 	})
 	wait("the idle segment given back", func(v watchView) bool { return v.Segments[seg].Holder == "" })
 
@@ -346,7 +364,7 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 	select {
 	case code := <-w.done:
 		w.done <- code
-		if code != ExitNotFound || !strings.Contains(w.errOut.String(), "stockctl: failed to watch ev: unknown SKU \"ev\": its meta record was deleted") {
+		if code != ExitNotFound || !strings.Contains(w.errOut.String(), "stockctl: failed to watch ev: unknown SKU: its meta record was deleted") {
 			t.Fatalf("after the SKU was deleted: exit %d, stderr %q", code, w.errOut.String())
 		}
 	case <-time.After(30 * time.Second):

@@ -36,9 +36,11 @@ type watchView struct {
 	LeaderLease string `json:"leaderLease"`
 	// Rebalancer is its last pass, as status shows it (null if none ran).
 	Rebalancer *rebalancerView `json:"rebalancer"`
-	// PoolHolder is the lease holding the pool's lock, "" when free.
-	PoolHolder string             `json:"poolHolder"`
-	Segments   []watchSegmentView `json:"segments"`
+	// PoolHolder is the lease holding the pool's lock, "" when free, and
+	// PoolHolderIdentity the holder's identity (its --identity).
+	PoolHolder         string             `json:"poolHolder"`
+	PoolHolderIdentity string             `json:"poolHolderIdentity"`
+	Segments           []watchSegmentView `json:"segments"`
 	// Note is present only on a frame that follows a reload or shows a
 	// watch being re-established: what happened (a compaction, a lost
 	// watch and the error). Such a frame is printed even when nothing
@@ -55,8 +57,11 @@ type watchSegmentView struct {
 	// Holder is the lease (one per process) holding the segment's lock, in
 	// hexadecimal; "" when nobody holds it. Waiting counts the other
 	// sessions queued for it.
-	Holder  string `json:"holder"`
-	Waiting int    `json:"waiting"`
+	Holder string `json:"holder"`
+	// HolderIdentity names the holder: its --identity (host/pid by
+	// default), from its lock key; "" when free.
+	HolderIdentity string `json:"holderIdentity"`
+	Waiting        int    `json:"waiting"`
 }
 
 // view makes a frame of s at now.
@@ -71,12 +76,12 @@ func (s *saleState) view(now time.Time) watchView {
 	for i := range s.counter {
 		lease, waiting := s.holder(i)
 		v.Segments[i] = watchSegmentView{segmentView: segmentView{Index: i, Remaining: s.remaining(i), Inbox: s.inbox[i]},
-			Holder: leaseHex(lease), Waiting: waiting}
+			Holder: leaseHex(lease), HolderIdentity: s.idents[lease], Waiting: waiting}
 		remaining += s.remaining(i)
 	}
 	v.Allocated = s.total - remaining
 	if lease, _ := s.holder(-1); lease != 0 {
-		v.PoolHolder = leaseHex(lease)
+		v.PoolHolder, v.PoolHolderIdentity = leaseHex(lease), s.idents[lease]
 	}
 	if l, ok := s.leader(); ok {
 		v.Leader, v.LeaderLease = l.identity, leaseHex(l.lease)
@@ -139,20 +144,20 @@ func (v watchView) table() table {
 		t.add("WATCH", v.Note)
 	}
 	t.header = []string{"SEGMENT", "REMAINING", "INBOX", "LEVEL", "HOLDER"}
-	t.rows = append(t.rows, []string{"pool", fmt.Sprint(v.Pool), "", bar(v.Pool, v.Total), v.holderCell(v.PoolHolder, 0)})
+	t.rows = append(t.rows, []string{"pool", fmt.Sprint(v.Pool), "", bar(v.Pool, v.Total), v.holderCell(v.PoolHolder, v.PoolHolderIdentity, 0)})
 	for _, s := range v.Segments {
 		level := bar(s.Remaining, v.full)
 		if s.Remaining < max(v.LowWatermark, 1) {
 			level += " low"
 		}
 		t.rows = append(t.rows, []string{fmt.Sprint(s.Index), fmt.Sprint(s.Remaining), fmt.Sprint(s.Inbox), level,
-			v.holderCell(s.Holder, s.Waiting)})
+			v.holderCell(s.Holder, s.HolderIdentity, s.Waiting)})
 	}
 	// Notes fit in 80 columns: a terminal cuts longer lines.
 	t.notes = append(t.notes,
 		fmt.Sprintf("(segment bars: full at %d units, the most a segment held since the watch began)", v.full),
 		fmt.Sprintf("(pool bar: full at the total, %d units)", v.Total),
-		"(HOLDER: the lease of the process holding the lock; +N: sessions waiting)")
+		"(HOLDER: the process holding the lock, its --identity and lease; +N waiting)")
 	return t
 }
 
@@ -164,10 +169,13 @@ func moves(n int) string {
 	return fmt.Sprintf("%d moves", n)
 }
 
-// holderCell names a lock's holder, marking the elected rebalancer's
-// lease (it takes segment locks to move stock).
-func (v watchView) holderCell(lease string, waiting int) string {
+// holderCell names a lock's holder, by its identity and lease, marking
+// the elected rebalancer's lease (it takes segment locks to move stock).
+func (v watchView) holderCell(lease, identity string, waiting int) string {
 	s := lease
+	if identity != "" && lease != "" {
+		s = identity + " " + lease
+	}
 	if lease != "" && lease == v.LeaderLease {
 		s += " (rebalancer)"
 	}

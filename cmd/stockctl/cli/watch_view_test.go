@@ -11,7 +11,7 @@ func testView(at time.Time, pool int64) watchView {
 	return watchView{SKU: "x", At: at, Total: 100, Pool: pool, Allocated: 100 - pool - 20, full: 10,
 		Segments: []watchSegmentView{
 			{segmentView: segmentView{Index: 0, Remaining: 10}, Holder: "1a"},
-			{segmentView: segmentView{Index: 1, Remaining: 10, Inbox: 4}, Holder: "2b", Waiting: 2},
+			{segmentView: segmentView{Index: 1, Remaining: 10, Inbox: 4}, Holder: "2b", HolderIdentity: "shop-2", Waiting: 2},
 		}}
 }
 
@@ -50,12 +50,12 @@ func TestWatchPrinterPrintsChanges(t *testing.T) {
 			if strings.Contains(out, " \n") {
 				t.Fatalf("a line ends in spaces:\n%q", out)
 			}
-			want := []string{"--- ", "\nPOOL       60\n", "\nWATCH      reloaded at revision 9", "\n1        10         4      " + strings.Repeat("█", barWidth) + "  2b +2\n"}
+			want := []string{"--- ", "\nPOOL       60\n", "\nWATCH      reloaded at revision 9", "\n1        10         4      " + strings.Repeat("█", barWidth) + "  shop-2 2b +2\n"}
 			if output == outputJSON {
 				if n := strings.Count(out, "\n"); n != 3 {
 					t.Fatalf("%d lines, want 3:\n%s", n, out)
 				}
-				want = []string{`"pool":60`, `"note":"reloaded at revision 9: the watch was lost"`, `{"index":1,"remaining":10,"inbox":4,"holder":"2b","waiting":2}`}
+				want = []string{`"pool":60`, `"note":"reloaded at revision 9: the watch was lost"`, `{"index":1,"remaining":10,"inbox":4,"holder":"2b","holderIdentity":"shop-2","waiting":2}`}
 			}
 			for _, w := range want {
 				if !strings.Contains(out, w) {

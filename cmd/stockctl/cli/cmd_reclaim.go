@@ -1,0 +1,106 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	ucli "github.com/urfave/cli/v2"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func reclaimCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "reclaim",
+		Usage: "give etcd its space back: compact its history, defragment each member, disarm NOSPACE",
+		Description: "What an operator runs when etcd is full (alarm NOSPACE: every write refused) or getting there:\n" +
+			"1. compacts etcd's history up to the current revision (for the whole etcd, not only the prefix: watches\n" +
+			"   behind it start over, and past revisions can no longer be audited); 2. defragments each endpoint\n" +
+			"   (a member blocks while it defragments); 3. disarms the NOSPACE alarms. Then `stockctl prune` keeps\n" +
+			"   the live data small. If the live data alone is near the quota, nothing but a larger\n" +
+			"   --quota-backend-bytes helps. On a cluster with authentication it needs the root user.\n" +
+			"   See docs/operations.md.",
+		ArgsUsage: " ",
+		Action:    reclaimAction,
+	}
+}
+
+// reclaimView is the result of reclaim: each endpoint before and after.
+type reclaimView struct {
+	// Compacted is the revision history was compacted to.
+	Compacted int64       `json:"compacted"`
+	Before    []etcdSpace `json:"before"`
+	After     []etcdSpace `json:"after"`
+	// Disarmed counts the NOSPACE alarms disarmed.
+	Disarmed int `json:"disarmed"`
+}
+
+func (v reclaimView) table() table {
+	var t table
+	t.add("COMPACTED", fmt.Sprintf("history up to revision %d", v.Compacted))
+	t.add("DISARMED", fmt.Sprintf("%d NOSPACE alarms", v.Disarmed))
+	t.header = []string{"ENDPOINT", "BEFORE", "AFTER", "IN USE", "QUOTA", "ALARMS"}
+	for i, a := range v.After {
+		before := ""
+		if i < len(v.Before) {
+			before = bytesText(v.Before[i].DBSize)
+		}
+		quota := "-"
+		if a.Quota > 0 {
+			quota = bytesText(a.Quota)
+		}
+		alarms := strings.Join(a.Alarms, ",")
+		if a.Error != "" {
+			alarms = "unreachable: " + a.Error
+		} else if alarms == "" {
+			alarms = "none"
+		}
+		t.rows = append(t.rows, []string{a.Endpoint, before, bytesText(a.DBSize), bytesText(a.DBSizeInUse), quota, alarms})
+	}
+	return t
+}
+
+func reclaimAction(c *ucli.Context) error {
+	g, err := readGlobals(c)
+	if err != nil {
+		return err
+	}
+	if c.NArg() > 0 {
+		return usageError("reclaim takes no arguments, got %q", c.Args().Slice())
+	}
+	return withConn(c, g, func(ctx context.Context, cn *conn) error {
+		v := reclaimView{Before: readSpace(ctx, cn.client, cn.endpoints)}
+		// A read answers under NOSPACE, and names the revision to compact to.
+		resp, err := cn.client.Get(ctx, g.prefix, clientv3.WithCountOnly())
+		if err != nil {
+			return failed(ctx, "read the current revision", err)
+		}
+		v.Compacted = resp.Header.Revision
+		if _, err := cn.client.Compact(ctx, v.Compacted, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+			return failed(ctx, fmt.Sprintf("compact etcd's history to revision %d", v.Compacted), err)
+		}
+		for _, ep := range cn.endpoints {
+			if _, err := cn.client.Defragment(ctx, ep); err != nil {
+				return failed(ctx, "defragment "+ep, err)
+			}
+		}
+		alarms, err := cn.client.AlarmList(ctx)
+		if err != nil {
+			return failed(ctx, "list etcd's alarms", err)
+		}
+		for _, a := range alarms.Alarms {
+			if a.Alarm != pb.AlarmType_NOSPACE {
+				continue
+			}
+			if _, err := cn.client.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: a.MemberID, Alarm: a.Alarm}); err != nil {
+				return failed(ctx, "disarm the NOSPACE alarm", err)
+			}
+			v.Disarmed++
+		}
+		v.After = readSpace(ctx, cn.client, cn.endpoints)
+		return show(c, g, v)
+	})
+}

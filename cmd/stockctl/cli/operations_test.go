@@ -1,0 +1,300 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// list shows the SKUs (table and JSON); policy changes a SKU's refill
+// policy mid-sale, keeping what it is not given, and the next rebalancer
+// pass refills by the new batch.
+func TestListAndPolicy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var empty listView
+	e.json(&empty, "list")
+	if len(empty.SKUs) != 0 || empty.Revision == 0 {
+		t.Fatalf("list of an empty prefix: %+v", empty)
+	}
+	if out := e.ok("list"); !strings.Contains(out, "no SKU under this prefix") {
+		t.Fatalf("list table of an empty prefix:\n%s", out)
+	}
+	e.ok("init", "b-sku", "--total", "100", "--segments", "4", "--initial-fill", "0", "--low-watermark", "2", "--refill-batch", "10")
+	e.ok("init", "a-sku", "--total", "10", "--segments", "1", "--per-user-limit", "3")
+	var l listView
+	e.json(&l, "list")
+	if len(l.SKUs) != 2 || l.SKUs[0].SKU != "a-sku" || l.SKUs[1].SKU != "b-sku" || l.SKUs[0].PerUserLimit != 3 ||
+		l.SKUs[1].Segments != 4 || l.SKUs[1].RefillBatch != 10 || l.SKUs[1].Created.IsZero() {
+		t.Fatalf("list: %+v", l)
+	}
+	out := e.ok("list")
+	for _, want := range []string{"SKU    TOTAL  SEGMENTS  LOW WATERMARK  REFILL BATCH  PER-USER LIMIT  CREATED", "a-sku  10     1", "b-sku  100    4         2              10            none"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list lacks %q:\n%s", want, out)
+		}
+	}
+
+	var p policyView
+	e.json(&p, "policy", "b-sku", "--refill-batch", "5")
+	if p.LowWatermark != 2 || p.RefillBatch != 5 {
+		t.Fatalf("policy: %+v, want the watermark kept (2) and batch 5", p)
+	}
+	var pass passView
+	e.json(&pass, "rebalance", "b-sku")
+	if len(pass.Moves) != 4 {
+		t.Fatalf("pass %+v, want a refill of each of 4 segments", pass)
+	}
+	for _, m := range pass.Moves {
+		if m.Qty != 5 {
+			t.Fatalf("a refill of %d units after the policy set 5: %+v", m.Qty, pass)
+		}
+	}
+	if out := e.ok("status", "b-sku"); !strings.Contains(out, "refill 5 when a segment holds less than 2") {
+		t.Fatalf("status after policy:\n%s", out)
+	}
+	e.fails(ExitUsage, "nothing to change", "policy", "b-sku")
+	e.fails(ExitUsage, "invalid --refill-batch -1", "policy", "b-sku", "--refill-batch", "-1")
+	e.fails(ExitNotFound, "failed to set the policy of nope: unknown SKU", "policy", "nope", "--low-watermark", "1")
+}
+
+// prune archives orders (status and audit still balance, the live
+// reservation stays, a pruned ID is a new order again); delete refuses a
+// SKU that still has a live reservation or stock, and deletes a done one.
+func TestPruneAndDeleteCommands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.ok("init", "old", "--total", "20", "--segments", "2")
+	e.ok("allocate", "old", "--order", "p-1", "--qty", "2")
+	e.ok("allocate", "old", "--order", "p-2", "--qty", "3")
+	e.ok("release", "old", "--order", "p-2")
+	e.ok("reserve", "old", "--order", "p-3", "--qty", "1", "--ttl", "1h")
+
+	var p pruneView
+	e.json(&p, "prune", "old", "--older-than", "1ns")
+	if p.Orders != 2 || p.Units != 2 || p.Released != 1 || p.Archive.Orders != 2 || p.Archive.Units != 2 || p.Revision == 0 {
+		t.Fatalf("prune: %+v, want 2 orders archived (p-1's 2 units; p-2 released), p-3 kept", p)
+	}
+	var au auditView
+	e.json(&au, "audit", "old")
+	if !au.OK || au.Archived != 2 || au.ArchivedOrders != 2 || au.Orders != 1 || au.Allocated != 1 {
+		t.Fatalf("audit after prune: %+v", au)
+	}
+	if out := e.ok("audit", "old"); !strings.Contains(out, "+ archived 2") {
+		t.Fatalf("audit table after prune:\n%s", out)
+	}
+	var st statusView
+	e.json(&st, "status", "old")
+	if st.Allocated != 3 || st.Archived != 2 || st.ArchivedOrders != 2 || st.Orders != 1 || len(st.Etcd) != 1 || st.Etcd[0].DBSize == 0 {
+		t.Fatalf("status after prune: %+v", st)
+	}
+	var a allocationView
+	e.json(&a, "allocate", "old", "--order", "p-1", "--qty", "2")
+	if a.Replayed {
+		t.Fatalf("a pruned order ID replayed: %+v", a)
+	}
+	e.fails(ExitUsage, "missing --older-than", "prune", "old")
+	e.fails(ExitUsage, "invalid --older-than", "prune", "old", "--older-than", "-1h")
+
+	e.fails(ExitConflict, "failed to delete old: it still holds 15 units in its pool and segments (--force deletes them with it)", "delete", "old")
+	e.fails(ExitConflict, `failed to delete old: conflict: reservation "p-3" is still live`, "delete", "old", "--force")
+	e.ok("cancel", "old", "--order", "p-3")
+	var d deleteView
+	e.json(&d, "delete", "old", "--force")
+	if d.Total != 20 || d.Remaining != 16 || d.Allocated != 4 || d.Orders != 4 {
+		t.Fatalf("delete: %+v", d)
+	}
+	var l listView
+	e.json(&l, "list")
+	if len(l.SKUs) != 0 {
+		t.Fatalf("list after delete: %+v", l)
+	}
+	if keys := fingerprint(t, e.prefix); len(keys) != 0 {
+		t.Fatalf("keys left under the prefix after delete: %v", keys)
+	}
+	e.fails(ExitNotFound, "failed to delete old: unknown SKU", "delete", "old", "--force")
+}
+
+// An etcd with a small quota driven full by a sale: the operator sees the
+// database filling in status (ETCD line) and in the metrics, then every
+// write refused with an error naming NOSPACE and what to do, while reads
+// still work; reclaim (compact, defragment, disarm) and prune bring it
+// back, and the books balance throughout.
+func TestNoSpaceAndRecovery(t *testing.T) {
+	t.Parallel()
+	const quota = 1 << 20
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithQuotaBackendBytes(quota))
+	ep := etcd.Endpoints()[0]
+	cli := func(args ...string) result {
+		return run(t, append([]string{"--endpoints", ep}, args...)...)
+	}
+	if r := cli("init", "big", "--total", "1000000", "--segments", "2"); r.code != 0 {
+		t.Fatalf("init: %+v", r)
+	}
+	client := etcd.Client(t)
+	c, err := coordinator.New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	size := func() int64 {
+		st, err := client.Status(t.Context(), ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.DbSize
+	}
+	// Orders until etcd refuses one; on the way, status warns.
+	warned := false
+	n := 0
+	for ; ; n++ {
+		_, err := c.Allocate(t.Context(), "big", fmt.Sprintf("fill-%06d", n), 1, "")
+		if errors.Is(err, coordinator.ErrNoSpace) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("order %d: %v", n, err)
+		}
+		if !warned && n%50 == 0 && float64(size()) >= quota*spaceWarnFraction {
+			r := cli("status", "big")
+			if r.code != 0 || !strings.Contains(r.stdout, "of a 1.0 MiB quota") || !strings.Contains(r.stdout, "prune old orders") {
+				t.Fatalf("status near the quota: %+v", r)
+			}
+			warned = true
+		}
+	}
+	if !warned {
+		t.Fatalf("etcd refused a write after %d orders without status ever warning", n)
+	}
+
+	r := cli("allocate", "big", "--order", "one-more", "--qty", "1")
+	checkFails(t, r, ExitFailure, "database space exceeded", []string{"allocate"})
+	for _, want := range []string{"NOSPACE", "stockctl reclaim", "stockctl prune", "docs/operations.md"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the refused write's error does not say %q: %s", want, r.stderr)
+		}
+	}
+	r = cli("status", "big")
+	if r.code != 0 || !strings.Contains(r.stdout, "alarm NOSPACE: etcd refuses every write") {
+		t.Fatalf("status under NOSPACE: %+v", r)
+	}
+	if r := cli("audit", "big"); r.code != 0 {
+		t.Fatalf("audit under NOSPACE: %+v", r)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newEtcdCollector(client, []string{ep}))
+	want := fmt.Sprintf(`
+# HELP stockctl_etcd_alarm 1 for each alarm the etcd member has raised (NOSPACE: every write refused; CORRUPT).
+# TYPE stockctl_etcd_alarm gauge
+stockctl_etcd_alarm{alarm="NOSPACE",endpoint=%q} 1
+# HELP stockctl_etcd_quota_backend_bytes The etcd member's --quota-backend-bytes (0: not reported, etcd before 3.6): at it, etcd raises NOSPACE and refuses every write.
+# TYPE stockctl_etcd_quota_backend_bytes gauge
+stockctl_etcd_quota_backend_bytes{endpoint=%q} %d
+`, ep, ep, quota)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "stockctl_etcd_alarm", "stockctl_etcd_quota_backend_bytes"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Recovery, as docs/operations.md says: reclaim, prune, reclaim.
+	var rec reclaimView
+	if r := cli("-o", "json", "reclaim"); r.code != 0 {
+		t.Fatalf("reclaim: %+v", r)
+	} else {
+		decode(t, r.stdout, &rec)
+	}
+	if rec.Disarmed != 1 || len(rec.After) != 1 || len(rec.After[0].Alarms) != 0 || rec.After[0].DBSize >= rec.Before[0].DBSize {
+		t.Fatalf("reclaim: %+v", rec)
+	}
+	// The order that crossed the quota may have been applied (etcd applies
+	// that one write and answers NOSPACE): its retry under its ID tells.
+	var retried allocationView
+	if r := cli("-o", "json", "allocate", "big", "--order", fmt.Sprintf("fill-%06d", n), "--qty", "1"); r.code != 0 {
+		t.Fatalf("the retry of the order refused at the quota: %+v", r)
+	} else {
+		decode(t, r.stdout, &retried)
+	}
+	t.Logf("the order that crossed the quota had been applied: %v", retried.Replayed)
+	// Prune's deletes write tombstones, which take space until the next
+	// compaction: while etcd is nearly full a prune may stop part way
+	// (each batch whole, the books balanced). Reclaim and prune again; each
+	// round frees what the last one archived.
+	for round := 1; ; round++ {
+		r := cli("prune", "big", "--older-than", "1ns")
+		if r.code == 0 {
+			t.Logf("prune completed in round %d", round)
+			break
+		}
+		if round == 10 || !strings.Contains(r.stderr, "NOSPACE") || !strings.Contains(r.stderr, "run it again to go on") {
+			t.Fatalf("prune, round %d: %+v", round, r)
+		}
+		if r := cli("reclaim"); r.code != 0 {
+			t.Fatalf("reclaim, round %d: %+v", round, r)
+		}
+		if r := cli("audit", "big"); r.code != 0 {
+			t.Fatalf("audit after a prune stopped part way: %+v", r)
+		}
+	}
+	if r := cli("reclaim"); r.code != 0 {
+		t.Fatalf("the last reclaim: %+v", r)
+	}
+	if r := cli("allocate", "big", "--order", "one-more", "--qty", "1"); r.code != 0 {
+		t.Fatalf("an order after the recovery: %+v", r)
+	}
+	var au auditView
+	if r := cli("-o", "json", "audit", "big"); r.code != 0 {
+		t.Fatalf("audit after the recovery: %+v", r)
+	} else {
+		decode(t, r.stdout, &au)
+	}
+	if au.ArchivedOrders != int64(n)+1 || au.Orders != 1 || au.Allocated+au.Archived != int64(n)+2 {
+		t.Fatalf("audit after the recovery: %+v (%d orders before the quota)", au, n)
+	}
+	if r := cli("status", "big"); r.code != 0 || strings.Contains(r.stdout, "ETCD") {
+		t.Fatalf("status after the recovery still warns: %+v", r)
+	}
+}
+
+// serve's embedded etcd compacts its history by itself (it never did):
+// with --auto-compaction-retention 1s, a revision of the first writes is
+// soon compacted away; the default retention is on (an hour).
+func TestServeCompacts(t *testing.T) {
+	t.Parallel()
+	if DefaultAutoCompactionRetention <= 0 {
+		t.Fatalf("serve's compaction is off by default")
+	}
+	srv := startServe(t, "compacting", "--auto-compaction-retention", "1s", "--quota-backend-bytes", "67108864")
+	srv.ok(t, "init", "hist", "--total", "100", "--segments", "2")
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + srv.addr}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	first, err := client.Get(t.Context(), "/stockctl/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, "the embedded etcd to compact its history", 60*time.Second, func() bool {
+		// Writes move the revision on, so that there is history to compact.
+		if _, err := client.Put(t.Context(), "/compaction-test/tick", time.Now().String()); err != nil {
+			t.Fatal(err)
+		}
+		_, err := client.Get(t.Context(), "/stockctl/meta/hist", clientv3.WithRev(first.Header.Revision))
+		return errors.Is(err, rpctypes.ErrCompacted)
+	})
+	st, err := client.Status(t.Context(), "http://"+srv.addr)
+	if err != nil || st.DbSizeQuota != 67108864 {
+		t.Fatalf("quota %d, %v; want --quota-backend-bytes 67108864", st.DbSizeQuota, err)
+	}
+	srv.stop(t)
+}

@@ -1,0 +1,281 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
+	"github.com/stockctl/stockctl/internal/etcdtest"
+	"github.com/stockctl/stockctl/segments"
+)
+
+// orderCreated reads the creation time an order's record carries.
+func orderCreated(t *testing.T, c *coordinator.Coordinator, sku, order string) time.Time {
+	t.Helper()
+	e := engines.Of(c)
+	resp, err := e.KV.Get(t.Context(), e.Keys.Order(sku, order))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read order %s: %v (%d keys)", order, err, len(resp.Kvs))
+	}
+	o, err := segments.DecodeOrder(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o.Created
+}
+
+// keyCount counts the keys under a prefix.
+func keyCount(t *testing.T, c *coordinator.Coordinator, prefix string) int64 {
+	t.Helper()
+	resp, err := engines.Of(c).KV.Get(t.Context(), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Count
+}
+
+// Prune archives every kind of finished order (allocated, released,
+// confirmed, expired) older than the cutoff, keeps the live reservation and
+// the orders from the cutoff on, and the books still balance, in Status
+// and in Audit. A pruned ID is forgotten (a retry is a new order, a release
+// is not found); a kept one still replays. The buyer's counter loses the
+// pruned active units.
+func TestPruneArchivesOldOrders(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	c := newCoordinator(t, etcd)
+	ctx := t.Context()
+	mustCreate(t, c, "p", coordinator.SKUConfig{Total: 100, Segments: 2, InitialFill: 100, PerUserLimit: 10})
+	buy := func(order string, qty int64) {
+		t.Helper()
+		if _, err := c.Allocate(ctx, "p", order, qty, "", coordinator.WithBuyer("amy")); err != nil {
+			t.Fatalf("allocate %s: %v", order, err)
+		}
+	}
+	buy("a-1", 2)
+	buy("a-2", 3)
+	if _, err := c.Release(ctx, "p", "a-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reserve(ctx, "p", "r-confirmed", 1, "", time.Hour, coordinator.WithBuyer("amy")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Confirm(ctx, "p", "r-confirmed"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reserve(ctx, "p", "r-expired", 1, "", time.Minute, coordinator.WithBuyer("amy")); err != nil {
+		t.Fatal(err)
+	}
+	// Expire it as the sweep would an hour from now (no waiting).
+	if xs, err := engines.Of(c).Stock.ExpireDue(ctx, "p", time.Now().Add(time.Hour), 10); err != nil || len(xs) != 1 {
+		t.Fatalf("expire: %v, %d expired", err, len(xs))
+	}
+	if _, err := c.Reserve(ctx, "p", "r-live", 1, "", time.Hour, coordinator.WithBuyer("amy")); err != nil {
+		t.Fatal(err)
+	}
+	buy("b-1", 4) // the cutoff: this one and later are kept
+	cutoff := orderCreated(t, c, "p", "b-1")
+	before := mustStatus(t, c, "p")
+
+	pr, err := c.Prune(ctx, "p", cutoff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a-1 (2 units) and r-confirmed (1) held stock; a-2 released; r-expired expired.
+	if pr.Orders != 4 || pr.Units != 3 || pr.Released != 1 || pr.Expired != 1 || pr.Buyers != 1 {
+		t.Fatalf("pruned %+v, want 4 orders (3 units, 1 released, 1 expired, 1 buyer)", pr)
+	}
+	au := mustAudit(t, c, "p")
+	st := mustStatus(t, c, "p")
+	if au.Archived != 3 || au.ArchivedOrders != 4 || au.Orders != 2 || au.Reserved != 1 || au.Allocated != 5 {
+		t.Fatalf("audit after prune %+v: want 3 archived units in 4 orders, 2 records (r-live, b-1) holding 5", au)
+	}
+	if st.Allocated != before.Allocated || st.Archived != 3 || st.ArchivedOrders != 4 || st.Orders != 2 {
+		t.Fatalf("status after prune %+v (before %+v)", st, before)
+	}
+	if n := keyCount(t, c, engines.Of(c).Keys.Prefix()+"orderid/"); n != 2 {
+		t.Fatalf("%d order-ID claims left, want 2", n)
+	}
+
+	// A kept order replays; a pruned one is forgotten.
+	if a, err := c.Allocate(ctx, "p", "b-1", 4, "", coordinator.WithBuyer("amy")); err != nil || !a.Replayed {
+		t.Fatalf("retry of a kept order: %+v, %v; want a replay", a, err)
+	}
+	if _, err := c.Release(ctx, "p", "a-1"); !errors.Is(err, coordinator.ErrOrderNotFound) {
+		t.Fatalf("release of a pruned order: %v, want ErrOrderNotFound", err)
+	}
+	// amy held 2+1 (pruned) + 1 (live) + 4 = 8 of 10; her counter now says 5,
+	// so 5 more fit.
+	if a, err := c.Allocate(ctx, "p", "a-1", 5, "", coordinator.WithBuyer("amy")); err != nil || a.Replayed {
+		t.Fatalf("a pruned ID used again: %+v, %v; want a new order", a, err)
+	}
+	mustAudit(t, c, "p")
+
+	// Nothing older than the cutoff is left: a second prune does nothing.
+	again, err := c.Prune(ctx, "p", cutoff)
+	if err != nil || again.Orders != 0 || again.Archive.Orders != 4 {
+		t.Fatalf("second prune: %+v, %v", again, err)
+	}
+	if _, err := c.Prune(ctx, "nope", cutoff); !errors.Is(err, coordinator.ErrUnknownSKU) {
+		t.Fatalf("prune of an unknown SKU: %v", err)
+	}
+}
+
+// Prune racing a sale, releases and another pruner: every batch is one
+// transaction compared against the records and the archive, so the books
+// balance at the end and at every revision of the race, and no order is
+// archived twice or lost.
+func TestPruneDuringSale(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	cs := []*coordinator.Coordinator{newCoordinator(t, etcd), newCoordinator(t, etcd), newCoordinator(t, etcd)}
+	ctx := t.Context()
+	const total = 600
+	mustCreate(t, cs[0], "race", coordinator.SKUConfig{Total: total, Segments: 4, InitialFill: 200, RefillBatch: 20})
+	start := mustStatus(t, cs[0], "race").Revision
+
+	var orders atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for b := range 8 {
+		wg.Go(func() {
+			c := cs[b%2]
+			for n := 0; ; n++ {
+				id := fmt.Sprintf("o-%d-%d", b, n)
+				_, err := c.Allocate(ctx, "race", id, 1, id)
+				if errors.Is(err, coordinator.ErrInsufficientStock) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				orders.Add(1)
+				if n%3 == 0 {
+					// Some go back; the sale sells them again. A release
+					// may race the pruner: one of them wins the record.
+					if _, err := c.Release(ctx, "race", id); err != nil && !errors.Is(err, coordinator.ErrOrderNotFound) {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	stopPrune := make(chan struct{})
+	var pruners sync.WaitGroup
+	for range 2 {
+		pruners.Go(func() {
+			for {
+				select {
+				case <-stopPrune:
+					return
+				default:
+				}
+				if _, err := cs[2].Prune(ctx, "race", time.Now()); err != nil {
+					errs <- fmt.Errorf("prune during the sale: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stopPrune)
+	pruners.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if _, err := cs[2].Prune(ctx, "race", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	end := mustAudit(t, cs[0], "race")
+	// A release after the last refusal may leave a unit unsold; every
+	// order is archived exactly once.
+	if end.Orders != 0 || end.ArchivedOrders != orders.Load() || end.Archived+end.Pool+end.Segments != total {
+		t.Fatalf("final audit %+v: want all %d orders archived", end, orders.Load())
+	}
+	for rev := start; rev <= end.Revision; rev += max(1, (end.Revision-start)/200) {
+		r, err := cs[0].AuditAt(ctx, "race", rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.OK {
+			t.Fatalf("books do not balance at revision %d: %v", rev, r.Problems)
+		}
+	}
+}
+
+// A SKU is deleted only when done: a live reservation or a held segment
+// lock refuses it (ErrConflict, naming which, with the holder's identity);
+// once nothing holds it, every key of the SKU goes, and the name can be
+// created again.
+func TestDeleteSKU(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	seller := newCoordinator(t, etcd, coordinator.WithIdentity("shop-7"))
+	admin := newCoordinator(t, etcd)
+	ctx := t.Context()
+	mustCreate(t, admin, "d", coordinator.SKUConfig{Total: 50, Segments: 2, InitialFill: 20})
+	// An order with a step holds its segment (a plain one of a SKU the
+	// process holds nothing of is sold without a lock), and the seller
+	// keeps it (its tenure) after the order.
+	if _, err := seller.AllocateFunc(ctx, "d", "d-1", 2, "", func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	_, err := admin.DeleteSKU(ctx, "d")
+	if !errors.Is(err, coordinator.ErrConflict) || !strings.Contains(err.Error(), "shop-7") {
+		t.Fatalf("delete while a segment is held: %v, want ErrConflict naming shop-7", err)
+	}
+	if _, err := seller.Restock(ctx, "d", "dv-1", 5); err != nil { // a delivery record and its ID claim
+		t.Fatal(err)
+	}
+	seller.Close() // revokes its lease: its lock keys go
+	if _, err := admin.Reserve(ctx, "d", "d-2", 1, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	admin = newCoordinator(t, etcd) // holds nothing
+	_, err = admin.DeleteSKU(ctx, "d")
+	if !errors.Is(err, coordinator.ErrConflict) || !strings.Contains(err.Error(), `reservation "d-2"`) {
+		t.Fatalf("delete with a live reservation: %v, want ErrConflict naming it", err)
+	}
+	if _, err := admin.Cancel(ctx, "d", "d-2"); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close()
+	admin = newCoordinator(t, etcd)
+	d, err := admin.DeleteSKU(ctx, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Total != 55 || d.Remaining != 53 || d.Archived != 2 || d.Orders != 2 {
+		t.Fatalf("deleted %+v: want total 55, 53 left, 2 archived units in 2 orders", d)
+	}
+	if n := keyCount(t, admin, engines.Of(admin).Keys.Prefix()); n != 0 {
+		resp, _ := engines.Of(admin).KV.Get(ctx, engines.Of(admin).Keys.Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		t.Fatalf("%d keys left after the delete: %v", n, resp.Kvs)
+	}
+	if _, err := admin.Status(ctx, "d"); !errors.Is(err, coordinator.ErrUnknownSKU) {
+		t.Fatalf("status of a deleted SKU: %v", err)
+	}
+	if _, err := admin.DeleteSKU(ctx, "d"); !errors.Is(err, coordinator.ErrUnknownSKU) {
+		t.Fatalf("delete again: %v", err)
+	}
+	mustCreate(t, admin, "d", coordinator.SKUConfig{Total: 5, Segments: 2, InitialFill: 5})
+	if a, err := admin.Allocate(ctx, "d", "d-1", 1, ""); err != nil || a.Replayed {
+		t.Fatalf("an order ID of the deleted SKU: %+v, %v; want a new order", a, err)
+	}
+	mustAudit(t, admin, "d")
+}
+
+func newCoordinator(t *testing.T, etcd *etcdtest.Single, opts ...coordinator.Option) *coordinator.Coordinator {
+	t.Helper()
+	return newCoordinators(t, etcd, 1, opts...)[0]
+}

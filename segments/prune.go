@@ -1,0 +1,256 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Archive is a SKU's record of its pruned orders (keys.Archive). Prune
+// writes it in the transaction that deletes the records it counts, so the
+// books balance at every revision:
+//
+//	total = pool + Σ segments + Σ active orders + Archive.Units
+type Archive struct {
+	V int `json:"v"`
+	// Orders counts the order records pruned; Released and Expired those
+	// of them that no longer held stock.
+	Orders   int64 `json:"orders"`
+	Released int64 `json:"released"`
+	Expired  int64 `json:"expired"`
+	// Units is what the pruned active orders (plain allocations and
+	// confirmed reservations) held: sold stock, still part of the total.
+	Units int64 `json:"units"`
+	// Through is the creation time of the newest order pruned.
+	Through time.Time `json:"through"`
+}
+
+// EncodeArchive encodes a with the current version.
+func EncodeArchive(a Archive) string {
+	a.V = Version
+	return mustJSON(a)
+}
+
+// DecodeArchive strictly decodes the archive record stored at key.
+func DecodeArchive(key string, value []byte) (Archive, error) {
+	var a Archive
+	if err := strictJSON(value, &a); err != nil {
+		return Archive{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	if err := checkVersion(a.V); err != nil {
+		return Archive{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	if a.Orders < 0 || a.Units < 0 || a.Units > MaxTotal || a.Released < 0 || a.Expired < 0 || a.Released+a.Expired > a.Orders {
+		return Archive{}, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("counts out of range")}
+	}
+	return a, nil
+}
+
+// decodeArchiveKVs decodes an optional archive record (none: the zero Archive).
+func decodeArchiveKVs(kvs []*mvccpb.KeyValue) (Archive, error) {
+	if len(kvs) == 0 {
+		return Archive{}, nil
+	}
+	return DecodeArchive(string(kvs[0].Key), kvs[0].Value)
+}
+
+// Pruned is the outcome of Prune.
+type Pruned struct {
+	SKU string
+	// Orders, Released, Expired and Units are what this call archived (see
+	// Archive); Buyers counts the buyers' counters it lowered.
+	Orders, Released, Expired, Units int64
+	Buyers                           int64
+	// Archive is the SKU's archive record after the call.
+	Archive Archive
+	// Revision is the revision of the last transaction (0 if nothing was
+	// pruned).
+	Revision int64
+}
+
+// prunePage is how many order records Prune reads at once.
+const prunePage = 1000
+
+// Prune archives sku's orders created before before (by the clock of the
+// process that committed each): it deletes their records and their order-ID
+// claims and adds them to the SKU's archive record, in transactions that
+// each keep the books balanced. Live reservations are never pruned (they
+// still wait for a Confirm or their expiry).
+//
+// What it costs the orders pruned: their IDs are forgotten, so a retry of
+// one after it was pruned is a new order (prune only orders older than any
+// client retries); they can no longer be released, cancelled or confirmed
+// (ErrOrderNotFound); and the units of an active order counted against its
+// buyer's per-user limit are taken off the buyer's counter (a limit then
+// holds over the orders kept, not over the archived ones).
+//
+// ctx bounds the call; on failure the transactions already committed stay
+// (each pruned a whole batch), and calling Prune again goes on.
+func (e *Engine) Prune(ctx context.Context, sku string, before time.Time) (*Pruned, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return nil, fmt.Errorf("prune %s: %w", sku, err)
+	}
+	if _, _, err := e.Meta(ctx, sku); err != nil {
+		return nil, fmt.Errorf("prune %s: %w", sku, err)
+	}
+	out, err := e.prune(ctx, sku, before)
+	if err != nil {
+		return out, fmt.Errorf("prune %s: %w", sku, err)
+	}
+	return out, nil
+}
+
+// prune is Prune without the checks and with errors unwrapped.
+func (e *Engine) prune(ctx context.Context, sku string, before time.Time) (*Pruned, error) {
+	out := &Pruned{SKU: sku}
+	from, end := e.keys.Orders(sku), clientv3.GetPrefixRangeEnd(e.keys.Orders(sku))
+	for attempts := 0; ; {
+		resp, err := e.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(prunePage))
+		if err != nil {
+			return out, err
+		}
+		var batch []*mvccpb.KeyValue
+		var orders []Order
+		flushed := true
+		for i, kv := range resp.Kvs {
+			o, err := DecodeOrder(string(kv.Key), kv.Value)
+			if err != nil {
+				return out, err
+			}
+			if !o.Reserved() && o.Created.Before(before) {
+				batch, orders = append(batch, kv), append(orders, o)
+			}
+			last := i == len(resp.Kvs)-1
+			if len(batch) < e.pruneBatchSize() && !(last && len(batch) > 0) {
+				continue
+			}
+			done, err := e.pruneTxn(ctx, sku, batch, orders, out)
+			if err != nil {
+				return out, err
+			}
+			if !done {
+				// A record or a counter moved under the batch: read from
+				// its first key again.
+				if attempts++; attempts >= maxCommitAttempts {
+					return out, errContention
+				}
+				from, flushed = string(batch[0].Key), false
+				break
+			}
+			batch, orders = nil, nil
+		}
+		if !flushed {
+			continue
+		}
+		if !resp.More {
+			if out.Revision == 0 {
+				a, err := e.kv.Get(ctx, e.keys.Archive(sku))
+				if err != nil {
+					return out, err
+				}
+				if out.Archive, err = decodeArchiveKVs(a.Kvs); err != nil {
+					return out, err
+				}
+			}
+			return out, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// pruneBatchSize is how many orders one prune transaction deletes: two deletes
+// each, and at worst a buyer's counter each, within --max-txn-ops.
+func (e *Engine) pruneBatchSize() int { return max(1, (e.cfg.MaxTxnOps-1)/3) }
+
+// pruneTxn archives one batch in one transaction that compares every
+// record's revision, the archive's and the buyers' counters'. It reports
+// false, changing nothing, when one of them moved since it was read.
+func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValue, orders []Order, out *Pruned) (bool, error) {
+	take := map[string]int64{} // buyer counter → units of active counted orders
+	var users []string
+	for _, o := range orders {
+		if o.Active() && o.UserCounted {
+			k := e.keys.User(sku, o.Buyer)
+			if _, ok := take[k]; !ok {
+				users = append(users, k)
+			}
+			take[k] += o.Qty
+		}
+	}
+	reads := []clientv3.Op{clientv3.OpGet(e.keys.Archive(sku))}
+	for _, k := range users {
+		reads = append(reads, clientv3.OpGet(k))
+	}
+	cur, err := e.kv.Txn(ctx).Then(reads...).Commit()
+	if err != nil {
+		return false, err
+	}
+	arcKVs := cur.Responses[0].GetResponseRange().Kvs
+	arc, err := decodeArchiveKVs(arcKVs)
+	if err != nil {
+		return false, err
+	}
+	var arcMod int64
+	if len(arcKVs) > 0 {
+		arcMod = arcKVs[0].ModRevision
+	}
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(e.keys.Archive(sku)), "=", arcMod)}
+	var ops []clientv3.Op
+	add := Archive{}
+	for i, o := range orders {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[i].Key)), "=", kvs[i].ModRevision))
+		ops = append(ops, clientv3.OpDelete(string(kvs[i].Key)), clientv3.OpDelete(e.keys.OrderID(o.ID)))
+		add.Orders++
+		switch {
+		case o.State == StateExpired:
+			add.Expired++
+		case o.Released:
+			add.Released++
+		default:
+			add.Units += o.Qty
+		}
+		if o.Created.After(add.Through) {
+			add.Through = o.Created
+		}
+	}
+	for i, k := range users {
+		v, mod, err := decodeCounterKV(k, cur.Responses[1+i].GetResponseRange())
+		if err != nil {
+			return false, err
+		}
+		if v < take[k] {
+			return false, fmt.Errorf("%w: buyer counter %s holds %d, less than its pruned orders' %d", ErrCorrupt, k, v, take[k])
+		}
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", mod))
+		if v == take[k] {
+			ops = append(ops, clientv3.OpDelete(k))
+		} else {
+			ops = append(ops, clientv3.OpPut(k, EncodeCounter(v-take[k])))
+		}
+	}
+	arc.Orders += add.Orders
+	arc.Released += add.Released
+	arc.Expired += add.Expired
+	arc.Units += add.Units
+	if add.Through.After(arc.Through) {
+		arc.Through = add.Through
+	}
+	ops = append(ops, clientv3.OpPut(e.keys.Archive(sku), EncodeArchive(arc)))
+	resp, err := e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return false, err
+	}
+	if !resp.Succeeded {
+		return false, nil
+	}
+	out.Orders += add.Orders
+	out.Released += add.Released
+	out.Expired += add.Expired
+	out.Units += add.Units
+	out.Buyers += int64(len(users))
+	out.Archive, out.Revision = arc, resp.Header.Revision
+	return true, nil
+}
