@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockctl/stockctl/internal/background"
 	"github.com/stockctl/stockctl/internal/keys"
+	"github.com/stockctl/stockctl/internal/lock"
 )
 
 // The lock watch. Every seller needs to see who holds and who waits for
@@ -32,6 +33,8 @@ type lockWatch struct {
 	keys    map[string]map[string]lockKey // SKU → key → what it is
 	sellers map[string]*seller            // SKU → its seller, to hand changes to
 	index   map[string]keys.StockLockKey  // key → parsed
+	// lastParsed is the key applyLocked parsed last.
+	lastParsed keys.StockLockKey
 }
 
 func newLockWatch(e *Engine) *lockWatch {
@@ -116,12 +119,20 @@ func (w *lockWatch) run(ctx context.Context) {
 			}
 			w.mu.Lock()
 			touched := map[*seller]bool{}
+			var deleted []deletedKey
 			for _, ev := range wr.Events {
-				if s := w.applyLocked(ev.Kv, ev.Type == mvccpb.DELETE); s != nil {
+				del := ev.Type == mvccpb.DELETE
+				if s := w.applyLocked(ev.Kv, del); s != nil {
 					touched[s] = true
+					if del {
+						deleted = append(deleted, deletedKey{s, w.lastParsed.Index, string(ev.Kv.Key), ev.Kv.ModRevision})
+					}
 				}
 			}
 			w.mu.Unlock()
+			for _, d := range deleted {
+				d.s.lostKey(d.seg, d.key, d.rev)
+			}
 			for s := range touched {
 				s.react()
 			}
@@ -133,6 +144,27 @@ func (w *lockWatch) run(ctx context.Context) {
 	}
 }
 
+// deletedKey is a segment lock key of a seller's SKU that the watch saw
+// deleted at rev.
+type deletedKey struct {
+	s   *seller
+	seg int
+	key string
+	rev int64
+}
+
+// lostKey ends this process's tenure of segment seg if key, deleted at rev,
+// was its key: deleted by someone else (a revoked lease, an operator), as
+// the process's release would have given the tenure up first. The
+// session's keepalive would notice a revoked lease too, but only at its
+// next renewal; the next commit under the key would fail its compare.
+func (s *seller) lostKey(seg int, key string, rev int64) {
+	own, _ := s.qs[seg].Tenure()
+	if own != nil && own.Key() == key && own.Rev() < rev {
+		s.qs[seg].Lose(own, lock.ErrLost)
+	}
+}
+
 // applyLocked records one key's change, in the keys and in the view of its
 // SKU's seller, and returns that seller (nil if none).
 func (w *lockWatch) applyLocked(kv *mvccpb.KeyValue, deleted bool) *seller {
@@ -141,6 +173,7 @@ func (w *lockWatch) applyLocked(kv *mvccpb.KeyValue, deleted bool) *seller {
 	if err != nil || k.Kind != keys.KindSegment {
 		return nil
 	}
+	w.lastParsed = k
 	s := w.sellers[k.SKU]
 	if deleted {
 		if m := w.keys[k.SKU]; m != nil {

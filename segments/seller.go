@@ -207,6 +207,26 @@ func (e *Engine) HeldSegments(sku string) []int {
 	return out
 }
 
+// ViewedHolders is, per segment of sku, the lease holding its lock as this
+// process's view has it (0: free); nil if this process has no seller of
+// sku. The view follows the process's one watch of the lock keys
+// (lockwatch.go): tests check that it recovers from a broken watch.
+func (e *Engine) ViewedHolders(sku string) []int64 {
+	e.mu.Lock()
+	s := e.sellers[sku]
+	e.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]int64, len(s.view))
+	for i, keys := range s.view {
+		out[i] = holderOf(keys)
+	}
+	return out
+}
+
 // DescribeSeller describes this process's seller of sku: per segment its
 // lock queue and cache, then its waiting orders and view (for tests and
 // debugging).
