@@ -18,10 +18,10 @@ var errStepPanic = errors.New("step panicked")
 
 // allocateRecovering is AllocateFunc as a service's recovering middleware
 // sees it: a panic of the step comes back as the recovered value.
-func allocateRecovering(ctx context.Context, c *coordinator.Coordinator, sku, order string, qty int64, step coordinator.Step) (a *coordinator.Allocation, err error, recovered any) {
+func allocateRecovering(ctx context.Context, c *coordinator.Coordinator, sku, order string, qty int64, step coordinator.Step) (a *coordinator.Allocation, recovered any, err error) {
 	defer func() { recovered = recover() }()
 	a, err = c.AllocateFunc(ctx, sku, order, qty, "", step)
-	return a, err, nil
+	return a, nil, err
 }
 
 func panicking(context.Context) error { panic(errStepPanic) }
@@ -53,7 +53,7 @@ func TestStepPanicLeavesNothingBehind(t *testing.T) {
 			defer cancel()
 			mustCreate(t, c, "p", tc.cfg)
 			for i := range 3 {
-				_, err, rec := allocateRecovering(ctx, c, "p", fmt.Sprintf("boom-%d", i), tc.qty, panicking)
+				_, rec, err := allocateRecovering(ctx, c, "p", fmt.Sprintf("boom-%d", i), tc.qty, panicking)
 				if rec != errStepPanic {
 					t.Fatalf("AllocateFunc with a panicking step: recovered %v (err %v), want the step's panic", rec, err)
 				}
@@ -109,7 +109,7 @@ func TestConcurrentStepPanics(t *testing.T) {
 				if n%3 == 0 {
 					step = panicking
 				}
-				_, err, rec := allocateRecovering(ctx, c, "cp", order, 1, step)
+				_, rec, err := allocateRecovering(ctx, c, "cp", order, 1, step)
 				switch {
 				case n%3 == 0 && rec == errStepPanic:
 					panics.Add(1)

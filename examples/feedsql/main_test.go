@@ -38,9 +38,11 @@ const hang = 2 * time.Minute
 // build compiles feedsql into a temporary directory.
 func build(t *testing.T) string {
 	t.Helper()
+	// The go that runs these tests: on PATH, or where go test puts it
+	// (GOROOT is in the tests' environment).
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		gobin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
 	bin := filepath.Join(t.TempDir(), "feedsql")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -121,12 +121,6 @@ func (p *serveProc) term() int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// kill SIGKILLs serve and waits for it to be gone.
-func (p *serveProc) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.exited
-}
-
 // curlCall POSTs body as JSON to the API's method (e.g.
 // "stockctl.v1.StockService/Allocate") with curl, with the bearer token
 // if not empty, and curl's extra arguments, and returns the HTTP status and
