@@ -4,17 +4,21 @@
 # Installs Debian's redis-server if it is missing, starts a throwaway one on
 # 127.0.0.1 (a free port, no persistence, in a temporary directory), builds
 # the benchredis module's binary (stockctl with the Redis strategies), runs
-# every strategy at every shape (by default the seed's single lock and issue
-# 11's table: --runs 1x2,20x40,20x200,100x200) on an embedded etcd (fsync
-# on), then stockctl alone with --affinity segment, and stops Redis whatever
-# happens.
+# every strategy at every shape (by default a single lock and the main
+# table: --runs 1x2,20x40,20x200,100x200) on an embedded etcd (fsync on),
+# then stockctl alone with --affinity segment, then the sale shapes (bench
+# --sale: sell-out storms, releases racing them, many SKUs) with redis-lua,
+# then the main table and the sale shapes of the etcd strategies on a
+# 3-member embedded cluster (what replication costs), and stops Redis
+# whatever happens.
 #
 #   scripts/bench-redis.sh [stockctl bench flags...]
 #
 # Results: $BENCH_OUT (default /tmp/stockctl-bench) gets bench.json,
-# bench.txt (the table), affinity.json, affinity.txt and redis.log; the plot
-# goes to $BENCH_PLOT (default docs/benchmarks.svg). BENCH_AFFINITY=0 skips
-# the second run.
+# bench.txt (the table), affinity.txt, sale.json, sale.txt, cluster3.txt,
+# sale-cluster3.txt and redis.log; the plot goes to $BENCH_PLOT (default
+# docs/benchmarks.svg). BENCH_AFFINITY=0, BENCH_SALE=0 and BENCH_CLUSTER=0
+# skip those runs. The flags given are passed to the lock-shape runs only.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -109,5 +113,43 @@ if [ "${BENCH_AFFINITY:-1}" != 0 ]; then
 	"$bin" bench --strategies stockctl,stockctl-nostep --affinity segment --progress never "$@" \
 		>"$out/affinity.txt" 2>&1 || status=$?
 	cat "$out/affinity.txt"
+fi
+
+if [ "${BENCH_SALE:-1}" != 0 ]; then
+	echo "sale shapes; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+	"$bin" -o json bench --sale --redis "127.0.0.1:$port" >"$out/sale.json" || status=$?
+	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+	python3 - "$out/sale.json" >"$out/sale.txt" <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("machine:", r["machine"])
+print("config:", r["config"])
+h = "shape strategy skus stock orders/s refusals/s served-p99 refusal-p50 refusal-p99 releases errors truth etcd-w/order etcd-r/order goroutines heap-MiB ok".split()
+print(" | ".join(h))
+for x in r["rows"]:
+    n = x["orders"] + x["refusals"]
+    e = x.get("etcd")
+    w = "-" if not e or n == 0 else "%.3f" % (e["writes"] / n)
+    rd = "-" if not e or n == 0 else "%.3f" % (e["reads"] / n)
+    truth = "-" if x["truthChecked"] == 0 else "%d/%d untrue" % (x["untrue"], x["truthChecked"])
+    print(" | ".join(str(v) for v in [x["shape"]["name"], x["strategy"], x["shape"]["skus"], x["shape"]["stock"],
+        round(x["ordersPerSec"]), round(x["refusalsPerSec"]), round(x["servedMs"]["p99"], 1), round(x["refusalMs"]["p50"], 1),
+        round(x["refusalMs"]["p99"], 1), x["releases"], x["errors"], truth, w, rd, x["goroutines"], round(x["heapMiB"]), x["ok"]]))
+for t in r["targets"]:
+    print("TARGET", t["name"], "|", t["status"], "|", t["detail"])
+for f in r["failures"]:
+    print("FAILED", f)
+PY
+	cat "$out/sale.txt"
+fi
+
+if [ "${BENCH_CLUSTER:-1}" != 0 ]; then
+	echo "3-member cluster; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+	"$bin" bench --cluster 3 --strategies one-lock,etcd-mutex,stockctl,stockctl-nostep --progress never "$@" \
+		>"$out/cluster3.txt" 2>&1 || status=$?
+	cat "$out/cluster3.txt"
+	"$bin" bench --cluster 3 --sale >"$out/sale-cluster3.txt" 2>&1 || status=$?
+	cat "$out/sale-cluster3.txt"
+	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 fi
 exit $status
