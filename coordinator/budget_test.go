@@ -33,7 +33,7 @@ func TestBudgetsAgainstServerExpiry(t *testing.T) {
 	}
 	t.Run("TryLock budget", func(t *testing.T) {
 		for i := range 5 {
-			if _, err := other.TryLock(ctx, "busy", 50*time.Millisecond); !errors.Is(err, coordinator.ErrLocked) {
+			if _, err := other.Lock(ctx, "busy", coordinator.TryFor(50*time.Millisecond)); !errors.Is(err, coordinator.ErrLocked) {
 				t.Fatalf("attempt %d: TryLock of a held lock: %v, want ErrLocked", i, err)
 			}
 		}

@@ -8,18 +8,18 @@
 //
 // # Locks
 //
-// Lock and TryLock take a named lock. Goroutines of one process queue
-// locally (FIFO) and only one of them owns the lock's etcd key at a time;
-// processes queue in etcd in arrival order. A lock released while other
+// Lock takes a named lock (with TryFor, it gives up after a wait budget).
+// Goroutines of one process queue locally (FIFO) and only one of them owns
+// the lock's etcd key at a time; processes queue in etcd in arrival order. A lock released while other
 // goroutines of the same process wait is handed to the next one without a
 // round trip, within the bounds of WithCohort. Locks are reentrant through
 // the holder's context (Lock.Context, Lock.Bind).
 //
-// RLock and TryRLock take the same named lock shared (a read-write lock):
-// shared holders hold it together, never beside an exclusive one, and a
-// shared request that comes after a queued exclusive one waits for it.
-// AcquirePermit and TryAcquirePermit take one of the limit permits of a
-// named semaphore. Both return a Lock with every guarantee below.
+// RLock takes the same named lock shared (a read-write lock): shared
+// holders hold it together, never beside an exclusive one, and a shared
+// request that comes after a queued exclusive one waits for it.
+// AcquirePermit takes one of the limit permits of a named semaphore. Both
+// take TryFor too, and both return a Lock with every guarantee below.
 // WithLockDelay keeps a lock lost without release from everyone for a while,
 // for resources that cannot check a fencing token. Locks lists holders and
 // waiters.

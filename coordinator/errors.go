@@ -24,8 +24,9 @@ var (
 	// ErrNotHeld is returned by Unlock on a handle that was already
 	// unlocked. Such an unlock never releases anybody else's hold.
 	ErrNotHeld = lock.ErrNotHeld
-	// ErrLocked is returned by TryLock when the lock stayed held by someone
-	// else for the whole wait budget. No key is left behind.
+	// ErrLocked is returned by Lock, RLock or AcquirePermit with TryFor
+	// when the lock stayed held by someone else for the whole wait budget.
+	// No key is left behind.
 	ErrLocked = lock.ErrLocked
 	// ErrModeHeld is returned by Lock called with a ctx that carries a
 	// shared hold of the same lock, and by RLock with one that carries an

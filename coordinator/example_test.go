@@ -202,7 +202,7 @@ func ExampleCoordinator_RLock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_, err = c.TryLock(ctx, "catalog", 0) // a writer: busy while readers hold
+	_, err = c.Lock(ctx, "catalog", coordinator.TryFor(0)) // a writer: busy while readers hold
 	fmt.Println("writer while reading:", err != nil && errors.Is(err, coordinator.ErrLocked))
 	fmt.Println("each reader has its own token:", r1.Token() != r2.Token())
 	_ = r1.Unlock(ctx)
@@ -240,9 +240,9 @@ func ExampleCoordinator_AcquirePermit() {
 		}
 		defer p.Unlock(ctx)
 	}
-	_, err = c.TryAcquirePermit(ctx, "db-backfill", 2, 100*time.Millisecond)
+	_, err = c.AcquirePermit(ctx, "db-backfill", 2, coordinator.TryFor(100*time.Millisecond))
 	fmt.Println("a third permit of 2:", errors.Is(err, coordinator.ErrLocked))
-	_, err = c.TryAcquirePermit(ctx, "db-backfill", 5, 0)
+	_, err = c.AcquirePermit(ctx, "db-backfill", 5, coordinator.TryFor(0))
 	var mismatch *coordinator.LimitMismatchError
 	fmt.Println("another limit:", errors.As(err, &mismatch), mismatch.Have)
 	// Output:

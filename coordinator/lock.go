@@ -20,9 +20,9 @@ const MaxLockNameLen = 256
 // semaphore reads all of its keys (holders and waiters).
 const MaxSemaphoreLimit = lock.MaxLimit
 
-// Lock is one acquisition of a named lock: an exclusive hold (Lock,
-// TryLock), a shared hold of the same lock (RLock, TryRLock), or a permit of
-// a semaphore (AcquirePermit, TryAcquirePermit). Kind says which.
+// Lock is one acquisition of a named lock: an exclusive hold (Lock), a
+// shared hold of the same lock (RLock), or a permit of a semaphore
+// (AcquirePermit). Kind says which.
 //
 // Holding a Lock is never a guarantee that nobody else holds it: a process
 // paused longer than the session TTL, or cut off from etcd, loses the lock
@@ -45,13 +45,13 @@ type LockKind int
 
 // Kinds of holds.
 const (
-	// KindExclusive: one holder at a time (Lock, TryLock).
+	// KindExclusive: one holder at a time (Lock).
 	KindExclusive LockKind = iota + 1
 	// KindShared: any number of shared holders of a lock, none while an
-	// exclusive one holds it (RLock, TryRLock).
+	// exclusive one holds it (RLock).
 	KindShared
 	// KindSemaphore: at most the semaphore's limit of holders
-	// (AcquirePermit, TryAcquirePermit).
+	// (AcquirePermit).
 	KindSemaphore
 )
 
@@ -80,29 +80,53 @@ func (k LockKind) String() string {
 //
 // Errors: ctx's cause; ErrSessionLost if the session ended while waiting
 // (retrying starts a new one); ErrClosed; ErrInvalidArgument for a bad name;
-// ErrLockLost when re-entering a lost hold; or the etcd client's error.
-func (c *Coordinator) Lock(ctx context.Context, name string) (*Lock, error) {
-	return c.lockNamed(ctx, name, -1)
+// ErrLockLost when re-entering a lost hold; ErrLocked after TryFor's
+// budget; or the etcd client's error.
+func (c *Coordinator) Lock(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, "lock", name, KindExclusive, 0, opts)
 }
 
-// TryLock is Lock with a wait budget: it gives up after wait with ErrLocked
-// (a ctx ending first still returns ctx's cause). wait 0 makes one attempt
-// without waiting. Either way a TryLock that fails leaves no key behind.
-func (c *Coordinator) TryLock(ctx context.Context, name string, wait time.Duration) (*Lock, error) {
-	if wait < 0 {
-		return nil, fmt.Errorf("trylock %q: wait %v: %w: must not be negative", name, wait, ErrInvalidArgument)
+// An AcquireOption changes how Lock, RLock and AcquirePermit wait.
+type AcquireOption func(*acquireConfig)
+
+type acquireConfig struct {
+	try  bool          // TryFor was given
+	wait time.Duration // TryFor's budget
+}
+
+// TryFor bounds the wait of Lock, RLock or AcquirePermit: after d the call
+// gives up with ErrLocked (a ctx ending first still returns ctx's cause).
+// TryFor(0) makes one attempt without waiting. Either way a try that fails leaves no key behind. A negative
+// d is ErrInvalidArgument. (Redisson's tryLock(waitTime), sync.Mutex's
+// TryLock.)
+func TryFor(d time.Duration) AcquireOption {
+	return func(c *acquireConfig) { c.try, c.wait = true, d }
+}
+
+// acquireWait is the lock engine's wait budget of opts: -1 waits until ctx
+// ends.
+func acquireWait(opts []AcquireOption) (time.Duration, error) {
+	var cfg acquireConfig
+	for _, o := range opts {
+		o(&cfg)
 	}
-	return c.lockNamed(ctx, name, wait)
-}
-
-func (c *Coordinator) lockNamed(ctx context.Context, name string, wait time.Duration) (*Lock, error) {
-	return c.acquire(ctx, "lock", name, KindExclusive, 0, wait)
+	switch {
+	case !cfg.try:
+		return -1, nil
+	case cfg.wait < 0:
+		return 0, fmt.Errorf("TryFor(%v): %w: the wait must not be negative", cfg.wait, ErrInvalidArgument)
+	}
+	return cfg.wait, nil
 }
 
 // acquire is every named acquisition: verb names it in errors.
-func (c *Coordinator) acquire(ctx context.Context, verb, name string, kind LockKind, limit int, wait time.Duration) (*Lock, error) {
+func (c *Coordinator) acquire(ctx context.Context, verb, name string, kind LockKind, limit int, opts []AcquireOption) (*Lock, error) {
 	if err := ValidateLockName(name); err != nil {
 		return nil, fmt.Errorf("%s: %w", verb, err)
+	}
+	wait, err := acquireWait(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", verb, name, err)
 	}
 	spec := lock.Spec{Prefix: c.keys.Lock(name), Limit: limit, Wait: wait}
 	switch kind {

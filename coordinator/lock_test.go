@@ -332,9 +332,9 @@ func TestTryLockAndCancelLeaveNoKey(t *testing.T) {
 		try  func() error
 		want error
 	}{
-		{"trylock no wait", func() error { _, err := cs[1].TryLock(ctx, "busy", 0); return err }, coordinator.ErrLocked},
-		{"trylock 200ms budget", func() error { _, err := cs[1].TryLock(ctx, "busy", 200*time.Millisecond); return err }, coordinator.ErrLocked},
-		{"same process trylock", func() error { _, err := cs[0].TryLock(ctx, "busy", 50*time.Millisecond); return err }, coordinator.ErrLocked},
+		{"trylock no wait", func() error { _, err := cs[1].Lock(ctx, "busy", coordinator.TryFor(0)); return err }, coordinator.ErrLocked},
+		{"trylock 200ms budget", func() error { _, err := cs[1].Lock(ctx, "busy", coordinator.TryFor(200*time.Millisecond)); return err }, coordinator.ErrLocked},
+		{"same process trylock", func() error { _, err := cs[0].Lock(ctx, "busy", coordinator.TryFor(50*time.Millisecond)); return err }, coordinator.ErrLocked},
 		{"lock with deadline", func() error {
 			dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			defer cancel()
@@ -371,7 +371,7 @@ func TestTryLockAndCancelLeaveNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The lock is free: TryLock with no wait succeeds at once.
-	l, err := cs[1].TryLock(ctx, "busy", 0)
+	l, err := cs[1].Lock(ctx, "busy", coordinator.TryFor(0))
 	if err != nil {
 		t.Fatalf("TryLock of a free lock: %v", err)
 	}
@@ -420,7 +420,7 @@ func TestReentrancyAndStaleUnlock(t *testing.T) {
 	if tr, err := outer.Txn(ctx).Commit(); err != nil || !tr.Succeeded {
 		t.Fatalf("fenced txn after inner unlocks: succeeded=%v err=%v, want held", tr != nil && tr.Succeeded, err)
 	}
-	if _, err := cs[1].TryLock(ctx, "re", 0); !errors.Is(err, coordinator.ErrLocked) {
+	if _, err := cs[1].Lock(ctx, "re", coordinator.TryFor(0)); !errors.Is(err, coordinator.ErrLocked) {
 		t.Fatalf("other process TryLock while held: %v, want ErrLocked", err)
 	}
 	if err := outer.Unlock(ctx); err != nil {
@@ -666,7 +666,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	}
 	// The other process gets both locks at once.
 	for _, name := range []string{"x", "y"} {
-		l, err := cs[1].TryLock(ctx, name, 0)
+		l, err := cs[1].Lock(ctx, name, coordinator.TryFor(0))
 		if err != nil {
 			t.Fatalf("TryLock %s after the holder closed: %v", name, err)
 		}
@@ -682,7 +682,7 @@ func TestBadLockNames(t *testing.T) {
 			t.Errorf("Lock(%q): %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	if _, err := c.TryLock(t.Context(), "ok", -time.Second); !errors.Is(err, coordinator.ErrInvalidArgument) {
+	if _, err := c.Lock(t.Context(), "ok", coordinator.TryFor(-time.Second)); !errors.Is(err, coordinator.ErrInvalidArgument) {
 		t.Errorf("TryLock with a negative wait: %v", err)
 	}
 }

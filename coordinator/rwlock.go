@@ -2,8 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
-	"time"
 )
 
 // RLock blocks until it holds the named lock in shared mode (a read lock),
@@ -27,15 +25,6 @@ import (
 //
 // ctx bounds the whole wait; when it ends, RLock returns its cause and
 // leaves no trace. Errors are Lock's, and ErrModeHeld.
-func (c *Coordinator) RLock(ctx context.Context, name string) (*Lock, error) {
-	return c.acquire(ctx, "rlock", name, KindShared, 0, -1)
-}
-
-// TryRLock is RLock with a wait budget: it gives up after wait with
-// ErrLocked (wait 0: one attempt). A failed TryRLock leaves no key behind.
-func (c *Coordinator) TryRLock(ctx context.Context, name string, wait time.Duration) (*Lock, error) {
-	if wait < 0 {
-		return nil, fmt.Errorf("tryrlock %q: wait %v: %w: must not be negative", name, wait, ErrInvalidArgument)
-	}
-	return c.acquire(ctx, "rlock", name, KindShared, 0, wait)
+func (c *Coordinator) RLock(ctx context.Context, name string, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, "rlock", name, KindShared, 0, opts)
 }

@@ -56,7 +56,7 @@ func TestRWSharedTogetherExclusiveAlone(t *testing.T) {
 
 	var readers []*coordinator.Lock
 	for _, c := range cs {
-		l, err := c.TryRLock(ctx, "rw", 0)
+		l, err := c.RLock(ctx, "rw", coordinator.TryFor(0))
 		if err != nil {
 			t.Fatalf("shared hold while others hold shared: %v", err)
 		}
@@ -65,7 +65,7 @@ func TestRWSharedTogetherExclusiveAlone(t *testing.T) {
 		}
 		readers = append(readers, l)
 	}
-	if _, err := cs[0].TryLock(ctx, "rw", 0); !errors.Is(err, coordinator.ErrLocked) {
+	if _, err := cs[0].Lock(ctx, "rw", coordinator.TryFor(0)); !errors.Is(err, coordinator.ErrLocked) {
 		t.Fatalf("exclusive TryLock while shared holders hold: %v, want ErrLocked", err)
 	}
 	for _, l := range readers {
@@ -76,11 +76,11 @@ func TestRWSharedTogetherExclusiveAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w, err := cs[1].TryLock(ctx, "rw", 0)
+	w, err := cs[1].Lock(ctx, "rw", coordinator.TryFor(0))
 	if err != nil {
 		t.Fatalf("exclusive after the readers left: %v", err)
 	}
-	if _, err := cs[2].TryRLock(ctx, "rw", 0); !errors.Is(err, coordinator.ErrLocked) {
+	if _, err := cs[2].RLock(ctx, "rw", coordinator.TryFor(0)); !errors.Is(err, coordinator.ErrLocked) {
 		t.Fatalf("shared TryRLock while a writer holds: %v, want ErrLocked", err)
 	}
 	if err := w.Unlock(ctx); err != nil {
@@ -247,7 +247,7 @@ func TestRWLocalJoinsAndModes(t *testing.T) {
 		try  func() error
 	}{
 		{"Lock with a shared hold's ctx", func() error { _, err := c.Lock(first.Context(), "join"); return err }},
-		{"TryLock with a shared hold's ctx", func() error { _, err := c.TryLock(first.Context(), "join", time.Second); return err }},
+		{"TryLock with a shared hold's ctx", func() error { _, err := c.Lock(first.Context(), "join", coordinator.TryFor(time.Second)); return err }},
 	} {
 		if err := tc.try(); !errors.Is(err, coordinator.ErrModeHeld) || !errors.Is(err, coordinator.ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrModeHeld", tc.name, err)
@@ -274,7 +274,7 @@ func TestRWLocalJoinsAndModes(t *testing.T) {
 			t.Errorf("RLock(%q): %v, want ErrInvalidArgument", name, err)
 		}
 	}
-	if _, err := c.TryRLock(ctx, "x", -time.Second); !errors.Is(err, coordinator.ErrInvalidArgument) {
+	if _, err := c.RLock(ctx, "x", coordinator.TryFor(-time.Second)); !errors.Is(err, coordinator.ErrInvalidArgument) {
 		t.Errorf("TryRLock with a negative wait: %v", err)
 	}
 }

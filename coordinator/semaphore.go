@@ -2,8 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
-	"time"
 )
 
 // AcquirePermit blocks until it holds one of the limit permits of the named
@@ -38,17 +36,7 @@ import (
 // ctx bounds the whole wait; when it ends, AcquirePermit returns its cause
 // and leaves no trace. Errors: ctx's cause; ErrInvalidArgument (a bad name,
 // a limit outside 1 to MaxSemaphoreLimit); the limit mismatch; ErrSessionLost;
-// ErrClosed; or the etcd client's error.
-func (c *Coordinator) AcquirePermit(ctx context.Context, name string, limit int) (*Lock, error) {
-	return c.acquire(ctx, "semaphore", name, KindSemaphore, limit, -1)
-}
-
-// TryAcquirePermit is AcquirePermit with a wait budget: it gives up after
-// wait with ErrLocked (wait 0: one attempt, even while goroutines of this
-// process wait). A failed TryAcquirePermit leaves no key behind.
-func (c *Coordinator) TryAcquirePermit(ctx context.Context, name string, limit int, wait time.Duration) (*Lock, error) {
-	if wait < 0 {
-		return nil, fmt.Errorf("semaphore %q: wait %v: %w: must not be negative", name, wait, ErrInvalidArgument)
-	}
-	return c.acquire(ctx, "semaphore", name, KindSemaphore, limit, wait)
+// ErrClosed; ErrLocked after TryFor's budget; or the etcd client's error.
+func (c *Coordinator) AcquirePermit(ctx context.Context, name string, limit int, opts ...AcquireOption) (*Lock, error) {
+	return c.acquire(ctx, "semaphore", name, KindSemaphore, limit, opts)
 }

@@ -72,13 +72,13 @@ func TestSemaphoreFIFO(t *testing.T) {
 
 	var holders []*coordinator.Lock
 	for _, c := range cs[:2] {
-		l, err := c.TryAcquirePermit(ctx, "fifo-sem", 2, 0)
+		l, err := c.AcquirePermit(ctx, "fifo-sem", 2, coordinator.TryFor(0))
 		if err != nil {
 			t.Fatal(err)
 		}
 		holders = append(holders, l)
 	}
-	if _, err := cs[2].TryAcquirePermit(ctx, "fifo-sem", 2, 0); !errors.Is(err, coordinator.ErrLocked) {
+	if _, err := cs[2].AcquirePermit(ctx, "fifo-sem", 2, coordinator.TryFor(0)); !errors.Is(err, coordinator.ErrLocked) {
 		t.Fatalf("a third permit of 2: %v, want ErrLocked", err)
 	}
 	var got order
@@ -142,7 +142,7 @@ func TestSemaphoreBadInput(t *testing.T) {
 		{"slash in name", cs[1], "a/b", 2, coordinator.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := tc.c.TryAcquirePermit(ctx, tc.sem, tc.limit, time.Second)
+			_, err := tc.c.AcquirePermit(ctx, tc.sem, tc.limit, coordinator.TryFor(time.Second))
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("%v, want %v", err, tc.want)
 			}
@@ -157,14 +157,14 @@ func TestSemaphoreBadInput(t *testing.T) {
 			}
 		})
 	}
-	if _, err := cs[1].TryAcquirePermit(ctx, "db", 2, -time.Second); !errors.Is(err, coordinator.ErrInvalidArgument) {
+	if _, err := cs[1].AcquirePermit(ctx, "db", 2, coordinator.TryFor(-time.Second)); !errors.Is(err, coordinator.ErrInvalidArgument) {
 		t.Fatalf("negative wait: %v", err)
 	}
 	// Once nobody holds it, a new limit is fine.
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l, err := cs[1].TryAcquirePermit(ctx, "db", 5, 0)
+	l, err := cs[1].AcquirePermit(ctx, "db", 5, coordinator.TryFor(0))
 	if err != nil || l.Limit() != 5 || l.Kind() != coordinator.KindSemaphore {
 		t.Fatalf("new limit after the last holder left: %v", err)
 	}

@@ -23,7 +23,7 @@ type lockSpec struct {
 	kind  stockctlv1.LockKind
 	limit int // semaphores
 	ttl   time.Duration
-	// wait >= 0 is a TryLock budget; wait < 0 waits as long as the call's
+	// wait >= 0 is a coordinator.TryFor budget; wait < 0 waits as long as the call's
 	// ctx allows.
 	wait time.Duration
 }
@@ -75,19 +75,17 @@ func (s *Server) acquire(ctx context.Context, spec lockSpec) (*coordinator.Lock,
 	if err := s.etcdReady(ctx); err != nil {
 		return nil, err
 	}
-	switch {
-	case spec.kind == stockctlv1.LockKind_LOCK_KIND_SHARED && spec.wait >= 0:
-		return s.c.TryRLock(ctx, spec.name, spec.wait)
-	case spec.kind == stockctlv1.LockKind_LOCK_KIND_SHARED:
-		return s.c.RLock(ctx, spec.name)
-	case spec.kind == stockctlv1.LockKind_LOCK_KIND_SEMAPHORE && spec.wait >= 0:
-		return s.c.TryAcquirePermit(ctx, spec.name, spec.limit, spec.wait)
-	case spec.kind == stockctlv1.LockKind_LOCK_KIND_SEMAPHORE:
-		return s.c.AcquirePermit(ctx, spec.name, spec.limit)
-	case spec.wait >= 0:
-		return s.c.TryLock(ctx, spec.name, spec.wait)
+	var opts []coordinator.AcquireOption
+	if spec.wait >= 0 {
+		opts = append(opts, coordinator.TryFor(spec.wait))
 	}
-	return s.c.Lock(ctx, spec.name)
+	switch spec.kind {
+	case stockctlv1.LockKind_LOCK_KIND_SHARED:
+		return s.c.RLock(ctx, spec.name, opts...)
+	case stockctlv1.LockKind_LOCK_KIND_SEMAPHORE:
+		return s.c.AcquirePermit(ctx, spec.name, spec.limit, opts...)
+	}
+	return s.c.Lock(ctx, spec.name, opts...)
 }
 
 // unlock ends a hold taken by acquire, on a fresh bounded ctx: the
