@@ -134,6 +134,8 @@ func stockError(o op, err error) *connect.Error {
 		return newError(connect.CodeNotFound, stockctlv1.ErrorReason_ERROR_REASON_SKU_NOT_FOUND, err, nil)
 	case errors.Is(err, coordinator.ErrOrderNotFound):
 		return newError(connect.CodeNotFound, stockctlv1.ErrorReason_ERROR_REASON_ORDER_NOT_FOUND, err, nil)
+	case errors.Is(err, coordinator.ErrContention):
+		return newError(connect.CodeAborted, stockctlv1.ErrorReason_ERROR_REASON_CONTENTION, err, nil, retryAfter(50*time.Millisecond))
 	case errors.Is(err, coordinator.ErrConflict):
 		switch o {
 		case opCreate:

@@ -1,0 +1,71 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
+	"github.com/stockctl/stockctl/coordinator"
+)
+
+// The library's sentinels that a real server reaches only under faults
+// (compares that keep losing, corrupt values) map to the code and reason
+// docs/api.md's table promises. The others are tested through the real
+// server (stock_test.go, lockkinds_test.go).
+func TestErrorsOfFaultsMapToTheirReasons(t *testing.T) {
+	cases := []struct {
+		name   string
+		err    error
+		code   connect.Code
+		reason stockctlv1.ErrorReason
+		retry  bool
+	}{
+		{"contention", fmt.Errorf("allocate: 40 commits refused by compares, nothing deducted: %w", coordinator.ErrContention),
+			connect.CodeAborted, stockctlv1.ErrorReason_ERROR_REASON_CONTENTION, true},
+		{"corrupt", fmt.Errorf("order o-1: %w", coordinator.ErrCorrupt),
+			connect.CodeDataLoss, stockctlv1.ErrorReason_ERROR_REASON_DATA_CORRUPT, false},
+		{"closed", coordinator.ErrClosed,
+			connect.CodeUnavailable, stockctlv1.ErrorReason_ERROR_REASON_SHUTTING_DOWN, false},
+		{"session lost under a stock call", fmt.Errorf("restock: %w", coordinator.ErrSessionLost),
+			connect.CodeUnavailable, stockctlv1.ErrorReason_ERROR_REASON_SESSION_LOST, true},
+		{"anything else", errors.New("something unexpected"),
+			connect.CodeInternal, stockctlv1.ErrorReason_ERROR_REASON_INTERNAL, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ce := apiError(context.Background(), opOrder, tc.err)
+			if ce.Code() != tc.code {
+				t.Errorf("code %v, want %v", ce.Code(), tc.code)
+			}
+			var reason string
+			retry := false
+			for _, d := range ce.Details() {
+				v, err := d.Value()
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch v := v.(type) {
+				case *errdetails.ErrorInfo:
+					reason = v.Reason
+				case *errdetails.RetryInfo:
+					retry = true
+				}
+			}
+			if want := tc.reason.String(); reason != want && "ERROR_REASON_"+reason != want {
+				t.Errorf("reason %q, want %s", reason, want)
+			}
+			if retry != tc.retry {
+				t.Errorf("RetryInfo given: %v, want %v", retry, tc.retry)
+			}
+			if !strings.Contains(ce.Message(), tc.err.Error()) {
+				t.Errorf("message %q does not say %q", ce.Message(), tc.err)
+			}
+		})
+	}
+}
