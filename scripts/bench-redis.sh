@@ -14,9 +14,10 @@
 #
 #   scripts/bench-redis.sh [stockctl bench flags...]
 #
-# Results: $BENCH_OUT (default /tmp/stockctl-bench) gets bench.json,
-# bench.txt (the table), affinity.txt, sale.json, sale.txt, cluster3.txt,
-# sale-cluster3.txt and redis.log; the plot goes to $BENCH_PLOT (default
+# Results: $BENCH_OUT (default /tmp/stockctl-bench) gets each run's JSON
+# (bench, affinity, sale, cluster3, sale-cluster3) and the Markdown tables
+# made from it by scripts/bench-tables.py (the same names, .txt), and
+# redis.log; the plot goes to $BENCH_PLOT (default
 # docs/benchmarks.svg). BENCH_AFFINITY=0, BENCH_SALE=0 and BENCH_CLUSTER=0
 # skip those runs. The flags given are passed to the lock-shape runs only.
 set -euo pipefail
@@ -83,35 +84,16 @@ status=0
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 "$bin" -o json bench --redis "127.0.0.1:$port" --plot "$plot" --progress never "$@" >"$out/bench.json" || status=$?
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-# The table, from the same run's JSON (running again for a table would
+# The tables, from the same run's JSON (running again for a table would
 # measure another run).
-python3 - "$out/bench.json" >"$out/bench.txt" <<'PY' || true
-import json, sys
-r = json.load(open(sys.argv[1]))
-print("machine:", r["machine"])
-print("config:", r["config"])
-print("runs (segments x buyers):", ", ".join("%dx%d" % (s["segments"], s["buyers"]) for s in r["config"]["runs"]))
-h = "strategy segments buyers orders orders/s ideal of-ideal p50 p99 max service-p99 refills refill-p99 per-buyer oversold ok".split()
-print(" | ".join(h))
-for x in r["rows"]:
-    # refills/refillMs are null for strategies without a pool; refillMs
-    # also when no refill was seen.
-    refills = "-" if x.get("refills") is None else x["refills"]
-    refill_p99 = "-" if x.get("refillMs") is None else round(x["refillMs"]["p99"], 1)
-    print(" | ".join(str(v) for v in [x["strategy"], x["segments"], x["buyers"], x["orders"], round(x["ordersPerSec"]),
-        round(x["idealPerSec"]), round(x["ofIdeal"], 2), round(x["latencyMs"]["p50"], 1), round(x["latencyMs"]["p99"], 1),
-        round(x["latencyMs"]["max"], 1), round(x["serviceMs"]["p99"], 1), refills, refill_p99,
-        "%d-%d" % (x["ordersPerBuyer"]["min"], x["ordersPerBuyer"]["max"]), x["oversold"], x["ok"]]))
-for t in r["targets"]:
-    print("TARGET", t["name"], "|", t["status"], "|", t["detail"])
-for f in r["failures"]:
-    print("FAILED", f)
-PY
+tables="$root/scripts/bench-tables.py"
+python3 "$tables" lock "$out/bench.json" >"$out/bench.txt" || true
 cat "$out/bench.txt"
 
 if [ "${BENCH_AFFINITY:-1}" != 0 ]; then
-	"$bin" bench --strategies stockctl,stockctl-nostep --affinity segment --progress never "$@" \
-		>"$out/affinity.txt" 2>&1 || status=$?
+	"$bin" -o json bench --strategies stockctl,stockctl-nostep --affinity segment --progress never "$@" \
+		>"$out/affinity.json" || status=$?
+	python3 "$tables" lock "$out/affinity.json" >"$out/affinity.txt" || true
 	cat "$out/affinity.txt"
 fi
 
@@ -119,36 +101,18 @@ if [ "${BENCH_SALE:-1}" != 0 ]; then
 	echo "sale shapes; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	"$bin" -o json bench --sale --redis "127.0.0.1:$port" >"$out/sale.json" || status=$?
 	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-	python3 - "$out/sale.json" >"$out/sale.txt" <<'PY' || true
-import json, sys
-r = json.load(open(sys.argv[1]))
-print("machine:", r["machine"])
-print("config:", r["config"])
-h = "shape strategy skus stock orders/s refusals/s served-p99 refusal-p50 refusal-p99 releases errors truth etcd-w/order etcd-r/order goroutines heap-MiB ok".split()
-print(" | ".join(h))
-for x in r["rows"]:
-    n = x["orders"] + x["refusals"]
-    e = x.get("etcd")
-    w = "-" if not e or n == 0 else "%.3f" % (e["writes"] / n)
-    rd = "-" if not e or n == 0 else "%.3f" % (e["reads"] / n)
-    truth = "-" if x["truthChecked"] == 0 else "%d/%d untrue" % (x["untrue"], x["truthChecked"])
-    print(" | ".join(str(v) for v in [x["shape"]["name"], x["strategy"], x["shape"]["skus"], x["shape"]["stock"],
-        round(x["ordersPerSec"]), round(x["refusalsPerSec"]), round(x["servedMs"]["p99"], 1), round(x["refusalMs"]["p50"], 1),
-        round(x["refusalMs"]["p99"], 1), x["releases"], x["errors"], truth, w, rd, x["goroutines"], round(x["heapMiB"]), x["ok"]]))
-for t in r["targets"]:
-    print("TARGET", t["name"], "|", t["status"], "|", t["detail"])
-for f in r["failures"]:
-    print("FAILED", f)
-PY
+	python3 "$tables" sale "$out/sale.json" >"$out/sale.txt" || true
 	cat "$out/sale.txt"
 fi
 
 if [ "${BENCH_CLUSTER:-1}" != 0 ]; then
 	echo "3-member cluster; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-	"$bin" bench --cluster 3 --strategies one-lock,etcd-mutex,stockctl,stockctl-nostep --progress never "$@" \
-		>"$out/cluster3.txt" 2>&1 || status=$?
+	"$bin" -o json bench --cluster 3 --strategies one-lock,etcd-mutex,stockctl,stockctl-nostep --progress never "$@" \
+		>"$out/cluster3.json" || status=$?
+	python3 "$tables" lock "$out/cluster3.json" >"$out/cluster3.txt" || true
 	cat "$out/cluster3.txt"
-	"$bin" bench --cluster 3 --sale >"$out/sale-cluster3.txt" 2>&1 || status=$?
+	"$bin" -o json bench --cluster 3 --sale >"$out/sale-cluster3.json" || status=$?
+	python3 "$tables" sale "$out/sale-cluster3.json" >"$out/sale-cluster3.txt" || true
 	cat "$out/sale-cluster3.txt"
 	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 fi
