@@ -14,10 +14,11 @@ import (
 
 // BenchmarkIdleSKUs: what a SKU that was ordered once and is now idle costs
 // a process. b.N SKUs of 20 segments are created; one coordinator orders 1
-// unit of each (taking a segment of each, a seller with its caches); then
-// the SKUs stay idle until the coordinator gave their segments back
-// (TenureIdle, shortened here to 200 ms) and forgot their sellers (twice
-// that). Reports heap bytes and goroutines per idle SKU, measured after a
+// unit of each (a cold SKU's order is a direct one: a seller with its
+// caches, and no segment lock; a SKU that grew hot would hold segments
+// until TenureIdle, shortened here to 200 ms); then the SKUs stay idle until
+// the coordinator forgot their sellers (twice TenureIdle after their last
+// use). Reports heap bytes and goroutines per idle SKU, measured after a
 // GC against the same coordinator before its first order; fixed costs (the
 // client's first calls) are spread over the SKUs, so run it with many. etcd
 // runs in a process of its own.
