@@ -19,6 +19,7 @@ import (
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
 	"github.com/stockctl/stockctl/feed"
+	"github.com/stockctl/stockctl/service"
 )
 
 // ordersStream is a WatchOrders stream and what it has delivered.
@@ -409,4 +410,82 @@ func TestWatchOrdersBadInput(t *testing.T) {
 	noToken := stockctlv1connect.NewStockServiceClient(httpClient(t, true, ""), e.url, connect.WithGRPC())
 	wantError(t, "without a token", receiveError(t, noToken, &stockctlv1.WatchOrdersRequest{Sku: "bad"}),
 		connect.CodeUnauthenticated, stockctlv1.ErrorReason_ERROR_REASON_TOKEN_MISSING)
+}
+
+// A snapshot larger than a page comes in pages marked snapshot, every
+// order once, the cursor on the last page only; then the live events.
+func TestWatchOrdersSnapshotPages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.grpcStock(t)
+	const orders = service.SnapshotPageEvents + 1
+	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "pages", Total: orders + 1, Segments: 8, InitialFill: orders + 1})
+	errs := make(chan error, orders)
+	parallel(32, func(w int) {
+		for i := w; i < orders; i += 32 {
+			if _, err := e.coord.Allocate(ctx(t), "pages", fmt.Sprintf("p-%04d", i), 1, ""); err != nil {
+				errs <- err
+			}
+		}
+	})
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	s := watchOrders(t, c, ctx(t), &stockctlv1.WatchOrdersRequest{Sku: "pages", Snapshot: true})
+	seen := map[string]bool{}
+	var cursor int64
+	for pages := 0; cursor == 0; pages++ {
+		if !s.s.Receive() {
+			t.Fatalf("snapshot ended after %d pages: %v", pages, s.s.Err())
+		}
+		m := s.s.Msg()
+		if !m.Snapshot || len(m.Events) == 0 || len(m.Events) > service.SnapshotPageEvents {
+			t.Fatalf("snapshot page %d: snapshot %v, %d events, want 1 to %d", pages, m.Snapshot, len(m.Events), service.SnapshotPageEvents)
+		}
+		for _, ev := range m.Events {
+			if seen[ev.Order] || ev.Event != stockctlv1.OrderEventKind_ORDER_EVENT_KIND_ALLOCATED {
+				t.Fatalf("snapshot page %d: %v (seen before: %v)", pages, ev, seen[ev.Order])
+			}
+			seen[ev.Order] = true
+			if ev.Revision > m.Cursor && m.Cursor != 0 {
+				t.Fatalf("snapshot event %v after the snapshot's cursor %d", ev, m.Cursor)
+			}
+		}
+		cursor = m.Cursor
+		if cursor != 0 && pages != 1 {
+			t.Fatalf("the cursor came on page %d, want it on the second and last", pages)
+		}
+	}
+	if len(seen) != orders {
+		t.Fatalf("the snapshot has %d orders, want %d", len(seen), orders)
+	}
+	if _, err := e.coord.Allocate(ctx(t), "pages", "after", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	s.until(t, 1, cursor)
+	if s.events[0].Order != "after" || s.batches[0].Snapshot {
+		t.Fatalf("after the snapshot: %v", s.batches[0])
+	}
+}
+
+// A server that shuts down ends its WatchOrders streams with UNAVAILABLE
+// (SHUTTING_DOWN), at once, not at the next event.
+func TestWatchOrdersShutdown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.grpcStock(t)
+	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "down", Total: 10, Segments: 1, InitialFill: 10})
+	if _, err := c.Allocate(ctx(t), connect.NewRequest(&stockctlv1.AllocateRequest{Sku: "down", Order: "d-1", Qty: 1})); err != nil {
+		t.Fatal(err)
+	}
+	s := watchOrders(t, c, ctx(t), &stockctlv1.WatchOrdersRequest{Sku: "down"})
+	s.until(t, 1, 0)
+	if err := e.srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s.s.Receive() {
+		t.Fatalf("a batch after shutdown: %v", s.s.Msg())
+	}
+	wantError(t, "a stream at shutdown", s.s.Err(), connect.CodeUnavailable, stockctlv1.ErrorReason_ERROR_REASON_SHUTTING_DOWN)
 }
