@@ -39,9 +39,11 @@
 //
 // # Compaction and snapshots
 //
-// etcd keeps history only back to its last compaction (a production
-// cluster compacts with --auto-compaction-retention, or an operator's
-// etcdctl compact; stockctl's embedded etcd never does). A cursor older than that is a *CompactedError (ErrCompacted),
+// etcd keeps history only back to its last compaction: a production
+// cluster compacts with --auto-compaction-retention, an operator with
+// etcdctl compact or stockctl reclaim, and `stockctl serve`'s embedded etcd
+// compacts history older than its --auto-compaction-retention (1h by
+// default). A cursor older than that is a *CompactedError (ErrCompacted),
 // carrying the compact revision: the events after the cursor are gone.
 // Start again from Snapshot: every order record at one revision, each as
 // an event of its current state, with that revision as the Cursor; apply

@@ -22,10 +22,12 @@ const (
 	// MaxBodyBytes) and more goroutines queueing inside the coordinator.
 	DefaultMaxInflight = 512
 
-	// DefaultMaxStreams bounds the long calls at once: WatchStatus and Hold
-	// streams, lock acquisitions (LockService.Acquire waits for the lock),
-	// and reflection streams. Each open stream costs a goroutine or two and
-	// an etcd watch (WatchStatus).
+	// DefaultMaxStreams bounds the long calls at once: WatchStatus,
+	// WatchOrders and Hold streams, lock acquisitions (LockService.Acquire
+	// waits for the lock), and reflection streams. Each open stream costs a
+	// goroutine or two and an etcd watch (WatchStatus; WatchOrders has one of
+	// its own gRPC stream to etcd, and holds a snapshot in memory while it
+	// sends it).
 	DefaultMaxStreams = 1024
 
 	// DefaultMaxHolds bounds the unary lock holds (Acquire) a server keeps

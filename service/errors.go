@@ -41,7 +41,7 @@ var (
 type op int
 
 const (
-	opRead   op = iota // Status, Audit, WatchStatus
+	opRead   op = iota // Status, Audit, WatchStatus, WatchOrders
 	opCreate           // CreateSKU
 	opOrder            // Allocate, Reserve
 	opStep             // Confirm, Cancel, Release

@@ -60,6 +60,31 @@ func TestCurl(t *testing.T) {
 	if code, doc := curl("Status", `{"sku":"mug"}`, false); code != 401 || doc["code"] != "unauthenticated" {
 		t.Fatalf("without a token: %d %v", code, doc)
 	}
+	// A server stream over HTTP/1.1 is Connect's streaming protocol: each
+	// message behind 5 bytes (flags, big-endian length). The stream lasts
+	// until curl's --max-time ends it (exit 28).
+	req := `{"sku":"mug","since":"0"}`
+	body := filepath.Join(t.TempDir(), "watch-orders")
+	if err := os.WriteFile(body, append([]byte{0, 0, 0, 0, byte(len(req))}, req...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "curl", "-sS", "-N", "--http1.1", "--max-time", "2", "-X", "POST", "-H", "Content-Type: application/connect+json",
+		"-H", "Authorization: Bearer "+testToken, "--data-binary", "@"+body, e.url+"/stockctl.v1.StockService/WatchOrders")
+	if i := strings.IndexByte(out, '{'); err == nil || i != 5 || out[0] != 0 {
+		t.Fatalf("curl WatchOrders: %v: %q, want a message frame first and curl's timeout", err, out)
+	}
+	n := int(out[1])<<24 | int(out[2])<<16 | int(out[3])<<8 | int(out[4])
+	var batch struct {
+		Events []map[string]any `json:"events"`
+		Cursor string           `json:"cursor"`
+	}
+	if err := json.Unmarshal([]byte(out[5:5+n]), &batch); err != nil {
+		t.Fatalf("curl WatchOrders: %v in %q", err, out)
+	}
+	if len(batch.Events) != 1 || batch.Events[0]["order"] != "c-1" || batch.Events[0]["event"] != "ORDER_EVENT_KIND_ALLOCATED" ||
+		batch.Events[0]["revision"] != first["revision"] || batch.Cursor != first["revision"] {
+		t.Fatalf("curl WatchOrders: first batch %+v, want c-1 allocated at revision %v", batch, first["revision"])
+	}
 }
 
 // grpcurl finds the services by reflection and calls them over gRPC.
@@ -91,6 +116,14 @@ func TestGrpcurl(t *testing.T) {
 	out, err = call("-d", `{"sku":"pen","order":"g-2","qty":9}`, addr, "stockctl.v1.StockService/Allocate")
 	if err == nil || !strings.Contains(out, "FailedPrecondition") || !strings.Contains(out, "INSUFFICIENT_STOCK") {
 		t.Fatalf("sold out through grpcurl: %v: %s", err, out)
+	}
+	// The stream lasts until -max-time. grpcurl sends it as the call's
+	// deadline, so whichever side sees it first ends the stream: the
+	// server with OK, or grpcurl with DeadlineExceeded.
+	out, err = call("-max-time", "2", "-d", `{"sku":"pen"}`, addr, "stockctl.v1.StockService/WatchOrders")
+	if !strings.Contains(out, `"ORDER_EVENT_KIND_ALLOCATED"`) || !strings.Contains(out, `"order": "g-1"`) || !strings.Contains(out, `"cursor"`) ||
+		strings.Count(out, `"revision"`) != 1 || (err != nil) != strings.Contains(out, "DeadlineExceeded") {
+		t.Fatalf("WatchOrders through grpcurl: %v: %s", err, out)
 	}
 	// Health needs no token (reflection does: -reflect-header sends it
 	// with the reflection requests only).

@@ -119,6 +119,14 @@ const (
 	// than the one its holders and waiters use; LimitMismatch has both.
 	// Nothing was changed.
 	ErrorReason_ERROR_REASON_LIMIT_MISMATCH ErrorReason = 30
+	// FAILED_PRECONDITION (400): WatchOrders' since is older than etcd's
+	// compacted history: the events after it are gone. CursorCompacted has
+	// the compact revision. Start again with snapshot.
+	ErrorReason_ERROR_REASON_CURSOR_COMPACTED ErrorReason = 31
+	// INVALID_ARGUMENT (400): WatchOrders' since is ahead of etcd's current
+	// revision, so it came from another etcd (or one restored from an older
+	// backup). CursorAhead has etcd's revision. Start again with snapshot.
+	ErrorReason_ERROR_REASON_CURSOR_AHEAD ErrorReason = 32
 )
 
 // Enum value maps for ErrorReason.
@@ -155,6 +163,8 @@ var (
 		28: "ERROR_REASON_INTERNAL",
 		29: "ERROR_REASON_DELIVERY_CONFLICT",
 		30: "ERROR_REASON_LIMIT_MISMATCH",
+		31: "ERROR_REASON_CURSOR_COMPACTED",
+		32: "ERROR_REASON_CURSOR_AHEAD",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":             0,
@@ -188,6 +198,8 @@ var (
 		"ERROR_REASON_INTERNAL":                28,
 		"ERROR_REASON_DELIVERY_CONFLICT":       29,
 		"ERROR_REASON_LIMIT_MISMATCH":          30,
+		"ERROR_REASON_CURSOR_COMPACTED":        31,
+		"ERROR_REASON_CURSOR_AHEAD":            32,
 	}
 )
 
@@ -620,6 +632,116 @@ func (x *LimitMismatch) GetHeldLimit() int32 {
 	return 0
 }
 
+// CursorCompacted details CURSOR_COMPACTED.
+type CursorCompacted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cursor asked for: every event up to it had been applied.
+	Cursor int64 `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// The oldest revision etcd still has history from: a cursor of
+	// compact_revision - 1 or later can be resumed from.
+	CompactRevision int64 `protobuf:"varint,2,opt,name=compact_revision,json=compactRevision,proto3" json:"compact_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *CursorCompacted) Reset() {
+	*x = CursorCompacted{}
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorCompacted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorCompacted) ProtoMessage() {}
+
+func (x *CursorCompacted) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorCompacted.ProtoReflect.Descriptor instead.
+func (*CursorCompacted) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CursorCompacted) GetCursor() int64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *CursorCompacted) GetCompactRevision() int64 {
+	if x != nil {
+		return x.CompactRevision
+	}
+	return 0
+}
+
+// CursorAhead details CURSOR_AHEAD.
+type CursorAhead struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Cursor int64                  `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// etcd's revision when the cursor was refused.
+	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CursorAhead) Reset() {
+	*x = CursorAhead{}
+	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CursorAhead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CursorAhead) ProtoMessage() {}
+
+func (x *CursorAhead) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CursorAhead.ProtoReflect.Descriptor instead.
+func (*CursorAhead) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *CursorAhead) GetCursor() int64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *CursorAhead) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // LockLost details LOCK_LOST, and is the `lost` event of LockService.Hold.
 type LockLost struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -634,7 +756,7 @@ type LockLost struct {
 
 func (x *LockLost) Reset() {
 	*x = LockLost{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +768,7 @@ func (x *LockLost) String() string {
 func (*LockLost) ProtoMessage() {}
 
 func (x *LockLost) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +781,7 @@ func (x *LockLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockLost.ProtoReflect.Descriptor instead.
 func (*LockLost) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{5}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LockLost) GetName() string {
@@ -719,12 +841,18 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\x12\x1d\n" +
 	"\n" +
-	"held_limit\x18\x03 \x01(\x05R\theldLimit\"\x7f\n" +
+	"held_limit\x18\x03 \x01(\x05R\theldLimit\"T\n" +
+	"\x0fCursorCompacted\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\x03R\x06cursor\x12)\n" +
+	"\x10compact_revision\x18\x02 \x01(\x03R\x0fcompactRevision\"A\n" +
+	"\vCursorAhead\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\x03R\x06cursor\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\"\x7f\n" +
 	"\bLockLost\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12/\n" +
 	"\x06reason\x18\x03 \x01(\x0e2\x17.stockctl.v1.LostReasonR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage*\x8d\b\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage*\xcf\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\x1e\n" +
@@ -757,7 +885,9 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\"ERROR_REASON_LOCK_KIND_UNSUPPORTED\x10\x1b\x12\x19\n" +
 	"\x15ERROR_REASON_INTERNAL\x10\x1c\x12\"\n" +
 	"\x1eERROR_REASON_DELIVERY_CONFLICT\x10\x1d\x12\x1f\n" +
-	"\x1bERROR_REASON_LIMIT_MISMATCH\x10\x1e*\x8b\x01\n" +
+	"\x1bERROR_REASON_LIMIT_MISMATCH\x10\x1e\x12!\n" +
+	"\x1dERROR_REASON_CURSOR_COMPACTED\x10\x1f\x12\x1d\n" +
+	"\x19ERROR_REASON_CURSOR_AHEAD\x10 *\x8b\x01\n" +
 	"\n" +
 	"LostReason\x12\x1b\n" +
 	"\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
@@ -778,7 +908,7 @@ func file_stockctl_v1_errors_proto_rawDescGZIP() []byte {
 }
 
 var file_stockctl_v1_errors_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_stockctl_v1_errors_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: stockctl.v1.ErrorReason
 	(LostReason)(0),               // 1: stockctl.v1.LostReason
@@ -787,19 +917,21 @@ var file_stockctl_v1_errors_proto_goTypes = []any{
 	(*ReservationExpired)(nil),    // 4: stockctl.v1.ReservationExpired
 	(*LockBusy)(nil),              // 5: stockctl.v1.LockBusy
 	(*LimitMismatch)(nil),         // 6: stockctl.v1.LimitMismatch
-	(*LockLost)(nil),              // 7: stockctl.v1.LockLost
-	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 9: google.protobuf.Duration
+	(*CursorCompacted)(nil),       // 7: stockctl.v1.CursorCompacted
+	(*CursorAhead)(nil),           // 8: stockctl.v1.CursorAhead
+	(*LockLost)(nil),              // 9: stockctl.v1.LockLost
+	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
 }
 var file_stockctl_v1_errors_proto_depIdxs = []int32{
-	8, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
-	9, // 1: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
-	1, // 2: stockctl.v1.LockLost.reason:type_name -> stockctl.v1.LostReason
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	10, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
+	11, // 1: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
+	1,  // 2: stockctl.v1.LockLost.reason:type_name -> stockctl.v1.LostReason
+	3,  // [3:3] is the sub-list for method output_type
+	3,  // [3:3] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_stockctl_v1_errors_proto_init() }
@@ -813,7 +945,7 @@ func file_stockctl_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_errors_proto_rawDesc), len(file_stockctl_v1_errors_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -94,6 +94,77 @@ func (OrderState) EnumDescriptor() ([]byte, []int) {
 	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{0}
 }
 
+// OrderEventKind is what happened to an order, and so its state after the
+// event. In a table of orders keyed by order ID, the kind of each order's
+// latest event is its state.
+type OrderEventKind int32
+
+const (
+	OrderEventKind_ORDER_EVENT_KIND_UNSPECIFIED OrderEventKind = 0
+	// A plain order took its units (Allocate).
+	OrderEventKind_ORDER_EVENT_KIND_ALLOCATED OrderEventKind = 1
+	// A reservation took its units until its deadline (Reserve).
+	OrderEventKind_ORDER_EVENT_KIND_RESERVED OrderEventKind = 2
+	// A reservation was paid (Confirm).
+	OrderEventKind_ORDER_EVENT_KIND_CONFIRMED OrderEventKind = 3
+	// A live reservation gave its units back (Cancel, or Release of a
+	// reservation never confirmed).
+	OrderEventKind_ORDER_EVENT_KIND_CANCELLED OrderEventKind = 4
+	// An allocated or confirmed order gave its units back (Release).
+	OrderEventKind_ORDER_EVENT_KIND_RELEASED OrderEventKind = 5
+	// A reservation reached its deadline unconfirmed; its units went back.
+	OrderEventKind_ORDER_EVENT_KIND_EXPIRED OrderEventKind = 6
+)
+
+// Enum value maps for OrderEventKind.
+var (
+	OrderEventKind_name = map[int32]string{
+		0: "ORDER_EVENT_KIND_UNSPECIFIED",
+		1: "ORDER_EVENT_KIND_ALLOCATED",
+		2: "ORDER_EVENT_KIND_RESERVED",
+		3: "ORDER_EVENT_KIND_CONFIRMED",
+		4: "ORDER_EVENT_KIND_CANCELLED",
+		5: "ORDER_EVENT_KIND_RELEASED",
+		6: "ORDER_EVENT_KIND_EXPIRED",
+	}
+	OrderEventKind_value = map[string]int32{
+		"ORDER_EVENT_KIND_UNSPECIFIED": 0,
+		"ORDER_EVENT_KIND_ALLOCATED":   1,
+		"ORDER_EVENT_KIND_RESERVED":    2,
+		"ORDER_EVENT_KIND_CONFIRMED":   3,
+		"ORDER_EVENT_KIND_CANCELLED":   4,
+		"ORDER_EVENT_KIND_RELEASED":    5,
+		"ORDER_EVENT_KIND_EXPIRED":     6,
+	}
+)
+
+func (x OrderEventKind) Enum() *OrderEventKind {
+	p := new(OrderEventKind)
+	*p = x
+	return p
+}
+
+func (x OrderEventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (OrderEventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_stockctl_v1_stock_service_proto_enumTypes[1].Descriptor()
+}
+
+func (OrderEventKind) Type() protoreflect.EnumType {
+	return &file_stockctl_v1_stock_service_proto_enumTypes[1]
+}
+
+func (x OrderEventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use OrderEventKind.Descriptor instead.
+func (OrderEventKind) EnumDescriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{1}
+}
+
 type CreateSKURequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 to 64 bytes of ASCII letters, digits, '.', '_' and '-'.
@@ -1566,6 +1637,278 @@ func (x *WatchStatusResponse) GetStatus() *StockStatus {
 	return nil
 }
 
+type WatchOrdersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The SKU whose orders to stream; empty: every SKU's.
+	Sku string `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
+	// The cursor to resume from: the stream delivers exactly the events whose
+	// revision is greater. 0: from the beginning of etcd's history. Store
+	// WatchOrdersResponse.cursor with the events and pass it here to resume.
+	Since int64 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"`
+	// Start with every order in its current state (one or more messages with
+	// snapshot set), then the events after it. Not together with since: a
+	// snapshot starts from the current orders, whatever the cursor.
+	Snapshot      bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchOrdersRequest) Reset() {
+	*x = WatchOrdersRequest{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchOrdersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchOrdersRequest) ProtoMessage() {}
+
+func (x *WatchOrdersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchOrdersRequest.ProtoReflect.Descriptor instead.
+func (*WatchOrdersRequest) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *WatchOrdersRequest) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *WatchOrdersRequest) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *WatchOrdersRequest) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
+// WatchOrdersResponse is a batch of events of whole revisions, in feed
+// order: by revision, then SKU, then order ID.
+type WatchOrdersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// May be empty: the cursor moved past revisions with nothing to deliver.
+	Events []*OrderEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// The cursor to store in the same transaction as the events: every event
+	// up to this revision has been sent. 0 on the pages of a snapshot but its
+	// last (a snapshot is only whole with its last page).
+	Cursor int64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	// The events are orders in their state at the snapshot's revision (the
+	// request's snapshot), not changes.
+	Snapshot      bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchOrdersResponse) Reset() {
+	*x = WatchOrdersResponse{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchOrdersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchOrdersResponse) ProtoMessage() {}
+
+func (x *WatchOrdersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchOrdersResponse.ProtoReflect.Descriptor instead.
+func (*WatchOrdersResponse) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *WatchOrdersResponse) GetEvents() []*OrderEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *WatchOrdersResponse) GetCursor() int64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *WatchOrdersResponse) GetSnapshot() bool {
+	if x != nil {
+		return x.Snapshot
+	}
+	return false
+}
+
+// OrderEvent is one change to one order, as committed in etcd. The order's
+// fields (qty, parts, buyer, deadline, create_time) never change after it is
+// placed: every event of an order carries the same ones.
+type OrderEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The etcd revision of the transaction that made the change. Several
+	// events can share one.
+	Revision int64          `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Event    OrderEventKind `protobuf:"varint,2,opt,name=event,proto3,enum=stockctl.v1.OrderEventKind" json:"event,omitempty"`
+	Sku      string         `protobuf:"bytes,3,opt,name=sku,proto3" json:"sku,omitempty"`
+	Order    string         `protobuf:"bytes,4,opt,name=order,proto3" json:"order,omitempty"`
+	Qty      int64          `protobuf:"varint,5,opt,name=qty,proto3" json:"qty,omitempty"`
+	// Where the units came from (and, for an event that gives them back,
+	// where they went back to).
+	Parts []*Part `protobuf:"bytes,6,rep,name=parts,proto3" json:"parts,omitempty"`
+	Buyer string  `protobuf:"bytes,7,opt,name=buyer,proto3" json:"buyer,omitempty"`
+	// True for an order placed with Reserve, whatever became of it.
+	Reservation bool `protobuf:"varint,8,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// A reservation's deadline (the committing process's clock); unset for a
+	// plain allocation.
+	Deadline *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// When the order was placed (the committing process's clock).
+	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
+	// The writes to the order record up to this one: 1 for the event that
+	// placed the order.
+	Version       int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderEvent) Reset() {
+	*x = OrderEvent{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderEvent) ProtoMessage() {}
+
+func (x *OrderEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderEvent.ProtoReflect.Descriptor instead.
+func (*OrderEvent) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *OrderEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *OrderEvent) GetEvent() OrderEventKind {
+	if x != nil {
+		return x.Event
+	}
+	return OrderEventKind_ORDER_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *OrderEvent) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *OrderEvent) GetOrder() string {
+	if x != nil {
+		return x.Order
+	}
+	return ""
+}
+
+func (x *OrderEvent) GetQty() int64 {
+	if x != nil {
+		return x.Qty
+	}
+	return 0
+}
+
+func (x *OrderEvent) GetParts() []*Part {
+	if x != nil {
+		return x.Parts
+	}
+	return nil
+}
+
+func (x *OrderEvent) GetBuyer() string {
+	if x != nil {
+		return x.Buyer
+	}
+	return ""
+}
+
+func (x *OrderEvent) GetReservation() bool {
+	if x != nil {
+		return x.Reservation
+	}
+	return false
+}
+
+func (x *OrderEvent) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *OrderEvent) GetCreateTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreateTime
+	}
+	return nil
+}
+
+func (x *OrderEvent) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // StockStatus is a SKU's stock at one revision.
 type StockStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1597,7 +1940,7 @@ type StockStatus struct {
 
 func (x *StockStatus) Reset() {
 	*x = StockStatus{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[19]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1952,7 @@ func (x *StockStatus) String() string {
 func (*StockStatus) ProtoMessage() {}
 
 func (x *StockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[19]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1965,7 @@ func (x *StockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StockStatus.ProtoReflect.Descriptor instead.
 func (*StockStatus) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{19}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StockStatus) GetSku() string {
@@ -1743,7 +2086,7 @@ type SegmentStatus struct {
 
 func (x *SegmentStatus) Reset() {
 	*x = SegmentStatus{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[20]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +2098,7 @@ func (x *SegmentStatus) String() string {
 func (*SegmentStatus) ProtoMessage() {}
 
 func (x *SegmentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[20]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +2111,7 @@ func (x *SegmentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentStatus.ProtoReflect.Descriptor instead.
 func (*SegmentStatus) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{20}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SegmentStatus) GetIndex() int32 {
@@ -1809,7 +2152,7 @@ type RebalancerPass struct {
 
 func (x *RebalancerPass) Reset() {
 	*x = RebalancerPass{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[21]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +2164,7 @@ func (x *RebalancerPass) String() string {
 func (*RebalancerPass) ProtoMessage() {}
 
 func (x *RebalancerPass) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[21]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +2177,7 @@ func (x *RebalancerPass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalancerPass.ProtoReflect.Descriptor instead.
 func (*RebalancerPass) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{21}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RebalancerPass) GetLeader() string {
@@ -1895,7 +2238,7 @@ type AuditRequest struct {
 
 func (x *AuditRequest) Reset() {
 	*x = AuditRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[22]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2250,7 @@ func (x *AuditRequest) String() string {
 func (*AuditRequest) ProtoMessage() {}
 
 func (x *AuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[22]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2263,7 @@ func (x *AuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
 func (*AuditRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{22}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AuditRequest) GetSku() string {
@@ -1959,7 +2302,7 @@ type AuditResponse struct {
 
 func (x *AuditResponse) Reset() {
 	*x = AuditResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[23]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2314,7 @@ func (x *AuditResponse) String() string {
 func (*AuditResponse) ProtoMessage() {}
 
 func (x *AuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[23]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2327,7 @@ func (x *AuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditResponse.ProtoReflect.Descriptor instead.
 func (*AuditResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{23}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AuditResponse) GetSku() string {
@@ -2216,7 +2559,30 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12<\n" +
 	"\fmin_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vminInterval\"G\n" +
 	"\x13WatchStatusResponse\x120\n" +
-	"\x06status\x18\x01 \x01(\v2\x18.stockctl.v1.StockStatusR\x06status\"\x99\x04\n" +
+	"\x06status\x18\x01 \x01(\v2\x18.stockctl.v1.StockStatusR\x06status\"X\n" +
+	"\x12WatchOrdersRequest\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
+	"\x05since\x18\x02 \x01(\x03R\x05since\x12\x1a\n" +
+	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\"z\n" +
+	"\x13WatchOrdersResponse\x12/\n" +
+	"\x06events\x18\x01 \x03(\v2\x17.stockctl.v1.OrderEventR\x06events\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\x03R\x06cursor\x12\x1a\n" +
+	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\"\x85\x03\n" +
+	"\n" +
+	"OrderEvent\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision\x121\n" +
+	"\x05event\x18\x02 \x01(\x0e2\x1b.stockctl.v1.OrderEventKindR\x05event\x12\x10\n" +
+	"\x03sku\x18\x03 \x01(\tR\x03sku\x12\x14\n" +
+	"\x05order\x18\x04 \x01(\tR\x05order\x12\x10\n" +
+	"\x03qty\x18\x05 \x01(\x03R\x03qty\x12'\n" +
+	"\x05parts\x18\x06 \x03(\v2\x11.stockctl.v1.PartR\x05parts\x12\x14\n" +
+	"\x05buyer\x18\a \x01(\tR\x05buyer\x12 \n" +
+	"\vreservation\x18\b \x01(\bR\vreservation\x126\n" +
+	"\bdeadline\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12;\n" +
+	"\vcreate_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"createTime\x12\x18\n" +
+	"\aversion\x18\v \x01(\x03R\aversion\"\x99\x04\n" +
 	"\vStockStatus\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +
@@ -2279,7 +2645,15 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x15ORDER_STATE_ALLOCATED\x10\x01\x12\x18\n" +
 	"\x14ORDER_STATE_RESERVED\x10\x02\x12\x19\n" +
 	"\x15ORDER_STATE_CONFIRMED\x10\x03\x12\x17\n" +
-	"\x13ORDER_STATE_EXPIRED\x10\x042\xd5\x05\n" +
+	"\x13ORDER_STATE_EXPIRED\x10\x04*\xee\x01\n" +
+	"\x0eOrderEventKind\x12 \n" +
+	"\x1cORDER_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aORDER_EVENT_KIND_ALLOCATED\x10\x01\x12\x1d\n" +
+	"\x19ORDER_EVENT_KIND_RESERVED\x10\x02\x12\x1e\n" +
+	"\x1aORDER_EVENT_KIND_CONFIRMED\x10\x03\x12\x1e\n" +
+	"\x1aORDER_EVENT_KIND_CANCELLED\x10\x04\x12\x1d\n" +
+	"\x19ORDER_EVENT_KIND_RELEASED\x10\x05\x12\x1c\n" +
+	"\x18ORDER_EVENT_KIND_EXPIRED\x10\x062\xa9\x06\n" +
 	"\fStockService\x12J\n" +
 	"\tCreateSKU\x12\x1d.stockctl.v1.CreateSKURequest\x1a\x1e.stockctl.v1.CreateSKUResponse\x12G\n" +
 	"\bAllocate\x12\x1c.stockctl.v1.AllocateRequest\x1a\x1d.stockctl.v1.AllocateResponse\x12D\n" +
@@ -2290,7 +2664,8 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\aRestock\x12\x1b.stockctl.v1.RestockRequest\x1a\x1c.stockctl.v1.RestockResponse\x12A\n" +
 	"\x06Status\x12\x1a.stockctl.v1.StatusRequest\x1a\x1b.stockctl.v1.StatusResponse\x12>\n" +
 	"\x05Audit\x12\x19.stockctl.v1.AuditRequest\x1a\x1a.stockctl.v1.AuditResponse\x12R\n" +
-	"\vWatchStatus\x12\x1f.stockctl.v1.WatchStatusRequest\x1a .stockctl.v1.WatchStatusResponse0\x01B9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\vWatchStatus\x12\x1f.stockctl.v1.WatchStatusRequest\x1a .stockctl.v1.WatchStatusResponse0\x01\x12R\n" +
+	"\vWatchOrders\x12\x1f.stockctl.v1.WatchOrdersRequest\x1a .stockctl.v1.WatchOrdersResponse0\x01B9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_stock_service_proto_rawDescOnce sync.Once
@@ -2304,82 +2679,93 @@ func file_stockctl_v1_stock_service_proto_rawDescGZIP() []byte {
 	return file_stockctl_v1_stock_service_proto_rawDescData
 }
 
-var file_stockctl_v1_stock_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_stockctl_v1_stock_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_stockctl_v1_stock_service_proto_goTypes = []any{
 	(OrderState)(0),               // 0: stockctl.v1.OrderState
-	(*CreateSKURequest)(nil),      // 1: stockctl.v1.CreateSKURequest
-	(*CreateSKUResponse)(nil),     // 2: stockctl.v1.CreateSKUResponse
-	(*Part)(nil),                  // 3: stockctl.v1.Part
-	(*AllocateRequest)(nil),       // 4: stockctl.v1.AllocateRequest
-	(*AllocateResponse)(nil),      // 5: stockctl.v1.AllocateResponse
-	(*ReserveRequest)(nil),        // 6: stockctl.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 7: stockctl.v1.ReserveResponse
-	(*ConfirmRequest)(nil),        // 8: stockctl.v1.ConfirmRequest
-	(*ConfirmResponse)(nil),       // 9: stockctl.v1.ConfirmResponse
-	(*CancelRequest)(nil),         // 10: stockctl.v1.CancelRequest
-	(*CancelResponse)(nil),        // 11: stockctl.v1.CancelResponse
-	(*ReleaseRequest)(nil),        // 12: stockctl.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 13: stockctl.v1.ReleaseResponse
-	(*RestockRequest)(nil),        // 14: stockctl.v1.RestockRequest
-	(*RestockResponse)(nil),       // 15: stockctl.v1.RestockResponse
-	(*StatusRequest)(nil),         // 16: stockctl.v1.StatusRequest
-	(*StatusResponse)(nil),        // 17: stockctl.v1.StatusResponse
-	(*WatchStatusRequest)(nil),    // 18: stockctl.v1.WatchStatusRequest
-	(*WatchStatusResponse)(nil),   // 19: stockctl.v1.WatchStatusResponse
-	(*StockStatus)(nil),           // 20: stockctl.v1.StockStatus
-	(*SegmentStatus)(nil),         // 21: stockctl.v1.SegmentStatus
-	(*RebalancerPass)(nil),        // 22: stockctl.v1.RebalancerPass
-	(*AuditRequest)(nil),          // 23: stockctl.v1.AuditRequest
-	(*AuditResponse)(nil),         // 24: stockctl.v1.AuditResponse
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(OrderEventKind)(0),           // 1: stockctl.v1.OrderEventKind
+	(*CreateSKURequest)(nil),      // 2: stockctl.v1.CreateSKURequest
+	(*CreateSKUResponse)(nil),     // 3: stockctl.v1.CreateSKUResponse
+	(*Part)(nil),                  // 4: stockctl.v1.Part
+	(*AllocateRequest)(nil),       // 5: stockctl.v1.AllocateRequest
+	(*AllocateResponse)(nil),      // 6: stockctl.v1.AllocateResponse
+	(*ReserveRequest)(nil),        // 7: stockctl.v1.ReserveRequest
+	(*ReserveResponse)(nil),       // 8: stockctl.v1.ReserveResponse
+	(*ConfirmRequest)(nil),        // 9: stockctl.v1.ConfirmRequest
+	(*ConfirmResponse)(nil),       // 10: stockctl.v1.ConfirmResponse
+	(*CancelRequest)(nil),         // 11: stockctl.v1.CancelRequest
+	(*CancelResponse)(nil),        // 12: stockctl.v1.CancelResponse
+	(*ReleaseRequest)(nil),        // 13: stockctl.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 14: stockctl.v1.ReleaseResponse
+	(*RestockRequest)(nil),        // 15: stockctl.v1.RestockRequest
+	(*RestockResponse)(nil),       // 16: stockctl.v1.RestockResponse
+	(*StatusRequest)(nil),         // 17: stockctl.v1.StatusRequest
+	(*StatusResponse)(nil),        // 18: stockctl.v1.StatusResponse
+	(*WatchStatusRequest)(nil),    // 19: stockctl.v1.WatchStatusRequest
+	(*WatchStatusResponse)(nil),   // 20: stockctl.v1.WatchStatusResponse
+	(*WatchOrdersRequest)(nil),    // 21: stockctl.v1.WatchOrdersRequest
+	(*WatchOrdersResponse)(nil),   // 22: stockctl.v1.WatchOrdersResponse
+	(*OrderEvent)(nil),            // 23: stockctl.v1.OrderEvent
+	(*StockStatus)(nil),           // 24: stockctl.v1.StockStatus
+	(*SegmentStatus)(nil),         // 25: stockctl.v1.SegmentStatus
+	(*RebalancerPass)(nil),        // 26: stockctl.v1.RebalancerPass
+	(*AuditRequest)(nil),          // 27: stockctl.v1.AuditRequest
+	(*AuditResponse)(nil),         // 28: stockctl.v1.AuditResponse
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
 }
 var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
-	25, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
-	3,  // 1: stockctl.v1.AllocateResponse.parts:type_name -> stockctl.v1.Part
-	26, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 3: stockctl.v1.ReserveResponse.parts:type_name -> stockctl.v1.Part
+	29, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
+	4,  // 1: stockctl.v1.AllocateResponse.parts:type_name -> stockctl.v1.Part
+	30, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	4,  // 3: stockctl.v1.ReserveResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 4: stockctl.v1.ReserveResponse.state:type_name -> stockctl.v1.OrderState
-	25, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 6: stockctl.v1.ConfirmResponse.parts:type_name -> stockctl.v1.Part
-	25, // 7: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
-	3,  // 8: stockctl.v1.CancelResponse.parts:type_name -> stockctl.v1.Part
+	29, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
+	4,  // 6: stockctl.v1.ConfirmResponse.parts:type_name -> stockctl.v1.Part
+	29, // 7: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
+	4,  // 8: stockctl.v1.CancelResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 9: stockctl.v1.CancelResponse.state:type_name -> stockctl.v1.OrderState
-	3,  // 10: stockctl.v1.ReleaseResponse.parts:type_name -> stockctl.v1.Part
+	4,  // 10: stockctl.v1.ReleaseResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 11: stockctl.v1.ReleaseResponse.state:type_name -> stockctl.v1.OrderState
-	20, // 12: stockctl.v1.StatusResponse.status:type_name -> stockctl.v1.StockStatus
-	26, // 13: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
-	20, // 14: stockctl.v1.WatchStatusResponse.status:type_name -> stockctl.v1.StockStatus
-	21, // 15: stockctl.v1.StockStatus.segments:type_name -> stockctl.v1.SegmentStatus
-	25, // 16: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
-	22, // 17: stockctl.v1.StockStatus.rebalancer:type_name -> stockctl.v1.RebalancerPass
-	25, // 18: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
-	1,  // 19: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
-	4,  // 20: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
-	6,  // 21: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
-	8,  // 22: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
-	10, // 23: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
-	12, // 24: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
-	14, // 25: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
-	16, // 26: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
-	23, // 27: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
-	18, // 28: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
-	2,  // 29: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
-	5,  // 30: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
-	7,  // 31: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
-	9,  // 32: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
-	11, // 33: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
-	13, // 34: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
-	15, // 35: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
-	17, // 36: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
-	24, // 37: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
-	19, // 38: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	24, // 12: stockctl.v1.StatusResponse.status:type_name -> stockctl.v1.StockStatus
+	30, // 13: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
+	24, // 14: stockctl.v1.WatchStatusResponse.status:type_name -> stockctl.v1.StockStatus
+	23, // 15: stockctl.v1.WatchOrdersResponse.events:type_name -> stockctl.v1.OrderEvent
+	1,  // 16: stockctl.v1.OrderEvent.event:type_name -> stockctl.v1.OrderEventKind
+	4,  // 17: stockctl.v1.OrderEvent.parts:type_name -> stockctl.v1.Part
+	29, // 18: stockctl.v1.OrderEvent.deadline:type_name -> google.protobuf.Timestamp
+	29, // 19: stockctl.v1.OrderEvent.create_time:type_name -> google.protobuf.Timestamp
+	25, // 20: stockctl.v1.StockStatus.segments:type_name -> stockctl.v1.SegmentStatus
+	29, // 21: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
+	26, // 22: stockctl.v1.StockStatus.rebalancer:type_name -> stockctl.v1.RebalancerPass
+	29, // 23: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
+	2,  // 24: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
+	5,  // 25: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
+	7,  // 26: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
+	9,  // 27: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
+	11, // 28: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
+	13, // 29: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
+	15, // 30: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
+	17, // 31: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
+	27, // 32: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
+	19, // 33: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
+	21, // 34: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
+	3,  // 35: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
+	6,  // 36: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
+	8,  // 37: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
+	10, // 38: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
+	12, // 39: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
+	14, // 40: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
+	16, // 41: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
+	18, // 42: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
+	28, // 43: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
+	20, // 44: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
+	22, // 45: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
+	35, // [35:46] is the sub-list for method output_type
+	24, // [24:35] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_stockctl_v1_stock_service_proto_init() }
@@ -2392,8 +2778,8 @@ func file_stockctl_v1_stock_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_stock_service_proto_rawDesc), len(file_stockctl_v1_stock_service_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   24,
+			NumEnums:      2,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -64,6 +64,9 @@ const (
 	// StockServiceWatchStatusProcedure is the fully-qualified name of the StockService's WatchStatus
 	// RPC.
 	StockServiceWatchStatusProcedure = "/stockctl.v1.StockService/WatchStatus"
+	// StockServiceWatchOrdersProcedure is the fully-qualified name of the StockService's WatchOrders
+	// RPC.
+	StockServiceWatchOrdersProcedure = "/stockctl.v1.StockService/WatchOrders"
 )
 
 // StockServiceClient is a client for the stockctl.v1.StockService service.
@@ -106,6 +109,14 @@ type StockServiceClient interface {
 	// frames may be skipped. The stream lasts until the caller ends it or its
 	// deadline passes.
 	WatchStatus(context.Context, *connect.Request[v1.WatchStatusRequest]) (*connect.ServerStreamForClient[v1.WatchStatusResponse], error)
+	// WatchOrders streams the order feed (docs/feed.md): every change to an
+	// order, in etcd's commit order, after a cursor the caller stores, with no
+	// gap and no duplicate. Each message is a batch of whole revisions and the
+	// cursor to store with it. A cursor older than etcd's compacted history is
+	// FAILED_PRECONDITION (CURSOR_COMPACTED, with the compact revision): start
+	// again with snapshot. The stream lasts until the caller ends it or its
+	// deadline passes.
+	WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest]) (*connect.ServerStreamForClient[v1.WatchOrdersResponse], error)
 }
 
 // NewStockServiceClient constructs a client for the stockctl.v1.StockService service. By default,
@@ -179,6 +190,12 @@ func NewStockServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(stockServiceMethods.ByName("WatchStatus")),
 			connect.WithClientOptions(opts...),
 		),
+		watchOrders: connect.NewClient[v1.WatchOrdersRequest, v1.WatchOrdersResponse](
+			httpClient,
+			baseURL+StockServiceWatchOrdersProcedure,
+			connect.WithSchema(stockServiceMethods.ByName("WatchOrders")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -194,6 +211,7 @@ type stockServiceClient struct {
 	status      *connect.Client[v1.StatusRequest, v1.StatusResponse]
 	audit       *connect.Client[v1.AuditRequest, v1.AuditResponse]
 	watchStatus *connect.Client[v1.WatchStatusRequest, v1.WatchStatusResponse]
+	watchOrders *connect.Client[v1.WatchOrdersRequest, v1.WatchOrdersResponse]
 }
 
 // CreateSKU calls stockctl.v1.StockService.CreateSKU.
@@ -246,6 +264,11 @@ func (c *stockServiceClient) WatchStatus(ctx context.Context, req *connect.Reque
 	return c.watchStatus.CallServerStream(ctx, req)
 }
 
+// WatchOrders calls stockctl.v1.StockService.WatchOrders.
+func (c *stockServiceClient) WatchOrders(ctx context.Context, req *connect.Request[v1.WatchOrdersRequest]) (*connect.ServerStreamForClient[v1.WatchOrdersResponse], error) {
+	return c.watchOrders.CallServerStream(ctx, req)
+}
+
 // StockServiceHandler is an implementation of the stockctl.v1.StockService service.
 type StockServiceHandler interface {
 	// CreateSKU creates a SKU. An existing SKU is ALREADY_EXISTS (SKU_EXISTS).
@@ -286,6 +309,14 @@ type StockServiceHandler interface {
 	// frames may be skipped. The stream lasts until the caller ends it or its
 	// deadline passes.
 	WatchStatus(context.Context, *connect.Request[v1.WatchStatusRequest], *connect.ServerStream[v1.WatchStatusResponse]) error
+	// WatchOrders streams the order feed (docs/feed.md): every change to an
+	// order, in etcd's commit order, after a cursor the caller stores, with no
+	// gap and no duplicate. Each message is a batch of whole revisions and the
+	// cursor to store with it. A cursor older than etcd's compacted history is
+	// FAILED_PRECONDITION (CURSOR_COMPACTED, with the compact revision): start
+	// again with snapshot. The stream lasts until the caller ends it or its
+	// deadline passes.
+	WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest], *connect.ServerStream[v1.WatchOrdersResponse]) error
 }
 
 // NewStockServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -355,6 +386,12 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(stockServiceMethods.ByName("WatchStatus")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stockServiceWatchOrdersHandler := connect.NewServerStreamHandler(
+		StockServiceWatchOrdersProcedure,
+		svc.WatchOrders,
+		connect.WithSchema(stockServiceMethods.ByName("WatchOrders")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/stockctl.v1.StockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case StockServiceCreateSKUProcedure:
@@ -377,6 +414,8 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 			stockServiceAuditHandler.ServeHTTP(w, r)
 		case StockServiceWatchStatusProcedure:
 			stockServiceWatchStatusHandler.ServeHTTP(w, r)
+		case StockServiceWatchOrdersProcedure:
+			stockServiceWatchOrdersHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -424,4 +463,8 @@ func (UnimplementedStockServiceHandler) Audit(context.Context, *connect.Request[
 
 func (UnimplementedStockServiceHandler) WatchStatus(context.Context, *connect.Request[v1.WatchStatusRequest], *connect.ServerStream[v1.WatchStatusResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.WatchStatus is not implemented"))
+}
+
+func (UnimplementedStockServiceHandler) WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest], *connect.ServerStream[v1.WatchOrdersResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.WatchOrders is not implemented"))
 }

@@ -1,0 +1,157 @@
+package service
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
+	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+	"github.com/stockctl/stockctl/feed"
+)
+
+// SnapshotPageEvents is the most events of one WatchOrders message of a
+// snapshot. A snapshot of a large sale would not fit a gRPC client's
+// default limit of 4 MiB a message (an event is about 200 bytes), so it is
+// sent in pages; only the last carries the snapshot's cursor.
+const SnapshotPageEvents = 1000
+
+// WatchOrders streams the order feed of package feed: a snapshot first if
+// asked, then every batch the feed delivers (empty ones too: their cursor
+// keeps a quiet consumer's ahead of compaction), until the caller ends the
+// stream or the server shuts down.
+func (h stockService) WatchOrders(ctx context.Context, req *connect.Request[stockctlv1.WatchOrdersRequest], stream *connect.ServerStream[stockctlv1.WatchOrdersResponse]) error {
+	s := h.s
+	method := methodLabel(stockctlv1connect.StockServiceWatchOrdersProcedure)
+	m := req.Msg
+	switch {
+	case m.Since < 0:
+		return s.fail(ctx, opRead, method, badField("since", "must be a revision from 0 (0: from the start of etcd's history), got "+itoa(m.Since)))
+	case m.Snapshot && m.Since != 0:
+		return s.fail(ctx, opRead, method, badField("since", "must be 0 with snapshot: a snapshot starts from the current orders"))
+	}
+	if err := s.etcdReady(ctx); err != nil {
+		return s.fail(ctx, opRead, method, err)
+	}
+	// The feed's waits end with the stream or when the server shuts down.
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-fctx.Done():
+		}
+	}()
+
+	client := s.c.Client()
+	cfg := feed.Config{Prefix: s.c.Prefix(), SKU: m.Sku, Since: m.Since}
+	if m.Snapshot {
+		snap, err := feed.Snapshot(fctx, client, cfg)
+		if err != nil {
+			return s.feedFail(ctx, method, err)
+		}
+		if err := sendSnapshot(stream, snap); err != nil {
+			return err
+		}
+		cfg.Since = snap.Cursor
+	}
+	f, err := feed.Open(fctx, client, cfg)
+	if err != nil {
+		return s.feedFail(ctx, method, err)
+	}
+	defer f.Close()
+	if !m.Snapshot {
+		// The response headers now, not with the first batch, which may be
+		// long in coming: a client's call returns once the stream is open.
+		if err := stream.Send(nil); err != nil {
+			return err
+		}
+	}
+	for {
+		b, err := f.Next(fctx)
+		if err != nil {
+			return s.feedFail(ctx, method, err)
+		}
+		if err := stream.Send(&stockctlv1.WatchOrdersResponse{Events: orderEvents(b.Events), Cursor: b.Cursor}); err != nil {
+			return err
+		}
+	}
+}
+
+// feedFail ends a WatchOrders stream: nil when the caller ended it,
+// SHUTTING_DOWN when the server did, else the feed's error mapped.
+func (s *Server) feedFail(ctx context.Context, method string, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return nil // the caller ended the stream, or its deadline passed
+	case s.isClosing():
+		return s.fail(ctx, opRead, method, errShuttingDown)
+	}
+	return s.fail(ctx, opRead, method, feedError(err))
+}
+
+// feedError gives the feed's cursor errors their reasons; the rest (an
+// unknown SKU, an invalid one, etcd's) map as any call's.
+func feedError(err error) error {
+	var (
+		compacted *feed.CompactedError
+		ahead     *feed.AheadError
+	)
+	switch {
+	case errors.As(err, &compacted):
+		return newError(connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_CURSOR_COMPACTED, err,
+			map[string]string{"cursor": itoa(compacted.Cursor), "compact_revision": itoa(compacted.CompactRevision)},
+			&stockctlv1.CursorCompacted{Cursor: compacted.Cursor, CompactRevision: compacted.CompactRevision})
+	case errors.As(err, &ahead):
+		return newError(connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_CURSOR_AHEAD, err,
+			map[string]string{"field": "since", "cursor": itoa(ahead.Cursor), "revision": itoa(ahead.Current)},
+			&stockctlv1.CursorAhead{Cursor: ahead.Cursor, Revision: ahead.Current},
+			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "since", Description: err.Error()}}})
+	}
+	return err
+}
+
+// sendSnapshot sends a snapshot in pages of SnapshotPageEvents, the
+// snapshot's cursor on the last (on the only one, empty, when there are no
+// orders).
+func sendSnapshot(stream *connect.ServerStream[stockctlv1.WatchOrdersResponse], snap feed.Batch) error {
+	evs := snap.Events
+	for {
+		n := min(len(evs), SnapshotPageEvents)
+		msg := &stockctlv1.WatchOrdersResponse{Events: orderEvents(evs[:n]), Snapshot: true}
+		evs = evs[n:]
+		if len(evs) == 0 {
+			msg.Cursor = snap.Cursor
+		}
+		if err := stream.Send(msg); err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			return nil
+		}
+	}
+}
+
+var eventKinds = map[feed.Kind]stockctlv1.OrderEventKind{
+	feed.Allocated: stockctlv1.OrderEventKind_ORDER_EVENT_KIND_ALLOCATED,
+	feed.Reserved:  stockctlv1.OrderEventKind_ORDER_EVENT_KIND_RESERVED,
+	feed.Confirmed: stockctlv1.OrderEventKind_ORDER_EVENT_KIND_CONFIRMED,
+	feed.Cancelled: stockctlv1.OrderEventKind_ORDER_EVENT_KIND_CANCELLED,
+	feed.Released:  stockctlv1.OrderEventKind_ORDER_EVENT_KIND_RELEASED,
+	feed.Expired:   stockctlv1.OrderEventKind_ORDER_EVENT_KIND_EXPIRED,
+}
+
+func orderEvents(evs []feed.Event) []*stockctlv1.OrderEvent {
+	out := make([]*stockctlv1.OrderEvent, len(evs))
+	for i, e := range evs {
+		out[i] = &stockctlv1.OrderEvent{
+			Revision: e.Revision, Event: eventKinds[e.Kind], Sku: e.SKU, Order: e.Order, Qty: e.Qty,
+			Parts: parts(e.Parts), Buyer: e.Buyer, Reservation: e.Reservation,
+			Deadline: timestamp(e.Deadline), CreateTime: timestamp(e.Created), Version: e.Version,
+		}
+	}
+	return out
+}
