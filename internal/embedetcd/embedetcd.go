@@ -74,6 +74,9 @@ type Config struct {
 	AutoCompactionRetention string
 	// QuotaBackendBytes is the backend size quota; 0 means etcd's default.
 	QuotaBackendBytes int64
+	// MaxTxnOps is etcd's --max-txn-ops, the most operations in one
+	// transaction; 0 means etcd's default (128).
+	MaxTxnOps uint
 	// AllowNonLoopback permits ClientAddr, PeerAddr and InitialCluster to
 	// name non-loopback addresses. Off by default so that a typo cannot expose
 	// an unauthenticated etcd to the network. The addresses are advertised
@@ -359,6 +362,9 @@ func embedConfig(cfg Config, clientAddr, peerAddr string, lg *zap.Logger, grpcs 
 		ec.AutoCompactionRetention = cfg.AutoCompactionRetention
 	}
 	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
+	if cfg.MaxTxnOps > 0 {
+		ec.MaxTxnOps = cfg.MaxTxnOps
+	}
 	// stderr only, so no log files anywhere. LogLevel and LogOutputs only
 	// describe lg to etcd; lg itself decides what is written.
 	ec.Logger = "zap"

@@ -9,6 +9,7 @@ type options struct {
 	noFsync     bool
 	grpcOptions []grpc.ServerOption
 	quota       int64
+	maxTxnOps   uint
 }
 
 // WithNoFsync turns off fsync in the members. Tests get faster, and a crash
@@ -28,6 +29,11 @@ func WithGRPCServerOptions(opts ...grpc.ServerOption) Option {
 // raises NOSPACE and refuses every write, as a full production etcd does.
 func WithQuotaBackendBytes(n int64) Option {
 	return func(o *options) { o.quota = n }
+}
+
+// WithMaxTxnOps sets the members' --max-txn-ops (etcd's default: 128).
+func WithMaxTxnOps(n uint) Option {
+	return func(o *options) { o.maxTxnOps = n }
 }
 
 func buildOptions(opts []Option) options {

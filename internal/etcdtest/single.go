@@ -29,7 +29,7 @@ func NewSingle(t testing.TB, opts ...Option) *Single {
 	s := &Single{}
 	t.Cleanup(s.Stop)
 
-	s.cfg = embedetcd.Config{Dir: dir, UnsafeNoFsync: o.noFsync, GRPCServerOptions: o.grpcOptions, QuotaBackendBytes: o.quota}
+	s.cfg = embedetcd.Config{Dir: dir, UnsafeNoFsync: o.noFsync, GRPCServerOptions: o.grpcOptions, QuotaBackendBytes: o.quota, MaxTxnOps: o.maxTxnOps}
 	srv, err := startMember(t, s.cfg)
 	if err != nil {
 		t.Fatalf("etcdtest: start single member: %v", err)
