@@ -61,23 +61,43 @@ func lockCommand() *ucli.Command {
 }
 
 func lockAction(c *ucli.Context) error {
+	return runHeld(c, "lock", "acquire lock ", nil, func(ctx context.Context, co *coordinator.Coordinator, name string) (*coordinator.Lock, error) {
+		if c.Bool("shared") {
+			return co.RLock(ctx, name)
+		}
+		return co.Lock(ctx, name)
+	})
+}
+
+// runHeld is the action of lock and semaphore: NAME -- CMD from the
+// arguments (noun names NAME in errors), --ttl and --grace checked after
+// check (the command's own flags), the hold taken by acquire (bounded by
+// --timeout and by the signals below; failure says doing and NAME), then
+// CMD run while it lasts (runLocked), exiting with CMD's status.
+func runHeld(c *ucli.Context, noun, doing string, check func() error, acquire func(context.Context, *coordinator.Coordinator, string) (*coordinator.Lock, error)) error {
 	g, err := readGlobals(c)
 	if err != nil {
 		return err
 	}
+	usage := fmt.Sprintf("usage: stockctl %s %s", c.Command.Name, c.Command.ArgsUsage)
 	args := c.Args().Slice()
 	if len(args) == 0 {
-		return usageError("missing NAME argument (usage: stockctl lock %s)", c.Command.ArgsUsage)
+		return usageError("missing NAME argument (%s)", usage)
 	}
 	name, argv := args[0], args[1:]
 	if len(argv) > 0 && argv[0] == "--" {
 		argv = argv[1:]
 	}
 	if err := coordinator.ValidateLockName(name); err != nil {
-		return usageError("invalid lock NAME: %v", err)
+		return usageError("invalid %s NAME: %v", noun, err)
 	}
 	if len(argv) == 0 {
-		return usageError("missing the command to run (usage: stockctl lock %s)", c.Command.ArgsUsage)
+		return usageError("missing the command to run (%s)", usage)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	ttl, grace := c.Duration("ttl"), c.Duration("grace")
 	if ttl < time.Second || ttl%time.Second != 0 {
@@ -88,23 +108,19 @@ func lockAction(c *ucli.Context) error {
 	}
 
 	// SIGHUP and SIGQUIT too: left to Go's defaults, they would end
-	// stockctl at once and leave CMD running without the lock.
+	// stockctl at once and leave CMD running without its hold.
 	ctx, stop := signalContext(c, lockSignals...)
 	defer stop()
-	actx, cancel := g.boundedContext(ctx) // connecting and waiting for the lock
+	actx, cancel := g.boundedContext(ctx) // connecting and waiting for the hold
 	defer cancel()
 	cn, err := connect(actx, c, g, coordinator.WithSessionTTL(ttl))
 	if err != nil {
 		return err
 	}
 	defer cn.Close()
-	acquire := cn.coord.Lock
-	if c.Bool("shared") {
-		acquire = cn.coord.RLock
-	}
-	l, err := acquire(actx, name)
+	l, err := acquire(actx, cn.coord, name)
 	if err != nil {
-		return failed(actx, "acquire lock "+name, err)
+		return failed(actx, doing+name, err)
 	}
 	cancel()
 	code, err := runLocked(ctx, c, cn, l, argv, grace)

@@ -1,7 +1,7 @@
 package cli
 
 import (
-	"time"
+	"context"
 
 	ucli "github.com/urfave/cli/v2"
 
@@ -32,55 +32,14 @@ func semaphoreCommand() *ucli.Command {
 }
 
 func semaphoreAction(c *ucli.Context) error {
-	g, err := readGlobals(c)
-	if err != nil {
-		return err
+	limit := c.Int("limit")
+	check := func() error {
+		if limit < 1 || limit > coordinator.MaxSemaphoreLimit {
+			return usageError("invalid --limit %d: want 1 to %d permits", limit, coordinator.MaxSemaphoreLimit)
+		}
+		return nil
 	}
-	args := c.Args().Slice()
-	if len(args) == 0 {
-		return usageError("missing NAME argument (usage: stockctl semaphore %s)", c.Command.ArgsUsage)
-	}
-	name, argv := args[0], args[1:]
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
-	}
-	if err := coordinator.ValidateLockName(name); err != nil {
-		return usageError("invalid semaphore NAME: %v", err)
-	}
-	if len(argv) == 0 {
-		return usageError("missing the command to run (usage: stockctl semaphore %s)", c.Command.ArgsUsage)
-	}
-	limit, ttl, grace := c.Int("limit"), c.Duration("ttl"), c.Duration("grace")
-	if limit < 1 || limit > coordinator.MaxSemaphoreLimit {
-		return usageError("invalid --limit %d: want 1 to %d permits", limit, coordinator.MaxSemaphoreLimit)
-	}
-	if ttl < time.Second || ttl%time.Second != 0 {
-		return usageError("invalid --ttl %v: must be a whole number of seconds, at least 1s", ttl)
-	}
-	if grace <= 0 {
-		return usageError("invalid --grace %v: must be positive", grace)
-	}
-
-	ctx, stop := signalContext(c)
-	defer stop()
-	actx, cancel := g.commandContext(c) // connecting and waiting for the permit
-	defer cancel()
-	cn, err := connect(actx, c, g, coordinator.WithSessionTTL(ttl))
-	if err != nil {
-		return err
-	}
-	defer cn.Close()
-	l, err := cn.coord.AcquirePermit(actx, name, limit)
-	if err != nil {
-		return failed(actx, "acquire a permit of semaphore "+name, err)
-	}
-	cancel()
-	code, err := runLocked(ctx, c, cn, l, argv, grace)
-	if err != nil {
-		return err
-	}
-	if code != 0 {
-		return ucli.Exit("", code) // CMD's status; CMD said what went wrong
-	}
-	return nil
+	return runHeld(c, "semaphore", "acquire a permit of semaphore ", check, func(ctx context.Context, co *coordinator.Coordinator, name string) (*coordinator.Lock, error) {
+		return co.AcquirePermit(ctx, name, limit)
+	})
 }

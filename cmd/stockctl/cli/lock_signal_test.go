@@ -28,13 +28,19 @@ type lockProcess struct {
 	lockName, lockKeys string
 }
 
-func (e *env) startLockProcess(bin, name string, extraEnv []string, script string) *lockProcess {
+// startLockProcess starts `stockctl lock NAME` or, with a limit, `stockctl
+// semaphore NAME --limit N`.
+func (e *env) startLockProcess(bin, name string, limit int, extraEnv []string, script string) *lockProcess {
 	e.t.Helper()
 	dir := e.t.TempDir()
 	full := `echo $$ > ` + dir + `/child.tmp; mv ` + dir + `/child.tmp ` + dir + `/child; ` +
 		`sleep 300 & echo $! > ` + dir + `/gc.tmp; mv ` + dir + `/gc.tmp ` + dir + `/grandchild; ` + script
 	p := &lockProcess{stderr: &syncBuffer{}, exited: make(chan error, 1), lockName: name, lockKeys: e.prefix + "locks/" + name + "/"}
-	p.cmd = exec.Command(bin, e.args("lock", name, "--ttl", "2s", "--grace", "2s", "--", "sh", "-c", full)...)
+	hold := []string{"lock", name}
+	if limit > 0 {
+		hold, p.lockKeys = []string{"semaphore", name, "--limit", strconv.Itoa(limit)}, e.prefix+"sems/"+name+"/"
+	}
+	p.cmd = exec.Command(bin, e.args(append(hold, "--ttl", "2s", "--grace", "2s", "--", "sh", "-c", full)...)...)
 	p.cmd.Env = append(os.Environ(), extraEnv...)
 	p.cmd.Stdout = p.stderr
 	p.cmd.Stderr = p.stderr
@@ -74,11 +80,25 @@ func (e *env) startLockProcess(bin, name string, extraEnv []string, script strin
 func TestLockChildDiesWithStockctl(t *testing.T) {
 	t.Parallel()
 	bin := buildStockctl(t)
+	type kill struct {
+		sig   syscall.Signal
+		limit int // > 0: `stockctl semaphore --limit`, which shares lock's handling
+	}
+	var kills []kill
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGINT} {
-		t.Run(sig.String(), func(t *testing.T) {
+		kills = append(kills, kill{sig: sig})
+	}
+	kills = append(kills, kill{syscall.SIGHUP, 2}, kill{syscall.SIGQUIT, 2})
+	for _, k := range kills {
+		sig := k.sig
+		name := sig.String()
+		if k.limit > 0 {
+			name = "semaphore " + name
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			p := e.startLockProcess(bin, "job", nil, "wait")
+			p := e.startLockProcess(bin, "job", k.limit, nil, "wait")
 			if err := p.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
