@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
-	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
 )
 
@@ -28,47 +26,24 @@ func StockctlSale() SaleSpec {
 const setupWorkers = 16
 
 type stockctlSale struct {
-	p           SaleParams
-	coords      []*coordinator.Coordinator
-	reb         *coordinator.Coordinator
-	stop        func()
-	rebFailures warnCounter
+	p SaleParams
+	fleet
 }
 
 func (s *stockctlSale) Setup(ctx context.Context, p SaleParams) error {
 	s.p = p
-	for i := range p.Processes {
-		c, err := coordinator.New(p.Etcd[i], coordinator.WithPrefix(p.Prefix))
-		if err != nil {
-			return err
-		}
-		s.coords = append(s.coords, c)
-	}
-	reb, err := coordinator.New(p.Etcd[0], coordinator.WithPrefix(p.Prefix))
-	if err != nil {
+	if err := s.open(p.Etcd, p.Processes, p.Prefix); err != nil {
 		return err
 	}
-	s.reb = reb
-	total := p.Shape.Stock
-	cfg := coordinator.SKUConfig{Total: total, Segments: p.Segments, InitialFill: total / initialFillShare,
-		RefillBatch: coordinator.DefaultRefillBatch(total, p.Segments)}
-	cfg.LowWatermark = max(1, cfg.RefillBatch/2)
+	cfg := noStepConfig(p.Shape.Stock, p.Segments)
 	if err := forEachSKU(ctx, p.Shape.SKUs, func(i int) error {
 		_, err := s.coords[0].CreateSKU(ctx, SKUName(i), cfg)
 		return err
 	}); err != nil {
 		return fmt.Errorf("create the SKUs: %w", err)
 	}
-	r, err := rebalance.New(reb, rebalance.Config{Identity: "bench-rebalancer", Logger: slog.New(&s.rebFailures)})
-	if err != nil {
-		return err
-	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = r.Run(rctx) })
-	var once sync.Once
-	s.stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
-	return nil
+	_, err := s.startRebalancer(ctx)
+	return err
 }
 
 // forEachSKU calls f for SKUs 0 to n-1, setupWorkers at a time; the first
@@ -177,17 +152,5 @@ func (s *stockctlSale) Verify(ctx context.Context) (SaleBooks, error) {
 }
 
 func (s *stockctlSale) Teardown(ctx context.Context) error {
-	if s.stop != nil {
-		s.stop()
-	}
-	var errs []error
-	for _, c := range append(s.coords, s.reb) {
-		if c != nil {
-			errs = append(errs, c.Close())
-		}
-	}
-	if len(s.p.Etcd) > 0 {
-		errs = append(errs, deletePrefix(ctx, s.p.Etcd[0], s.p.Prefix))
-	}
-	return errors.Join(errs...)
+	return s.close(ctx, s.p.Etcd, s.p.Prefix)
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stockctl/stockctl/coordinator"
-	"github.com/stockctl/stockctl/rebalance"
 )
 
 // leaderWait bounds the wait for the rebalancer's election before a run
@@ -50,13 +49,8 @@ func StockctlReserve() Spec {
 const reserveTTL = time.Hour
 
 type stockctl struct {
-	p      Params
-	coords []*coordinator.Coordinator // one per process
-	reb    *coordinator.Coordinator   // the rebalancer's, a process of its own
-	stop   func()
-	// rebFailures counts the rebalancer's warnings (failed moves): a run
-	// whose refills fail is not the run it claims to be.
-	rebFailures warnCounter
+	p Params
+	fleet
 	// refills times the refills of the run, from Setup to Verify.
 	refills *RefillObserver
 	// reserve: Buy reserves then confirms (StockctlReserve).
@@ -109,18 +103,10 @@ const (
 
 func (s *stockctl) Setup(ctx context.Context, p Params) error {
 	s.p = p
-	for i := range p.Processes {
-		c, err := coordinator.New(p.Etcd[i], coordinator.WithPrefix(p.Prefix))
-		if err != nil {
-			return err
-		}
-		s.coords = append(s.coords, c)
-	}
-	reb, err := coordinator.New(p.Etcd[0], coordinator.WithPrefix(p.Prefix))
-	if err != nil {
+	if err := s.open(p.Etcd, p.Processes, p.Prefix); err != nil {
 		return err
 	}
-	s.reb = reb
+	var err error
 	cfg := skuConfig(p)
 	if _, err := s.coords[0].CreateSKU(ctx, benchSKU, cfg); err != nil {
 		return fmt.Errorf("create the SKU: %w", err)
@@ -130,15 +116,10 @@ func (s *stockctl) Setup(ctx context.Context, p Params) error {
 	if s.refills, err = ObserveRefills(ctx, p.Etcd[0], p.Prefix, benchSKU, p.Segments, cfg.LowWatermark); err != nil {
 		return fmt.Errorf("observe refills: %w", err)
 	}
-	r, err := rebalance.New(reb, rebalance.Config{Identity: "bench-rebalancer", Logger: slog.New(&s.rebFailures)})
+	r, err := s.startRebalancer(ctx)
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = r.Run(rctx) })
-	var once sync.Once
-	s.stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
 	deadline := time.Now().Add(leaderWait)
 	for !r.Leader() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
@@ -160,11 +141,18 @@ func skuConfig(p Params) coordinator.SKUConfig {
 	if p.Step != nil {
 		cfg.RefillBatch, cfg.LowWatermark = saleRefillBatch, saleLowWatermark
 		cfg.InitialFill = min(total, int64(p.Segments)*saleRefillBatch)
-	} else {
-		cfg.RefillBatch = coordinator.DefaultRefillBatch(total, p.Segments)
-		cfg.LowWatermark = max(1, cfg.RefillBatch/2)
-		cfg.InitialFill = total / initialFillShare
+		return cfg
 	}
+	return noStepConfig(total, p.Segments)
+}
+
+// noStepConfig stocks a SKU for throughput rather than refills: a tenth of
+// the stock in the segments, refill batch total/(4×segments), low
+// watermark half of it.
+func noStepConfig(total int64, segments int) coordinator.SKUConfig {
+	cfg := coordinator.SKUConfig{Total: total, Segments: segments, InitialFill: total / initialFillShare,
+		RefillBatch: coordinator.DefaultRefillBatch(total, segments)}
+	cfg.LowWatermark = max(1, cfg.RefillBatch/2)
 	return cfg
 }
 
@@ -226,17 +214,5 @@ func (s *stockctl) Teardown(ctx context.Context) error {
 	if s.refills != nil {
 		s.refills.Stop()
 	}
-	if s.stop != nil {
-		s.stop()
-	}
-	var errs []error
-	for _, c := range append(s.coords, s.reb) {
-		if c != nil {
-			errs = append(errs, c.Close())
-		}
-	}
-	if len(s.p.Etcd) > 0 {
-		errs = append(errs, deletePrefix(ctx, s.p.Etcd[0], s.p.Prefix))
-	}
-	return errors.Join(errs...)
+	return s.close(ctx, s.p.Etcd, s.p.Prefix)
 }
