@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -190,20 +189,7 @@ func (e *Engine) commitGroup(bg context.Context, batch []*commitReq) (deferred [
 			ops = append(ops, clientv3.OpPut(bp.st.key, EncodeCounter(bp.value)))
 			diag = append(diag, clientv3.OpGet(bp.own.Key(), clientv3.WithKeysOnly()))
 		}
-		partsOf := make([][]Part, len(batch))
-		for i, cr := range batch {
-			partsOf[i] = cr.segmentParts()
-			cmps = append(cmps, e.orderAbsent(cr.req.order))
-			ops = append(ops, e.orderPuts(cr.req, partsOf[i])...)
-			diag = append(diag, clientv3.OpGet(e.keys.OrderID(cr.req.order)))
-		}
-		// The buyers' counters go last, so that the Else reads above keep
-		// the order diagnose expects.
-		ucmps, uops, udiag := userCmpsOps(users)
-		cmps, ops, diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)
-		sent := time.Now()
-		resp, err := e.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
-		e.metrics.committed(len(batch), time.Since(sent), commitOutcome(resp, err))
+		resp, partsOf, err := e.sendOrders(ctx, batch, users, cmps, ops, diag)
 		if err != nil {
 			// The outcome is unknown: the orders' callers retry under the
 			// same IDs to learn it, and the places are read again before

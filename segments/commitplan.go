@@ -3,8 +3,10 @@ package segments
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/stockctl/stockctl/internal/lock"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Per order, a transaction needs one compare (its ID unused), two puts (the
@@ -27,12 +29,7 @@ var heldPlaceCost = opCost{cmps: 2, puts: 1, gets: 1}
 // selectOrders is the committer's batch selection (the batcher's Select):
 // requests that share nothing with the commits in flight (inflight.go).
 func (e *Engine) selectOrders(queue []*commitReq) (batch, rest []*commitReq) {
-	f := &e.inflight
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	batch, rest = selectOrders(queue, e.cfg.MaxTxnOps, heldPlaceCost, f.conflictsLocked)
-	f.markLocked(batch, 1)
-	return batch, rest
+	return e.inflight.take(queue, e.cfg.MaxTxnOps, heldPlaceCost)
 }
 
 // selectOrders takes the oldest requests of queue that fit one transaction
@@ -195,4 +192,26 @@ func (r *commitReq) segmentParts() []Part {
 		parts = append(parts, Part{Place: p.st.place, Qty: p.qty})
 	}
 	return parts
+}
+
+// sendOrders sends a group commit whose places' compares, puts and Else
+// reads are in cmps, ops and diag, with what every batch of orders carries
+// after them: each order's absence compare, record puts and ID read, then
+// the buyers' counters last (diagnose expects the Else reads in that
+// order). partsOf are each order's parts, as recorded. Held and direct
+// commits both send through it.
+func (e *Engine) sendOrders(ctx context.Context, batch []*commitReq, users []*batchUser, cmps []clientv3.Cmp, ops, diag []clientv3.Op) (resp *clientv3.TxnResponse, partsOf [][]Part, err error) {
+	partsOf = make([][]Part, len(batch))
+	for i, cr := range batch {
+		partsOf[i] = cr.segmentParts()
+		cmps = append(cmps, e.orderAbsent(cr.req.order))
+		ops = append(ops, e.orderPuts(cr.req, partsOf[i])...)
+		diag = append(diag, clientv3.OpGet(e.keys.OrderID(cr.req.order)))
+	}
+	ucmps, uops, udiag := userCmpsOps(users)
+	cmps, ops, diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)
+	sent := time.Now()
+	resp, err = e.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
+	e.metrics.committed(len(batch), time.Since(sent), commitOutcome(resp, err))
+	return resp, partsOf, err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -34,12 +33,7 @@ var directPlaceCost = opCost{cmps: 3, puts: 2, gets: 3}
 
 // selectDirects is the direct batcher's Select.
 func (e *Engine) selectDirects(queue []*commitReq) (batch, rest []*commitReq) {
-	f := &e.directInflight
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	batch, rest = selectOrders(queue, e.cfg.MaxTxnOps, directPlaceCost, f.conflictsLocked)
-	f.markLocked(batch, 1)
-	return batch, rest
+	return e.directInflight.take(queue, e.cfg.MaxTxnOps, directPlaceCost)
 }
 
 // commitDirects commits a batch of direct orders, or answers each of them
@@ -151,18 +145,7 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 		diag = append(diag, clientv3.OpGet(st.key), clientv3.OpGet(st.inKey),
 			clientv3.OpGet(dp.lockPfx, clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	}
-	partsOf := make([][]Part, len(batch))
-	for i, cr := range batch {
-		partsOf[i] = cr.segmentParts()
-		cmps = append(cmps, e.orderAbsent(cr.req.order))
-		ops = append(ops, e.orderPuts(cr.req, partsOf[i])...)
-		diag = append(diag, clientv3.OpGet(e.keys.OrderID(cr.req.order)))
-	}
-	ucmps, uops, udiag := userCmpsOps(users)
-	cmps, ops, diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)
-	sent := time.Now()
-	resp, err := e.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
-	e.metrics.committed(len(batch), time.Since(sent), commitOutcome(resp, err))
+	resp, partsOf, err := e.sendOrders(ctx, batch, users, cmps, ops, diag)
 	if err != nil {
 		// The outcome is unknown: the callers retry under the same IDs to
 		// learn it; the places need a look before their next direct order.

@@ -22,6 +22,17 @@ type inflight struct {
 	orders map[string]int
 }
 
+// take is a batcher's Select over f: the oldest requests of queue that fit
+// one transaction (limit operations, place for each distinct place) and
+// share nothing with the commits in flight, marked in flight.
+func (f *inflight) take(queue []*commitReq, limit int, place opCost) (batch, rest []*commitReq) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	batch, rest = selectOrders(queue, limit, place, f.conflictsLocked)
+	f.markLocked(batch, 1)
+	return batch, rest
+}
+
 // conflicts reports whether cr shares a place, a buyer or its order ID with
 // a commit in flight. The caller holds f.mu.
 func (f *inflight) conflictsLocked(cr *commitReq) bool {

@@ -3,12 +3,11 @@ package segments
 import (
 	"context"
 	"sync"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/stockctl/stockctl/internal/background"
+	"github.com/stockctl/stockctl/internal/etcdwatch"
 	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/internal/lock"
 )
@@ -87,60 +86,54 @@ func (w *lockWatch) fillLocked(s *seller) {
 // run keeps the keys: a full read, then a watch from the revision after it;
 // when the watch breaks (compaction, a lost connection), again.
 func (w *lockWatch) run(ctx context.Context) {
-	pfx := w.e.keys.StockLocksPrefix()
-	for ctx.Err() == nil {
-		resp, err := w.e.kv.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		if err != nil {
-			if !background.Sleep(ctx, 100*time.Millisecond) {
-				return
-			}
-			continue
-		}
-		w.mu.Lock()
-		clear(w.keys)
-		clear(w.index)
-		for _, kv := range resp.Kvs {
-			w.applyLocked(kv, false)
-		}
-		w.ready = true
-		sellers := make([]*seller, 0, len(w.sellers))
-		for _, s := range w.sellers {
-			w.fillLocked(s)
-			sellers = append(sellers, s)
-		}
-		w.mu.Unlock()
-		for _, s := range sellers {
-			s.react()
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		for wr := range w.e.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1)) {
-			if wr.Err() != nil || wr.CompactRevision != 0 {
-				break
-			}
-			w.mu.Lock()
-			touched := map[*seller]bool{}
-			var deleted []deletedKey
-			for _, ev := range wr.Events {
-				del := ev.Type == mvccpb.DELETE
-				if s := w.applyLocked(ev.Kv, del); s != nil {
-					touched[s] = true
-					if del {
-						deleted = append(deleted, deletedKey{s, w.lastParsed.Index, string(ev.Kv.Key), ev.Kv.ModRevision})
-					}
-				}
-			}
-			w.mu.Unlock()
-			for _, d := range deleted {
-				d.s.lostKey(d.seg, d.key, d.rev)
-			}
-			for s := range touched {
-				s.react()
-			}
-		}
-		cancel()
+	etcdwatch.Follow(ctx, w.e.kv, w.e.client, w.e.keys.StockLocksPrefix(), w.load, w.apply, func() {
 		w.mu.Lock()
 		w.ready = false
 		w.mu.Unlock()
+	})
+}
+
+// load replaces the keys with a full read's, and every seller's view.
+func (w *lockWatch) load(resp *clientv3.GetResponse) {
+	w.mu.Lock()
+	clear(w.keys)
+	clear(w.index)
+	for _, kv := range resp.Kvs {
+		w.applyLocked(kv, false)
+	}
+	w.ready = true
+	sellers := make([]*seller, 0, len(w.sellers))
+	for _, s := range w.sellers {
+		w.fillLocked(s)
+		sellers = append(sellers, s)
+	}
+	w.mu.Unlock()
+	for _, s := range sellers {
+		s.react()
+	}
+}
+
+// apply takes a watch response's events; the sellers whose SKU they touch
+// react, after those whose key someone else deleted have been told.
+func (w *lockWatch) apply(evs []*clientv3.Event) {
+	w.mu.Lock()
+	touched := map[*seller]bool{}
+	var deleted []deletedKey
+	for _, ev := range evs {
+		del := ev.Type == mvccpb.DELETE
+		if s := w.applyLocked(ev.Kv, del); s != nil {
+			touched[s] = true
+			if del {
+				deleted = append(deleted, deletedKey{s, w.lastParsed.Index, string(ev.Kv.Key), ev.Kv.ModRevision})
+			}
+		}
+	}
+	w.mu.Unlock()
+	for _, d := range deleted {
+		d.s.lostKey(d.seg, d.key, d.rev)
+	}
+	for s := range touched {
+		s.react()
 	}
 }
 

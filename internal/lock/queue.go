@@ -236,12 +236,15 @@ func (q *Queue) grantNextLocked() {
 	}
 }
 
-func (q *Queue) popLocked() *waiter {
-	front := q.waiters.Front()
+func (q *Queue) popLocked() *waiter { return popWaiter(&q.waiters) }
+
+// popWaiter dequeues the oldest waiter of ws (a list of *waiter), or nil.
+func popWaiter(ws *list.List) *waiter {
+	front := ws.Front()
 	if front == nil {
 		return nil
 	}
-	w := q.waiters.Remove(front).(*waiter)
+	w := ws.Remove(front).(*waiter)
 	w.elem = nil
 	return w
 }

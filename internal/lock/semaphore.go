@@ -155,15 +155,7 @@ func (q *semQueue) grantNextLocked() {
 	}
 }
 
-func (q *semQueue) popLocked() *waiter {
-	front := q.waiters.Front()
-	if front == nil {
-		return nil
-	}
-	w := q.waiters.Remove(front).(*waiter)
-	w.elem = nil
-	return w
-}
+func (q *semQueue) popLocked() *waiter { return popWaiter(&q.waiters) }
 
 // resetLimitLocked forgets the limit once the process has no key, no
 // acquisition and no waiter: the next acquisition may bring another.
