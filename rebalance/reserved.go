@@ -3,12 +3,10 @@ package rebalance
 import (
 	"context"
 	"sync"
-	"time"
 
+	"github.com/stockctl/stockctl/internal/etcdwatch"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/stockctl/stockctl/internal/background"
 )
 
 // reserved knows which SKUs have live reservations, from a watch of every
@@ -41,16 +39,9 @@ func (s *reserved) skus() ([]string, bool) {
 // watch from the revision after it; again when the watch breaks.
 func (r *Rebalancer) follow(ctx context.Context, s *reserved) {
 	k := r.c.keys
-	pfx := k.ReservationsPrefix()
-	for ctx.Err() == nil {
-		resp, err := r.c.kv.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		if err != nil {
-			if !background.Sleep(ctx, 100*time.Millisecond) {
-				return
-			}
-			continue
-		}
+	etcdwatch.Follow(ctx, r.c.kv, r.c.client, k.ReservationsPrefix(), func(resp *clientv3.GetResponse) {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		s.counts = map[string]int{}
 		for _, kv := range resp.Kvs {
 			if sku, err := k.ReservationSKU(string(kv.Key)); err == nil {
@@ -58,30 +49,24 @@ func (r *Rebalancer) follow(ctx context.Context, s *reserved) {
 			}
 		}
 		s.ready = true
-		s.mu.Unlock()
-		wctx, cancel := context.WithCancel(ctx)
-		for wr := range r.c.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithRev(resp.Header.Revision+1)) {
-			if wr.Err() != nil || wr.CompactRevision != 0 {
-				break
-			}
-			s.mu.Lock()
-			for _, ev := range wr.Events {
-				sku, err := k.ReservationSKU(string(ev.Kv.Key))
-				switch {
-				case err != nil:
-				case ev.Type == mvccpb.DELETE:
-					if s.counts[sku]--; s.counts[sku] <= 0 {
-						delete(s.counts, sku)
-					}
-				case ev.IsCreate():
-					s.counts[sku]++
+	}, func(evs []*clientv3.Event) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, ev := range evs {
+			sku, err := k.ReservationSKU(string(ev.Kv.Key))
+			switch {
+			case err != nil:
+			case ev.Type == mvccpb.DELETE:
+				if s.counts[sku]--; s.counts[sku] <= 0 {
+					delete(s.counts, sku)
 				}
+			case ev.IsCreate():
+				s.counts[sku]++
 			}
-			s.mu.Unlock()
 		}
-		cancel()
+	}, func() {
 		s.mu.Lock()
 		s.ready = false
 		s.mu.Unlock()
-	}
+	})
 }
