@@ -64,7 +64,11 @@ func runLimitOne(ctx context.Context, cfg *SaleConfig, sh SaleShape) (row SaleRo
 		}
 	}()
 	value := strings.Repeat("o", LimitValueBytes)
-	perWriter := int64(LimitMaxPuts / writers / sh.Batch)
+	maxPuts := cfg.LimitMaxPuts
+	if maxPuts <= 0 {
+		maxPuts = LimitMaxPuts
+	}
+	perWriter := max(maxPuts/int64(writers)/int64(sh.Batch), 1)
 	type writer struct {
 		puts, errors, txns int64
 		lat                []time.Duration

@@ -35,6 +35,9 @@ type SaleConfig struct {
 	// Server, when set, reads etcd's own counters (the etcd of Etcd must
 	// be the one in this process): each row reports its selling window's.
 	Server *EtcdServerMetrics
+	// LimitMaxPuts bounds each physical-limit row's puts (0:
+	// LimitMaxPuts).
+	LimitMaxPuts int64
 }
 
 // SaleRow is one strategy's run at one sale shape.
