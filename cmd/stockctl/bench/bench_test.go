@@ -582,3 +582,57 @@ func TestEtcdServerMetricsMembers(t *testing.T) {
 		t.Fatalf("read %+v, want %+v", got, want)
 	}
 }
+
+// Issue 27's targets on hand-made rows: each judged from the row it names,
+// met on one side of its bound and not on the other.
+func TestSaleTargetsCosts(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	row := func(strategy, shape string, skus int, perSec, keys, cmps, refused float64) SaleRow {
+		r := SaleRow{Strategy: strategy, Shape: SaleShape{Name: shape, SKUs: skus, Stock: Plenty}, OrdersPerSec: perSec, OK: true}
+		if strategy == nameStockctl {
+			r.Costs = OrderCosts{KeysPerOrder: f(keys), ComparesPerOrder: f(cmps), RefusedCommits: f(refused)}
+		}
+		return r
+	}
+	limit := SaleRow{Strategy: LimitStrategy, Shape: LimitShape(DefaultLimitBatch), OrdersPerSec: 40_000, OK: true}
+	status := func(rows []SaleRow) map[string]string {
+		m := map[string]string{}
+		for _, tg := range SaleTargets(rows) {
+			m[tg.Name] = tg.Status + ": " + tg.Detail
+		}
+		return m
+	}
+	const (
+		keys    = "etcd keys written per served order <= 1.1 on one SKU, <= 1.3 over many (etcd's count)"
+		cmps    = "compares per served order <= 1.5"
+		refused = "commits refused by their compares <= 2 %"
+		large   = "orders/s over 10000 SKUs (many-10k) / one SKU >= 0.7"
+		ofLimit = "orders/s on one SKU / the physical limit at 64 puts a commit >= 0.5"
+		ofLuaOn = "orders/s at one / redis-lua's >= 0.8"
+		ofLuaMa = "orders/s at many / redis-lua's >= 0.5"
+	)
+	good := status([]SaleRow{row(nameStockctl, "one", 1, 20_000, 1.05, 1.2, 0.01), row(nameRedisLua, "one", 1, 24_000, 0, 0, 0),
+		row(nameStockctl, "many", 1000, 17_000, 1.25, 1.4, 0.02), row(nameRedisLua, "many", 1000, 30_000, 0, 0, 0),
+		row(nameStockctl, "many-10k", 10000, 14_500, 1.3, 1.5, 0), limit})
+	bad := status([]SaleRow{row(nameStockctl, "one", 1, 19_000, 1.15, 1.2, 0.01), row(nameRedisLua, "one", 1, 24_000, 0, 0, 0),
+		row(nameStockctl, "many", 1000, 14_000, 1.25, 1.6, 0.01), row(nameRedisLua, "many", 1000, 30_000, 0, 0, 0),
+		row(nameStockctl, "many-10k", 10000, 13_000, 1.31, 1.5, 0.03), limit})
+	for _, name := range []string{keys, cmps, refused, large, ofLimit, ofLuaOn, ofLuaMa} {
+		if !strings.HasPrefix(good[name], TargetMet+":") {
+			t.Errorf("%q on good rows: %q", name, good[name])
+		}
+		if !strings.HasPrefix(bad[name], TargetNotMet+":") {
+			t.Errorf("%q on bad rows: %q", name, bad[name])
+		}
+	}
+	if !strings.Contains(bad[keys], "one 1.15 (<= 1.1)") || !strings.Contains(bad[refused], "many-10k 3.0 %") {
+		t.Errorf("details: %q, %q", bad[keys], bad[refused])
+	}
+	// Without the rows a target needs, it is left out.
+	if m := status([]SaleRow{row(nameStockctl, "storm", 1, 200, 0, 0, 0)}); m[keys] != "" {
+		t.Errorf("keys judged without a plenty row: %q", m[keys])
+	}
+	if m := status([]SaleRow{row(nameStockctl, "one", 1, 20_000, 1, 1, 0)}); m[ofLimit] != "" || m[ofLuaOn] != "" {
+		t.Errorf("judged without limit or redis rows: %v", m)
+	}
+}
