@@ -458,7 +458,8 @@ func TestWriteSVG(t *testing.T) {
 }
 
 // A tiny bench --sale on a real etcd (a few hundred orders: SKUs of small
-// stock, and the physical limit capped at 400 puts): every row carries
+// stock, and the physical limit capped at 400 puts, by 3 writers on 2
+// processes' clients): every row carries
 // the per-order costs, from etcd's own counters and the clients', and
 // they agree with each other and with what the row did.
 func TestRunSaleCosts(t *testing.T) {
@@ -472,7 +473,7 @@ func TestRunSaleCosts(t *testing.T) {
 	}
 	rows, err := RunSale(t.Context(), SaleConfig{Specs: []SaleSpec{StockctlSale()}, Shapes: shapes, Buyers: 8, Processes: 2, Segments: 4,
 		Duration: time.Second, Etcd: cs, Prefix: "/bench-sale-test/", TruthSample: 5, Counter: counter,
-		Server: &EtcdServerMetrics{Gatherer: prometheus.DefaultGatherer, Members: 1}, LimitMaxPuts: 400})
+		Server: &EtcdServerMetrics{Gatherer: prometheus.DefaultGatherer, Members: 1}, LimitMaxPuts: 400, LimitWriters: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,8 +506,8 @@ func TestRunSaleCosts(t *testing.T) {
 				sv.Writes != r.Orders/b || cl.Writes != sv.Writes || cl.Puts != r.Orders || cl.Compares != 0 || cl.Refused != 0 {
 				t.Errorf("%s: %d puts; client %+v, server %+v", r.Shape.Name, r.Orders, cl, sv)
 			}
-			if r.Orders > 400 {
-				t.Errorf("%s: %d puts, capped at 400", r.Shape.Name, r.Orders)
+			if r.Orders > 400 || r.Buyers != 3 {
+				t.Errorf("%s: %d puts by %d writers, capped at 400 by 3", r.Shape.Name, r.Orders, r.Buyers)
 			}
 			continue
 		}

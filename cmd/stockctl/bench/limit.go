@@ -50,10 +50,14 @@ func limitKey(prefix string, w int, i int64) string {
 	return fmt.Sprintf("%slimit/w%d/%012d", prefix, w, i)
 }
 
-// runLimitOne runs a physical-limit shape: cfg.Processes writers, each on
-// its process's etcd client, putting sh.Batch new keys a transaction.
+// runLimitOne runs a physical-limit shape: cfg.Processes writers (or
+// cfg.LimitWriters), each on its process's etcd client, putting sh.Batch
+// new keys a transaction.
 func runLimitOne(ctx context.Context, cfg *SaleConfig, sh SaleShape) (row SaleRow) {
 	writers := cfg.Processes
+	if cfg.LimitWriters > 0 {
+		writers = cfg.LimitWriters
+	}
 	row = SaleRow{Strategy: LimitStrategy, Shape: sh, Buyers: writers, Problems: []string{}}
 	prefix := fmt.Sprintf("%slimit-%d-%08x/", cfg.Prefix, sh.Batch, time.Now().UnixNano()&0xffffffff)
 	defer func() {
@@ -82,7 +86,7 @@ func runLimitOne(ctx context.Context, cfg *SaleConfig, sh SaleShape) (row SaleRo
 	for i := range ws {
 		wg.Go(func() {
 			me := &ws[i]
-			cli := cfg.Etcd[i]
+			cli := cfg.Etcd[i%cfg.Processes]
 			ops := make([]clientv3.Op, sh.Batch)
 			var next int64
 			for n := int64(0); n < perWriter && time.Now().Before(deadline) && ctx.Err() == nil; n++ {

@@ -38,6 +38,10 @@ type SaleConfig struct {
 	// LimitMaxPuts bounds each physical-limit row's puts (0:
 	// LimitMaxPuts).
 	LimitMaxPuts int64
+	// LimitWriters is the physical-limit rows' writer count (0: one per
+	// process, as many as the sale's coordinators); writer i uses process
+	// i mod Processes's client.
+	LimitWriters int
 }
 
 // SaleRow is one strategy's run at one sale shape.

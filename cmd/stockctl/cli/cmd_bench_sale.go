@@ -39,6 +39,8 @@ func saleFlags() []ucli.Flag {
 			Usage: "with --sale: Zipf exponent of the SKUs' popularity in the many-skewed shape (a few hot, a long tail)"},
 		&ucli.IntFlag{Name: "sale-segments", Value: bench.DefaultSaleSegments, EnvVars: []string{"STOCKCTL_BENCH_SALE_SEGMENTS"},
 			Usage: "with --sale: segments of every SKU"},
+		&ucli.IntFlag{Name: "limit-writers",
+			Usage: "with --sale: concurrent writers of the physical-limit rows (limit-N; default: one per process, as many as the coordinators)"},
 		&ucli.IntFlag{Name: "truth-sample", Value: bench.DefaultTruthSample,
 			Usage: "with --sale: check one refusal in this many against the books at its revision (0: none)"},
 	}
@@ -65,6 +67,8 @@ type saleConfig struct {
 	Etcd            string            `json:"etcd"`
 	Redis           string            `json:"redis,omitempty"`
 	TruthSample     int               `json:"truthSample"`
+	// LimitWriters are the physical-limit rows' writers.
+	LimitWriters int `json:"limitWriters"`
 }
 
 func benchSaleAction(c *ucli.Context, g *globals) error {
@@ -105,6 +109,10 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 	if cfg.Buyers == 0 {
 		cfg.Buyers = bench.DefaultSaleBuyers
 	}
+	cfg.LimitWriters = c.Int("limit-writers")
+	if cfg.LimitWriters == 0 {
+		cfg.LimitWriters = cfg.Processes
+	}
 	switch {
 	case cfg.Buyers < 1 || cfg.Buyers > maxBenchBuyers:
 		return usageError("invalid --buyers %d: must be between 1 and %d", cfg.Buyers, maxBenchBuyers)
@@ -118,6 +126,8 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 		return usageError("invalid --skew %v: must not be negative", c.Float64("skew"))
 	case cfg.Segments < 1 || cfg.Segments > 1024:
 		return usageError("invalid --sale-segments %d: must be between 1 and 1024", cfg.Segments)
+	case cfg.LimitWriters < 1 || cfg.LimitWriters > 1024:
+		return usageError("invalid --limit-writers %d: must be between 1 and 1024", cfg.LimitWriters)
 	case cfg.TruthSample < 0:
 		return usageError("invalid --truth-sample %d: must not be negative", cfg.TruthSample)
 	}
@@ -158,12 +168,12 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 	prefix := strings.TrimSuffix(g.prefix, "/") + "/bench-" + time.Now().UTC().Format("20060102-150405") + "/"
 	report := saleReport{Config: cfg, Machine: bench.ReadMachine(), Failures: []string{}}
 	if g.output == outputTable {
-		fmt.Fprintf(c.App.Writer, "bench --sale: %s, %d buyers over %d processes, SKUs of %d segments, %v per run, etcd %s\n\n",
-			strings.Join(cfg.Strategies, ", "), cfg.Buyers, cfg.Processes, cfg.Segments, b.duration, cfg.Etcd)
+		fmt.Fprintf(c.App.Writer, "bench --sale: %s, %d buyers over %d processes, SKUs of %d segments, %v per run, etcd %s; limit rows: %d writers\n\n",
+			strings.Join(cfg.Strategies, ", "), cfg.Buyers, cfg.Processes, cfg.Segments, b.duration, cfg.Etcd, cfg.LimitWriters)
 	}
 	rows, runErr := bench.RunSale(ctx, bench.SaleConfig{Specs: specs, Shapes: shapes, Buyers: cfg.Buyers, Processes: cfg.Processes,
 		Segments: cfg.Segments, Duration: b.duration, Etcd: clients, Prefix: prefix, AttemptTimeout: b.attemptTimeout, TruthSample: cfg.TruthSample, Counter: counter,
-		Server: server})
+		Server: server, LimitWriters: cfg.LimitWriters})
 	report.Machine.LoadAvgEnd = bench.LoadAvg()
 	report.Rows = rows
 	if report.Rows == nil {
@@ -228,7 +238,7 @@ func (r saleReport) table() table {
 		"TRUTH: sampled refusals checked against the books at their revision, which must be at or after the order's start;",
 		"ETCD W/ORDER, R/ORDER: etcd write requests (each an fsynced transaction when it commits) and read requests the",
 		"  strategy's coordinators and rebalancer sent during the run, per order answered (served or refused);",
-		"limit-N: the physical limit, no sale: one writer per process putting N new 200-byte keys a transaction; its",
+		"limit-N: the physical limit, no sale: one writer per process (--limit-writers) putting N new 200-byte keys a transaction; its",
 		"  ORDERS/S is puts/s, the most orders/s this etcd could take at one key per order and N orders a commit;",
 		"KEYS/ORDER, DELS/ORDER: etcd's own count (etcd_mvcc_put_total, etcd_mvcc_delete_total) over the selling",
 		"  window, every writer included (rebalancer moves), per served order; '-' when etcd is not in this process;",
