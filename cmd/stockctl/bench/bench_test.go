@@ -514,11 +514,14 @@ func TestRunSaleCosts(t *testing.T) {
 		// A served order writes its record at least (a key of its own),
 		// in a transaction that compares something (at least its place's
 		// fence); every write the clients sent, etcd applied, give or
-		// take the rebalancer's in flight at the window's edges.
+		// take the commits and moves in flight at the window's edges (a
+		// few, and a few per cent when a sell-out keeps the rebalancer
+		// busy; a count of the wrong thing, reads or every member's
+		// applies, would be far off).
 		if sv.Puts < r.Orders || cl.Compares == 0 || cl.Writes == 0 {
 			t.Errorf("%s: %d orders served; client %+v, server %+v", r.Shape.Name, r.Orders, cl, sv)
 		}
-		if d := sv.Writes - cl.Writes; d < -4 || d > 4 {
+		if d, slack := sv.Writes-cl.Writes, 4+cl.Writes/20; d < -slack || d > slack {
 			t.Errorf("%s: the clients sent %d writes, etcd applied %d", r.Shape.Name, cl.Writes, sv.Writes)
 		}
 	}
