@@ -366,7 +366,8 @@ const ov = {
   sort: 'activity',
   cursor: 0, // the order feed's cursor
   listed: null, // true: ListSKUs exists; false: it does not (fallback)
-  counts: new Map(), // sku → last GetOrderCounts {ok, refused}
+  counts: new Map(), // sku → last GetOrderCounts {refused}
+  countsSince: null, // the server's start of counting, to notice a new server
   dirty: true,
 };
 
@@ -426,14 +427,18 @@ function orderFeedError(e) {
 
 async function pollCounts(signal) {
   const res = await call('InspectService', 'GetOrderCounts', {}, signal);
+  // A server that started again counts from 0: a new baseline.
+  const fresh = ov.countsSince !== res.since;
+  if (fresh) ov.counts.clear();
   for (const c of res.skus || []) {
     const s = skuState(c.sku);
-    const prev = ov.counts.get(c.sku);
     const refused = num(c.refused);
-    if (prev && refused > prev.refused) s.refusals.add(refused - prev.refused);
-    if (prev && refused < prev.refused) { /* a new server: counts start again */ }
+    // A SKU first counted after the first poll was refused since then.
+    const prev = ov.counts.get(c.sku)?.refused ?? (fresh ? refused : 0);
+    if (refused > prev) s.refusals.add(refused - prev);
     ov.counts.set(c.sku, { refused });
   }
+  ov.countsSince = res.since;
   ov.dirty = true;
 }
 
@@ -513,14 +518,15 @@ function renderOverview(force) {
     else if (remaining === 0) state = el('td', { class: 'state state-soldout', text: 'sold out ' + clock(s.soldOutAt) });
     else if (s.orders.recent() > 0) state = el('td', { class: 'state state-selling', text: 'selling' });
     else state = el('td', { class: 'state state-idle', text: 'idle' });
-    const tr = el('tr', { 'data-sku': s.name, 'data-soldout': st && remaining === 0 ? 'true' : 'false' },
+    const refusals = s.refusals.values();
+    const tr = el('tr', { 'data-sku': s.name, 'data-soldout': st && remaining === 0 ? 'true' : 'false', 'data-refusals': String(refusals.reduce((a, b) => a + b, 0)) },
       el('td', { class: 'name' }, el('a', { href: '#/sku/' + encodeURIComponent(s.name), text: s.name })),
       el('td', { class: 'num sold', text: st ? fmt(sold) : '' }),
       el('td', { class: 'num reserved', text: st ? fmt(reserved) : '' }),
       el('td', { class: 'num remaining', text: st ? fmt(remaining) : '' }),
       el('td', {}, bar(total ? remaining / total : 0)),
       el('td', {}, spark(s.orders.values(), 'orders'), el('span', { class: 'spark-n orders-rate', text: fmtRate(s.orders.perSec()) })),
-      el('td', {}, spark(s.refusals.values(), 'refusals'), el('span', { class: 'spark-n refusals-rate', text: fmtRate(s.refusals.perSec()) })),
+      el('td', {}, spark(refusals, 'refusals'), el('span', { class: 'spark-n refusals-rate', text: fmtRate(s.refusals.perSec()) })),
       state);
     tr.addEventListener('click', (e) => { if (e.target.tagName !== 'A') location.hash = '#/sku/' + encodeURIComponent(s.name); });
     return tr;
@@ -535,8 +541,8 @@ function startOverview() {
     await startFeedCursor(signal);
     return { sku: '', since: String(ov.cursor) };
   }, onOrders, orderFeedError);
-  // The feed's first cursor: now (the rates start when the console opens).
-  // A fresh start re-reads it in the poll below when the cursor was reset.
+  // The feed starts now (the rates start when the console opens), and
+  // again from now if etcd compacted past its cursor.
   poll('stock', 1000, pollStatuses);
   poll('SKU list', 5000, async (signal) => { if (ov.listed !== false) await listSKUs(signal); });
   poll('order counts', 1000, pollCounts);
@@ -567,7 +573,7 @@ function startSKU(name) {
       }
       const p = st.rebalancer;
       if (p && (!sku.pass || num(p.revision) > num(sku.pass.revision)) && num(p.moves) > 0) {
-        sku.refills.unshift({ at: Date.now(), text: `rebalancer ${p.leader}: ${p.moves} move${p.moves === 1 ? '' : 's'} (${fmt(num(p.moved))} units)` });
+        sku.refills.unshift({ at: Date.now(), text: `rebalancer ${p.leader}'s pass (every SKU): ${p.moves} move${p.moves === 1 ? '' : 's'} (${fmt(num(p.moved))} units)` });
       }
       sku.refills.length = Math.min(sku.refills.length, 100);
     }

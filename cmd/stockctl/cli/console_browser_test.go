@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,8 @@ import (
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // consoleBound bounds every wait for the console's page to show
@@ -162,11 +165,12 @@ type overviewRow struct {
 	Reserved  string `json:"reserved"`
 	Remaining string `json:"remaining"`
 	SoldOut   string `json:"soldOut"`
+	Refusals  string `json:"refusals"` // refusals in the sparkline's minute
 	State     string `json:"state"`
 }
 
 const overviewRowsJS = `[...document.querySelectorAll('#ov-rows tr[data-sku]')].map((tr) => ({
-	sku: tr.dataset.sku, soldOut: tr.dataset.soldout,
+	sku: tr.dataset.sku, soldOut: tr.dataset.soldout, refusals: tr.dataset.refusals,
 	sold: tr.querySelector('.sold').textContent, reserved: tr.querySelector('.reserved').textContent,
 	remaining: tr.querySelector('.remaining').textContent, state: tr.querySelector('.state').textContent }))`
 
@@ -269,6 +273,18 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("the token is in the page's URL %q (%v)", href, err)
 	}
 
+	// A few seconds of sale in the sparklines (by the figures shown, not
+	// by the clock).
+	until(b, "tee selling", overviewRowsJS, func(rows []overviewRow) bool {
+		for _, r := range rows {
+			if r.SKU == "tee" {
+				n, _ := strconv.Atoi(strings.ReplaceAll(r.Sold, ",", ""))
+				return n >= 300
+			}
+		}
+		return false
+	})
+
 	// flash sells out while the page is open: it shows as sold out.
 	for {
 		err := allocate("flash", 3)
@@ -288,13 +304,53 @@ func TestConsoleInBrowser(t *testing.T) {
 	until(b, "flash sold out", overviewRowsJS, func(rows []overviewRow) bool {
 		for _, r := range rows {
 			if r.SKU == "flash" {
-				return r.SoldOut == "true" && strings.HasPrefix(r.State, "sold out") && r.Remaining == "0" && r.Sold == "40"
+				return r.SoldOut == "true" && strings.HasPrefix(r.State, "sold out") && r.Remaining == "0" && r.Sold == "40" && r.Refusals != "0"
 			}
 		}
 		return false
 	})
 
-	// Stop the sale: the overview settles on the audits' figures.
+	// One SKU while it sells: its pool and segments with their levels and
+	// holders, its orders as they come, and the audit's verdict. Besides the
+	// API's orders (which serve sells without segment locks at this rate),
+	// a shop's process holds a segment of tee through its business step.
+	shop, err := coordinator.New(shared.client, coordinator.WithPrefix(e.prefix), coordinator.WithIdentity("shop-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shop.Close()
+	inStep, endStep, stepDone := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := shop.AllocateFunc(ctx, "tee", "shop-order-1", 1, "shop-user", func(context.Context) error {
+			close(inStep)
+			<-endStep
+			return nil
+		})
+		stepDone <- err
+	}()
+	<-inStep
+	b.goTo("#/sku/tee")
+	type skuView struct {
+		Places  int
+		Holders []string
+		Orders  int
+		Verdict string
+	}
+	const skuViewJS = `({places: document.querySelectorAll('#sku-segs tr[data-place]').length,
+		holders: [...document.querySelectorAll('#sku-segs .holder')].map((td) => td.textContent).filter((s) => s),
+		orders: document.querySelectorAll('#sku-orders li:not(.muted)').length,
+		verdict: document.querySelector('#sku-audit').textContent})`
+	until(b, "tee selling: pool, 4 segments, a holder, orders, a verdict", skuViewJS, func(v skuView) bool {
+		return v.Places == 5 && v.Orders > 0 && strings.Contains(v.Verdict, "the books balance at revision") &&
+			slices.ContainsFunc(v.Holders, func(h string) bool { return strings.HasPrefix(h, "shop-7 ") })
+	})
+	b.screenshot("sku")
+	close(endStep)
+	if err := <-stepDone; err != nil {
+		t.Fatal(err)
+	}
+
+	// Stop the sale: the views settle on the audits' figures.
 	stopSale()
 	sale.Wait()
 	audits := map[string]*stockctlv1.AuditResponse{}
@@ -311,6 +367,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	if audits["mug"].Reserved == 0 || audits["tee"].Confirmed == 0 {
 		t.Fatalf("the sale sold too little to check: mug reserved %d, tee sold %d", audits["mug"].Reserved, audits["tee"].Confirmed)
 	}
+	tee := audits["tee"]
+	until(b, "tee's final audit", skuViewJS, func(v skuView) bool {
+		return strings.Contains(v.Verdict, fmt.Sprintf("the books balance at revision %d: total %s = pool %s + segments %s + allocated %s (%s sold, %s reserved)",
+			tee.Revision, fmtInt(tee.Total), fmtInt(tee.Pool), fmtInt(tee.Segments), fmtInt(tee.Allocated), fmtInt(tee.Confirmed), fmtInt(tee.Reserved)))
+	})
+	b.goTo("#/")
 	matches := func(rows []overviewRow) bool {
 		seen := 0
 		for _, r := range rows {
@@ -328,17 +390,11 @@ func TestConsoleInBrowser(t *testing.T) {
 	until(b, "every SKU with its audit's sold, reserved and remaining", overviewRowsJS, matches)
 	b.screenshot("overview")
 
-	// One SKU: its segments with their levels, the pool, a balanced audit.
-	b.goTo("#/sku/tee")
-	until(b, "tee's pool and 4 segments", `document.querySelectorAll('#sku-segs tr[data-place]').length`, func(n int) bool { return n == 5 })
-	verdict := until(b, "tee's audit", `document.querySelector('#sku-audit').textContent`, func(s string) bool { return strings.Contains(s, "balance") })
-	if !strings.Contains(verdict, "the books balance at revision") || !strings.Contains(verdict, fmtInt(audits["tee"].Confirmed)+" sold") {
-		t.Errorf("tee's audit verdict %q; audit says %d sold", verdict, audits["tee"].Confirmed)
-	}
-	b.screenshot("sku")
-
 	// A lock taken by the CLI shows with its holder's identity.
-	lockCmd := exec.Command(stockctlBinary(t), e.args("--identity", "cli-holder", "lock", "console-lock", "--", "sleep", "600")...)
+	lockCmd := exec.Command(stockctlBinary(t), e.args("--identity", "cli-holder", "lock", "console-lock", "--",
+		"sh", "-c", `echo "$STOCKCTL_FENCING_TOKEN"; exec sleep 600`)...)
+	var lockOut syncBuffer
+	lockCmd.Stdout = &lockOut
 	lockCmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := lockCmd.Start(); err != nil {
 		t.Fatal(err)
@@ -353,13 +409,15 @@ func TestConsoleInBrowser(t *testing.T) {
 			_ = lockCmd.Process.Kill()
 		}
 	})
+	etcdtest.WaitFor(t, "stockctl lock to run its command", procBound, func() bool { return strings.HasSuffix(lockOut.String(), "\n") })
+	lockToken := strings.TrimSpace(lockOut.String())
 	b.goTo("#/locks")
 	type lockRow struct{ Name, State, Identity, Lease, Token string }
 	until(b, "console-lock held by cli-holder", `[...document.querySelectorAll('#locks-rows tr[data-lock]')].map((tr) => ({
 		Name: tr.dataset.lock, State: tr.dataset.state, Identity: tr.querySelector('.identity').textContent,
 		Lease: tr.querySelector('.lease').textContent, Token: tr.querySelector('.token').textContent }))`, func(rows []lockRow) bool {
 		for _, r := range rows {
-			if r.Name == "console-lock" && r.State == "holds" && r.Identity == "cli-holder" && r.Lease != "" && r.Token != "" && r.Token != "0" {
+			if r.Name == "console-lock" && r.State == "holds" && r.Identity == "cli-holder" && r.Lease != "" && r.Token == lockToken {
 				return true
 			}
 		}
