@@ -18,6 +18,7 @@ import (
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdcall"
 	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/internal/lock"
@@ -34,10 +35,7 @@ var _ stockctlv1connect.InspectServiceHandler = inspectService{}
 // diagnostics, and a member that does not answer must not hold them up.
 const inspectTimeout = 2 * time.Second
 
-func (h inspectService) space() keys.Space {
-	sp, _ := keys.New(h.s.c.Prefix()) // the coordinator's prefix is valid
-	return sp
-}
+func (h inspectService) space() keys.Space { return engines.Of(h.s.c).Keys }
 
 func (h inspectService) ListLocks(ctx context.Context, _ *connect.Request[stockctlv1.ListLocksRequest]) (*connect.Response[stockctlv1.ListLocksResponse], error) {
 	return unary(ctx, h.s, opRead, stockctlv1connect.InspectServiceListLocksProcedure, func(ctx context.Context) (*stockctlv1.ListLocksResponse, error) {
