@@ -2,8 +2,11 @@ package service_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/testpki"
 	"github.com/stockctl/stockctl/service"
 )
 
@@ -226,5 +230,52 @@ func TestConsoleRoute(t *testing.T) {
 	r.Body.Close()
 	if r.StatusCode != http.StatusUnauthorized {
 		t.Errorf("GetCluster without a token beside the console: HTTP %d", r.StatusCode)
+	}
+}
+
+// The console is served on the API's listener, so with mutual TLS its page
+// is HTTPS and a browser without a client certificate is refused at the
+// handshake, as any API client is.
+func TestConsoleRouteMutualTLS(t *testing.T) {
+	t.Parallel()
+	pki := testpki.New(t)
+	cfg, err := service.LoadTLS(pki.ServerCert, pki.ServerKey, pki.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, withConfig(func(c *service.Config) { c.TLS, c.Console = cfg, true }))
+	ca, err := os.ReadFile(pki.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	get := func(withCert bool) (*http.Response, error) {
+		tc := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if withCert {
+			cert, err := tls.LoadX509KeyPair(pki.ClientCert, pki.ClientKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		return (&http.Client{Transport: tr, Timeout: hangBound}).Get(e.url + "/console/")
+	}
+	if !strings.HasPrefix(e.url, "https://") {
+		t.Fatalf("url %s", e.url)
+	}
+	res, err := get(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("GET /console/ with a client certificate: HTTP %d", res.StatusCode)
+	}
+	if res, err := get(false); err == nil {
+		res.Body.Close()
+		t.Errorf("GET /console/ without a client certificate: HTTP %d, want a refused handshake", res.StatusCode)
 	}
 }
