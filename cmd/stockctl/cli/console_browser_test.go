@@ -201,9 +201,11 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	skus := map[string]*stockctlv1.CreateSKURequest{
 		"flash": {Sku: "flash", Total: 40, Segments: 2, InitialFill: 20},
-		"tee":   {Sku: "tee", Total: 5000, Segments: 4, InitialFill: 400, LowWatermark: 20, RefillBatch: 50},
-		"mug":   {Sku: "mug", Total: 3000, Segments: 2, InitialFill: 200, LowWatermark: 20, RefillBatch: 40},
-		"cap":   {Sku: "cap", Total: 1000, Segments: 2, InitialFill: 100},
+		// Stock for a minute of the sale's trickle at least, so that a slow
+		// machine does not sell them out.
+		"tee": {Sku: "tee", Total: 30000, Segments: 4, InitialFill: 400, LowWatermark: 20, RefillBatch: 50},
+		"mug": {Sku: "mug", Total: 10000, Segments: 2, InitialFill: 200, LowWatermark: 20, RefillBatch: 40},
+		"cap": {Sku: "cap", Total: 10000, Segments: 2, InitialFill: 100},
 	}
 	for _, req := range skus {
 		if _, err := stock.CreateSKU(ctx, connectrpc.NewRequest(req)); err != nil {
