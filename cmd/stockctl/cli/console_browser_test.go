@@ -180,10 +180,10 @@ const overviewRowsJS = `[...document.querySelectorAll('#ov-rows tr[data-sku]')].
 // the figures their audits give; a SKU sold out while the page is open
 // shows as sold out; one SKU's view shows its segments and a balanced
 // audit; a lock taken by `stockctl lock` shows with its holder; the
-// cluster view names the rebalancer; and a serve restarted under the page
-// makes it say "reconnecting", then show live figures again. Screenshots
-// of each view go to $STOCKCTL_CONSOLE_SCREENSHOTS (or a temporary
-// directory).
+// cluster view names the rebalancer; a serve paused for a while (a slow
+// API) and a serve restarted under the page make it say "reconnecting",
+// then show live figures again. Screenshots of each view go to
+// $STOCKCTL_CONSOLE_SCREENSHOTS (or a temporary directory).
 func TestConsoleInBrowser(t *testing.T) {
 	b := newBrowser(t)
 	e := newEnv(t)
@@ -441,6 +441,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	// serve restarts under the page: "reconnecting", then live figures.
 	b.goTo("#/")
 	until(b, "the overview live", `document.querySelector('#conn').dataset.state`, func(s string) bool { return s == "live" })
+	// serve paused (SIGSTOP): a slow API, whose calls go unanswered; the
+	// page says "reconnecting", and "live" again once serve goes on.
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }) // before its SIGTERM, should the test fail here
+	until(b, `"reconnecting" while serve is paused`, `document.querySelector('#conn').textContent`, func(s string) bool { return strings.HasPrefix(s, "reconnecting") })
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	until(b, "the overview live after the pause", `document.querySelector('#conn').dataset.state`, func(s string) bool { return s == "live" })
+
 	if code := p.term(); code != 0 {
 		t.Fatalf("serve exited %d when interrupted; stderr:\n%s", code, p.errOut.String())
 	}
