@@ -206,12 +206,26 @@ func TestConsoleInBrowser(t *testing.T) {
 		"tee": {Sku: "tee", Total: 30000, Segments: 4, InitialFill: 400, LowWatermark: 20, RefillBatch: 50},
 		"mug": {Sku: "mug", Total: 10000, Segments: 2, InitialFill: 200, LowWatermark: 20, RefillBatch: 40},
 		"cap": {Sku: "cap", Total: 10000, Segments: 2, InitialFill: 100},
+		// Never sold: listed only by a server with ListSKUs.
+		"idle": {Sku: "idle", Total: 10, Segments: 1, InitialFill: 10},
 	}
 	for _, req := range skus {
 		if _, err := stock.CreateSKU(ctx, connectrpc.NewRequest(req)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	listReq, err := http.NewRequestWithContext(ctx, http.MethodPost, api+"/stockctl.v1.StockService/ListSKUs", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listReq.Header.Set("Content-Type", "application/json")
+	listRes, err := httpc.Do(listReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listRes.Body.Close()
+	hasListSKUs := listRes.StatusCode == http.StatusOK
+	t.Logf("the server has ListSKUs: %v (HTTP %d)", hasListSKUs, listRes.StatusCode)
 	var orderSeq sync.Mutex
 	seq := 0
 	nextOrder := func() string {
@@ -389,7 +403,18 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		return seen == len(audits)
 	}
-	until(b, "every SKU with its audit's sold, reserved and remaining", overviewRowsJS, matches)
+	if !hasListSKUs {
+		// The overview lists the SKUs it saw sell, and says why.
+		delete(audits, "idle")
+		note := until(b, "the overview's note on listing", `document.querySelector('#ov-note').textContent`, func(s string) bool { return s != "" })
+		if !strings.Contains(note, "no ListSKUs") {
+			t.Errorf("overview note %q", note)
+		}
+	}
+	rows := until(b, "every SKU with its audit's sold, reserved and remaining", overviewRowsJS, matches)
+	if !hasListSKUs && slices.ContainsFunc(rows, func(r overviewRow) bool { return r.SKU == "idle" }) {
+		t.Errorf("idle listed by a server without ListSKUs: %+v", rows)
+	}
 	b.screenshot("overview")
 
 	// A lock taken by the CLI shows with its holder's identity.
