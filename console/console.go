@@ -31,7 +31,8 @@ func Assets() fs.FS {
 
 // Handler serves the console's files under Path (and redirects "/console"
 // there). They need no token: the page asks for one, and every API call it
-// makes carries it. The answers forbid framing, inline scripts and any
+// makes carries it. A URL with a query string is refused, so that a token
+// pasted there is not served (nor encouraged). The answers forbid framing, inline scripts and any
 // origin but the server's own, and are not cached, so that a new serve's
 // console is the one loaded.
 func Handler() http.Handler {
@@ -39,6 +40,12 @@ func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == strings.TrimSuffix(Path, "/") {
 			http.Redirect(w, r, Path, http.StatusMovedPermanently)
+			return
+		}
+		if r.URL.RawQuery != "" {
+			// The console takes nothing in its URL: a token put there by
+			// mistake would end up in proxies' and servers' logs.
+			http.Error(w, "the console takes no query string: sign in on the page (the token is never part of a URL)", http.StatusBadRequest)
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {

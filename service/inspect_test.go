@@ -217,6 +217,9 @@ func TestConsoleRoute(t *testing.T) {
 	if res, _ := get(on.url + "/console"); res.StatusCode != http.StatusMovedPermanently || res.Header.Get("Location") != "/console/" {
 		t.Errorf("GET /console: %d to %q", res.StatusCode, res.Header.Get("Location"))
 	}
+	if res, _ := get(on.url + "/console/?access_token=" + testToken); res.StatusCode != http.StatusBadRequest {
+		t.Errorf("GET /console/ with a query: %d, want 400", res.StatusCode)
+	}
 	if res, _ := get(off.url + "/console/"); res.StatusCode == http.StatusOK {
 		t.Errorf("GET /console/ without Config.Console: %d", res.StatusCode)
 	}

@@ -416,6 +416,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("idle listed by a server without ListSKUs: %+v", rows)
 	}
 	b.screenshot("overview")
+	b.run("filter by name", chromedp.SendKeys(chromedp.CSS("#ov-filter"), "te"))
+	until(b, "only tee after filtering by \"te\"", overviewRowsJS, func(rows []overviewRow) bool { return len(rows) == 1 && rows[0].SKU == "tee" })
+	var cleared bool
+	if err := b.eval(`(() => { const f = document.querySelector('#ov-filter'); f.value = ''; f.dispatchEvent(new Event('input')); return true; })()`, &cleared); err != nil {
+		t.Fatalf("clear the filter: %v", err)
+	}
+	until(b, "every SKU again", overviewRowsJS, func(rows []overviewRow) bool { return len(rows) == len(audits) })
 
 	// A lock taken by the CLI shows with its holder's identity.
 	lockCmd := exec.Command(stockctlBinary(t), e.args("--identity", "cli-holder", "lock", "console-lock", "--",
