@@ -247,7 +247,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Errorf("sign-in error %q does not say why", msg)
 	}
 	var hidden bool
-	if err := b.eval(`document.querySelector('#view-overview').hidden && document.querySelector('#nav').hidden`, &hidden); err != nil || !hidden {
+	if err := b.eval(`['#view-overview', '#nav', '#signout'].every((sel) => getComputedStyle(document.querySelector(sel)).display === 'none')`, &hidden); err != nil || !hidden {
 		t.Errorf("the views show after a refused sign-in (%v)", err)
 	}
 	b.screenshot("signin")
