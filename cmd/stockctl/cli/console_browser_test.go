@@ -424,38 +424,43 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	until(b, "every SKU again", overviewRowsJS, func(rows []overviewRow) bool { return len(rows) == len(audits) })
 
-	// A lock taken by the CLI shows with its holder's identity.
-	lockCmd := exec.Command(stockctlBinary(t), e.args("--identity", "cli-holder", "lock", "console-lock", "--",
-		"sh", "-c", `echo "$STOCKCTL_FENCING_TOKEN"; exec sleep 600`)...)
-	var lockOut syncBuffer
-	lockCmd.Stdout = &lockOut
-	lockCmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := lockCmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lockDone := make(chan error, 1)
-	go func() { lockDone <- lockCmd.Wait() }()
-	t.Cleanup(func() {
-		_ = lockCmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-lockDone:
-		case <-time.After(procBound):
-			_ = lockCmd.Process.Kill()
+	// A lock taken by the CLI shows with its holder's identity and fencing
+	// token, and a second CLI waiting for it as its waiter.
+	startLock := func(identity, script string) *syncBuffer {
+		cmd := exec.Command(stockctlBinary(t), e.args("--identity", identity, "lock", "console-lock", "--", "sh", "-c", script)...)
+		out := &syncBuffer{}
+		cmd.Stdout = out
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-	})
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM) // stockctl lock stops its command and releases, or stops waiting
+			select {
+			case <-done:
+			case <-time.After(procBound):
+				_ = cmd.Process.Kill()
+			}
+		})
+		return out
+	}
+	lockOut := startLock("cli-holder", `echo "$STOCKCTL_FENCING_TOKEN"; exec sleep 600`)
 	etcdtest.WaitFor(t, "stockctl lock to run its command", procBound, func() bool { return strings.HasSuffix(lockOut.String(), "\n") })
 	lockToken := strings.TrimSpace(lockOut.String())
+	startLock("cli-waiter", "exec sleep 600")
 	b.goTo("#/locks")
 	type lockRow struct{ Name, State, Identity, Lease, Token string }
-	until(b, "console-lock held by cli-holder", `[...document.querySelectorAll('#locks-rows tr[data-lock]')].map((tr) => ({
+	until(b, "console-lock held by cli-holder, cli-waiter waiting", `[...document.querySelectorAll('#locks-rows tr[data-lock]')].map((tr) => ({
 		Name: tr.dataset.lock, State: tr.dataset.state, Identity: tr.querySelector('.identity').textContent,
 		Lease: tr.querySelector('.lease').textContent, Token: tr.querySelector('.token').textContent }))`, func(rows []lockRow) bool {
+		var held, waits bool
 		for _, r := range rows {
-			if r.Name == "console-lock" && r.State == "holds" && r.Identity == "cli-holder" && r.Lease != "" && r.Token == lockToken {
-				return true
-			}
+			held = held || r.Name == "console-lock" && r.State == "holds" && r.Identity == "cli-holder" && r.Lease != "" && r.Token == lockToken
+			waits = waits || r.Name == "console-lock" && r.State == "waits" && r.Identity == "cli-waiter"
 		}
-		return false
+		return held && waits
 	})
 	b.screenshot("locks")
 
