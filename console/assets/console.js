@@ -119,14 +119,16 @@ function wrapFetchError(e, signal) {
 }
 
 // call makes a unary call: POST /stockctl.v1.<service>/<method> with JSON.
-async function call(service, method, body = {}, outer) {
+// timeoutMs bounds the call (CALL_TIMEOUT_MS unless the call is known to
+// take long, as an audit of a SKU with many orders does).
+async function call(service, method, body = {}, outer, timeoutMs = CALL_TIMEOUT_MS) {
   const ctl = new AbortController();
   const abort = () => ctl.abort(outer.reason);
   outer?.addEventListener('abort', abort, { once: true });
-  const slow = setTimeout(() => ctl.abort(new ApiError('deadline_exceeded', `the API did not answer within ${CALL_TIMEOUT_MS / 1000}s`)), CALL_TIMEOUT_MS);
+  const slow = setTimeout(() => ctl.abort(new ApiError('deadline_exceeded', `the API did not answer within ${timeoutMs / 1000}s`)), timeoutMs);
   try {
     const h = headers('application/json');
-    h['Connect-Timeout-Ms'] = String(CALL_TIMEOUT_MS);
+    h['Connect-Timeout-Ms'] = String(timeoutMs);
     const res = await fetch(`/stockctl.v1.${service}/${method}`, { method: 'POST', headers: h, body: JSON.stringify(body), signal: ctl.signal, cache: 'no-store' });
     const text = await res.text();
     let doc = null;
@@ -238,7 +240,8 @@ function stopTasks() {
   renderConn();
 }
 
-// poll runs fn every intervalMs (backing off up to 5 s while it fails).
+// poll runs fn every intervalMs (a number, or a function that says how
+// long to wait this time), backing off up to 5 s while it fails.
 function poll(src, intervalMs, fn) {
   const ctl = new AbortController();
   (async () => {
@@ -249,7 +252,7 @@ function poll(src, intervalMs, fn) {
         if (ctl.signal.aborted) break;
         ok(src);
         backoff = 500;
-        await sleep(intervalMs, ctl.signal);
+        await sleep(typeof intervalMs === 'function' ? intervalMs() : intervalMs, ctl.signal);
       } catch (e) {
         if (ctl.signal.aborted) break;
         failed(src, e);
@@ -602,8 +605,14 @@ function startSKU(name) {
     sku.holders = new Map((res.places || []).map((p) => [p.index, p]));
     sku.dirty = true;
   });
-  poll('audit', 3000, async (signal) => {
-    sku.lastAudit = await call('StockService', 'Audit', { sku: name }, signal);
+  // An audit reads every order record of the SKU: every 3 s, or ten times
+  // as long as the last one took, so that a large SKU's audits take at
+  // most a tenth of the server's time for this view.
+  let auditMs = 0;
+  poll('audit', () => Math.max(3000, 10 * auditMs), async (signal) => {
+    const t0 = performance.now();
+    sku.lastAudit = await call('StockService', 'Audit', { sku: name }, signal, 60000);
+    auditMs = performance.now() - t0;
     sku.dirty = true;
   });
   every(RENDER_MS, () => { if (sku.dirty) { sku.dirty = false; renderSKU(sku); } });
