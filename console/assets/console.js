@@ -369,8 +369,7 @@ const ov = {
   sort: 'activity',
   cursor: 0, // the order feed's cursor
   listed: null, // true: ListSKUs exists; false: it does not (fallback)
-  counts: new Map(), // sku → last GetOrderCounts {refused}
-  countsSince: null, // the server's start of counting, to notice a new server
+  counts: new Map(), // a server's start of counting → (sku → refused) of its last GetOrderCounts
   dirty: true,
 };
 
@@ -430,18 +429,26 @@ function orderFeedError(e) {
 
 async function pollCounts(signal) {
   const res = await call('InspectService', 'GetOrderCounts', {}, signal);
-  // A server that started again counts from 0: a new baseline.
-  const fresh = ov.countsSince !== res.since;
-  if (fresh) ov.counts.clear();
+  // Each server counts from its start (res.since, which tells servers
+  // apart): a delta is taken against the same server's last answer, so
+  // that polls spread over several servers by a load balancer add up their
+  // refusals, and a restarted server starts a new baseline.
+  let last = ov.counts.get(res.since);
+  const fresh = !last;
+  if (fresh) {
+    last = new Map();
+    ov.counts.set(res.since, last);
+    if (ov.counts.size > 32) ov.counts.delete(ov.counts.keys().next().value);
+  }
   for (const c of res.skus || []) {
     const s = skuState(c.sku);
     const refused = num(c.refused);
-    // A SKU first counted after the first poll was refused since then.
-    const prev = ov.counts.get(c.sku)?.refused ?? (fresh ? refused : 0);
+    // A SKU this server counts for the first time since its last answer
+    // was refused in between.
+    const prev = last.get(c.sku) ?? (fresh ? refused : 0);
     if (refused > prev) s.refusals.add(refused - prev);
-    ov.counts.set(c.sku, { refused });
+    last.set(c.sku, refused);
   }
-  ov.countsSince = res.since;
   ov.dirty = true;
 }
 
