@@ -267,7 +267,8 @@ function poll(src, intervalMs, fn) {
 // follow keeps a server stream open: request(signal) gives (a promise of)
 // the request of each
 // (re)connection (so that it resumes from the caller's cursor), onMessage
-// gets every message, onError may handle an error itself (return true).
+// gets every message, onError may handle an error itself (return true: it
+// is not connection trouble); either way the stream is tried again.
 function follow(src, service, method, request, onMessage, onError = () => false) {
   const ctl = new AbortController();
   (async () => {
@@ -277,11 +278,9 @@ function follow(src, service, method, request, onMessage, onError = () => false)
         await stream(service, method, await request(ctl.signal), ctl.signal, () => { ok(src); backoff = 500; }, onMessage);
       } catch (e) {
         if (ctl.signal.aborted) break;
-        if (!onError(e)) {
-          failed(src, e);
-          await sleep(backoff, ctl.signal);
-          backoff = Math.min(5000, backoff * 2);
-        }
+        if (!onError(e)) failed(src, e);
+        await sleep(backoff, ctl.signal);
+        backoff = Math.min(5000, backoff * 2);
       }
     }
   })();
@@ -566,12 +565,22 @@ function startOverview() {
 function startSKU(name) {
   $('#sku-title').textContent = name;
   const sku = { status: null, full: 1, holders: new Map(), refills: [], orders: [], cursor: 0, pass: null, dirty: true, lastAudit: null };
-  $('#sku-refills').replaceChildren();
-  $('#sku-orders').replaceChildren();
+  for (const sel of ['#sku-cards', '#sku-segs', '#sku-refills', '#sku-orders']) $(sel).replaceChildren();
+  $('#sku-rev').textContent = '';
+  $('#sku-scale').textContent = '';
   $('#sku-audit').textContent = 'auditing…';
   $('#sku-audit').className = 'audit';
 
+  // A SKU that does not exist (yet, or any more) is not connection
+  // trouble: the view says so and keeps trying.
+  const missing = (e) => {
+    if (e.reason !== 'SKU_NOT_FOUND') return false;
+    sku.missing = true;
+    $('#sku-rev').textContent = 'no such SKU (not created yet, or deleted)';
+    return true;
+  };
   follow('status', 'StockService', 'WatchStatus', () => ({ sku: name, minInterval: '0.2s' }), (msg) => {
+    sku.missing = false;
     const st = msg.status;
     const prev = sku.status;
     if (prev && num(st.revision) > num(prev.revision)) {
@@ -591,7 +600,7 @@ function startSKU(name) {
     sku.status = st;
     for (const seg of st.segments || []) sku.full = Math.max(sku.full, num(seg.remaining));
     sku.dirty = true;
-  });
+  }, missing);
   follow('orders', 'StockService', 'WatchOrders', async (signal) => {
     // Resume from the cursor; the first connection starts now.
     if (!sku.cursor) sku.cursor = num((await call('StockService', 'Status', { sku: name }, signal)).status.revision);
@@ -605,7 +614,7 @@ function startSKU(name) {
     sku.dirty = true;
   }, (e) => {
     if (e.reason === 'CURSOR_COMPACTED' || e.reason === 'CURSOR_AHEAD') { sku.cursor = 0; }
-    return false;
+    return missing(e);
   });
   poll('holders', 1000, async (signal) => {
     const res = await call('InspectService', 'ListPlaceHolders', { sku: name }, signal);
@@ -618,7 +627,11 @@ function startSKU(name) {
   let auditMs = 0;
   poll('audit', () => Math.max(3000, 10 * auditMs), async (signal) => {
     const t0 = performance.now();
-    sku.lastAudit = await call('StockService', 'Audit', { sku: name }, signal, 60000);
+    try {
+      sku.lastAudit = await call('StockService', 'Audit', { sku: name }, signal, 60000);
+    } catch (e) {
+      if (!missing(e)) throw e;
+    }
     auditMs = performance.now() - t0;
     sku.dirty = true;
   });

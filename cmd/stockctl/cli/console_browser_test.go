@@ -424,6 +424,18 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	until(b, "every SKU again", overviewRowsJS, func(rows []overviewRow) bool { return len(rows) == len(audits) })
 
+	// A SKU that does not exist is said to be missing, not a connection
+	// problem.
+	b.goTo("#/sku/no-such-sku")
+	until(b, "no-such-sku missing, the connection live", `({rev: document.querySelector('#sku-rev').textContent, conn: document.querySelector('#conn').dataset.state,
+		places: document.querySelectorAll('#sku-segs tr').length})`,
+		func(v struct {
+			Rev, Conn string
+			Places    int
+		}) bool {
+			return strings.HasPrefix(v.Rev, "no such SKU") && v.Conn == "live" && v.Places == 0 // nothing left of tee's view
+		})
+
 	// A lock taken by the CLI shows with its holder's identity and fencing
 	// token, and a second CLI waiting for it as its waiter.
 	startLock := func(identity, script string) *syncBuffer {
