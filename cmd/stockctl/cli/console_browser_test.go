@@ -418,11 +418,38 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.screenshot("overview")
 	b.run("filter by name", chromedp.SendKeys(chromedp.CSS("#ov-filter"), "te"))
 	until(b, "only tee after filtering by \"te\"", overviewRowsJS, func(rows []overviewRow) bool { return len(rows) == 1 && rows[0].SKU == "tee" })
+
+	// 60 more SKUs, each sold once: the overview pages them 50 at a time.
+	for i := range 60 {
+		sku := fmt.Sprintf("bulk-%02d", i)
+		if _, err := stock.CreateSKU(ctx, connectrpc.NewRequest(&stockctlv1.CreateSKURequest{Sku: sku, Total: 5, Segments: 1, InitialFill: 5})); err != nil {
+			t.Fatal(err)
+		}
+		if err := allocate(sku, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var typed bool
+	if err := b.eval(`(() => { const f = document.querySelector('#ov-filter'); f.value = 'bulk-'; f.dispatchEvent(new Event('input')); return true; })()`, &typed); err != nil {
+		t.Fatal(err)
+	}
+	type pageView struct {
+		Count, Page string
+		Rows        []overviewRow
+	}
+	const pageJS = `({count: document.querySelector('#ov-count').textContent, page: document.querySelector('#ov-page').textContent, rows: ` + overviewRowsJS + `})`
+	until(b, "the first page of 60 bulk SKUs", pageJS, func(v pageView) bool {
+		return v.Count == "60 SKUs matching “bulk-”" && v.Page == "page 1 of 2" && len(v.Rows) == 50
+	})
+	b.run("next page", chromedp.Click(chromedp.CSS("#ov-next")))
+	until(b, "the second page of 60 bulk SKUs", pageJS, func(v pageView) bool {
+		return v.Page == "page 2 of 2" && len(v.Rows) == 10 && v.Rows[0].Sold != ""
+	})
 	var cleared bool
 	if err := b.eval(`(() => { const f = document.querySelector('#ov-filter'); f.value = ''; f.dispatchEvent(new Event('input')); return true; })()`, &cleared); err != nil {
 		t.Fatalf("clear the filter: %v", err)
 	}
-	until(b, "every SKU again", overviewRowsJS, func(rows []overviewRow) bool { return len(rows) == len(audits) })
+	until(b, "the first page of every SKU again", `document.querySelector('#ov-page').textContent`, func(s string) bool { return s == "page 1 of 2" })
 
 	// A SKU that does not exist is said to be missing, not a connection
 	// problem.
