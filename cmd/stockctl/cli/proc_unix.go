@@ -37,12 +37,19 @@ func signalChild(cmd *exec.Cmd, ownGroup bool, sig syscall.Signal) {
 // exited): nothing to do. End of file without one means stockctl died
 // without stopping CMD (SIGKILL, a crash): the kernel closed the pipe. Then
 // it stops $1 (CMD's process group, or CMD) as a lost lock does: SIGTERM,
-// then SIGKILL when it still runs after $2 tenths of a second.
+// then SIGKILL $2 seconds later. The SIGKILL is timed by one sleep started
+// at once, not by counting polls, which a busy machine would slow down: the
+// lease lapses on time whatever the load, and the kill must come first. The
+// poll (at most $3 times, more than $2 seconds) only ends the watcher,
+// and the timer, early when $1 is gone.
 const guardScript = `read -r _ && exit 0
 kill -s TERM -- "$1" 2>/dev/null || exit 0
+{ sleep "$2"; kill -s KILL -- "$1" 2>/dev/null; } &
+k=$!
 i=0
-while [ "$i" -lt "$2" ] && kill -s 0 -- "$1" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-kill -s KILL -- "$1" 2>/dev/null
+while [ "$i" -lt "$3" ] && kill -s 0 -- "$1" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+kill -s 0 -- "$1" 2>/dev/null || kill "$k" 2>/dev/null
+wait
 exit 0`
 
 // guardChild starts a watcher process that stops cmd (its process group
@@ -61,8 +68,10 @@ func guardChild(cmd *exec.Cmd, ownGroup bool, grace time.Duration) (release func
 	if err != nil {
 		return func() {}, err
 	}
-	tenths := strconv.FormatInt(int64((grace+99*time.Millisecond)/(100*time.Millisecond)), 10)
-	g := exec.Command("/bin/sh", "-c", guardScript, "stockctl-lock-guard", target, tenths)
+	ms := grace.Milliseconds()
+	secs := fmt.Sprintf("%d.%03d", ms/1000, ms%1000)
+	polls := strconv.FormatInt(ms/100+10, 10)
+	g := exec.Command("/bin/sh", "-c", guardScript, "stockctl-lock-guard", target, secs, polls)
 	g.Stdin = r
 	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = g.Start()
