@@ -206,20 +206,23 @@ func (l *Lock) Bind(parent context.Context) (context.Context, context.CancelFunc
 	return l.h.Bind(parent)
 }
 
-// Token is the fencing token. Every hold of a lock (or semaphore) gets a
-// larger token than every hold before it, also when the hold was passed
-// between goroutines of this process without going back to etcd, so a
-// store outside etcd can reject writes carrying a token lower than the
-// highest it has seen. A reentrant acquisition shares its hold's token.
+// Token is the fencing token. Every exclusive hold of a lock gets a larger
+// token than every hold of the name before it, also when the hold was
+// passed between goroutines of this process without going back to etcd, so
+// a store outside etcd can reject writes carrying a token lower than the
+// highest it has seen. Shared holds and semaphore permits, several of which
+// hold at once, get tokens that grow per key (Key) instead: a store keeps
+// the highest token per key (docs/locks.md, "Fencing tokens", has the
+// proof). A reentrant acquisition shares its hold's token.
 //
 // The token is Revision()<<16 plus the number of holds the key was passed
 // through before this one (local handoffs, shared joins; WithCohort bounds
 // them below 1<<16): later keys have larger create revisions, so tokens
 // grow across keys too, as long as revisions stay below 1<<47 (89 years at
-// 50,000 writes a second). Tokens of different kinds are not comparable in
-// any useful way: a read-write lock's shared and exclusive holds share one
-// sequence; a semaphore's holds have one of their own, and several of them
-// hold at once.
+// 50,000 writes a second). A permit or a shared hold passed on under an
+// older key may get a lower token than one of a younger key that ended
+// before it began; its token is still larger than those of every hold that
+// ended before its key was created, and than every earlier hold of its key.
 func (l *Lock) Token() int64 { return l.h.Token() }
 
 // Revision is the create revision of the hold's etcd key (Key): what
