@@ -194,18 +194,20 @@ func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lo
 	// If CMD's children keep its output pipes open after it exits, Wait
 	// returns anyway after this long.
 	cmd.WaitDelay = grace
+	// Should stockctl die without stopping CMD (SIGKILL, a crash), the
+	// guard stops CMD and its group as a lost lock does. It starts first,
+	// so that CMD never runs unwatched.
+	arm, release, err := startGuard(grace)
+	if err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "stockctl: warning: %v: if stockctl is killed, what %q started may outlive the lock\n", err, argv[0])
+	}
+	defer release()
 	exited, err := startChild(cmd)
 	if err != nil {
 		unlock(l)
 		return 0, ucli.Exit(fmt.Errorf("failed to start %q under lock %s: %w", argv[0], l.Name(), err), ExitFailure)
 	}
-	// Should stockctl die without stopping CMD (SIGKILL, a crash), the
-	// guard stops CMD and its group as a lost lock does.
-	release, err := guardChild(cmd, ownGroup, grace)
-	if err != nil {
-		fmt.Fprintf(c.App.ErrWriter, "stockctl: warning: %v: if stockctl is killed, what %q started may outlive the lock\n", err, argv[0])
-	}
-	defer release()
+	arm(cmd, ownGroup)
 
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
