@@ -47,6 +47,7 @@ func newCoord(t testing.TB, endpoints []string, opts ...coordinator.Option) *coo
 // needs a moment to reconnect).
 func retry(t testing.TB, what string, limit time.Duration, transient func(error) bool, op func(ctx context.Context) error) error {
 	t.Helper()
+	limit = etcdtest.HangLimit(limit)
 	deadline := time.Now().Add(limit)
 	var err error
 	for attempt := 1; attempt <= 100; attempt++ {
