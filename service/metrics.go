@@ -116,7 +116,14 @@ func methodLabel(procedure string) string {
 // callRecord is what the middleware learns about one call: its code, set
 // by the interceptor when a handler ran, or by the middleware when it
 // refused the call.
-type callRecord struct{ code string }
+type callRecord struct {
+	code string
+	// abandon, set by an Acquire that granted a hold, releases it: the
+	// middleware calls it when the caller went away before the answer
+	// was sent, or when the call's deadline (if any) passed first.
+	abandon  func()
+	deadline time.Time
+}
 
 type recordKey struct{}
 

@@ -104,6 +104,14 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	f.next.ServeHTTP(sw, r.WithContext(withRecord(r.Context(), rec)))
+	// The answer is not sent in full before ServeHTTP returns (gRPC's
+	// trailers, HTTP/1.1's buffer). A caller that went away before (its
+	// deadline, a reset stream) never learns of a hold granted to it.
+	// Nor does a caller whose deadline passed: the server's deadline is
+	// the later of the two.
+	if rec.abandon != nil && (r.Context().Err() != nil || (!rec.deadline.IsZero() && !time.Now().Before(rec.deadline))) {
+		rec.abandon()
+	}
 }
 
 func (f *front) refuse(w http.ResponseWriter, r *http.Request, rec *callRecord, label string, ce *connect.Error) {

@@ -35,6 +35,11 @@ type Server struct {
 	closing   chan struct{} // closed when shutdown begins: streams end, health says NOT_SERVING
 	closeOnce sync.Once
 	bg        sync.WaitGroup // goroutines keeping unary holds
+
+	// Test hooks (export_test.go), nil in use: afterGrant runs in Acquire
+	// when the lock came, beforeAnswer when the hold is registered and its
+	// answer about to be sent.
+	afterGrant, beforeAnswer func(ctx context.Context)
 }
 
 // New returns a server for c with cfg (zero fields get the defaults). It
