@@ -19,3 +19,9 @@ func Holds(s *Server) (live, waiting int) {
 	}
 	return len(s.holds.live), waiting
 }
+
+// BodiesReading counts the request bodies the server is reading now.
+func BodiesReading(s *Server) int { return len(s.handler.(*front).reading) }
+
+// SnapshotPagesHeld counts the WatchOrders snapshot pages held now.
+func SnapshotPagesHeld(s *Server) int { return len(s.snapshotPages) }

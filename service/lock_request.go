@@ -181,6 +181,15 @@ func (t *holdTable) releaseRequest(id string) (name string, token int64, holdID 
 	ls := rq.ls
 	t.mu.Unlock()
 	name, token, err = t.release(ls.id)
+	if err != nil {
+		t.mu.Lock()
+		e := t.ended[ls.id]
+		t.mu.Unlock()
+		if e != nil && e.reason == stockctlv1.LostReason_LOST_REASON_CALLER_GONE {
+			// Abandoned meanwhile: it was nobody's.
+			return ls.spec.name, 0, "", true, nil
+		}
+	}
 	return name, token, ls.id, false, err
 }
 
@@ -188,16 +197,17 @@ func (t *holdTable) releaseRequest(id string) (name string, token int64, holdID 
 // was sent (CALLER_GONE): nobody knows of it. Its request_id, if any, is
 // free again.
 func (t *holdTable) abandon(ls *lease) {
-	if t.endLost(ls, stockctlv1.LostReason_LOST_REASON_CALLER_GONE,
-		"the caller went away before the Acquire's answer was sent: nobody knew of the hold, so the server released it", nil) {
-		t.s.log.Info("api: released a lock whose Acquire's caller went away before the answer", "lock", ls.spec.name, "token", ls.l.Token())
-	}
+	// The request_id first: a Release by it from now on withdraws it.
 	if rq := ls.req; rq != nil {
 		t.mu.Lock()
 		if t.requests[rq.id] == rq {
 			delete(t.requests, rq.id)
 		}
 		t.mu.Unlock()
+	}
+	if t.endLost(ls, stockctlv1.LostReason_LOST_REASON_CALLER_GONE,
+		"the caller went away before the Acquire's answer was sent: nobody knew of the hold, so the server released it", nil) {
+		t.s.log.Info("api: released a lock whose Acquire's caller went away before the answer", "lock", ls.spec.name, "token", ls.l.Token())
 	}
 }
 

@@ -99,7 +99,6 @@ func (h lockService) Acquire(ctx context.Context, req *connect.Request[stockctlv
 	}
 	if rec := recordOf(ctx); rec != nil {
 		rec.abandon = func() { s.holds.abandon(ls) }
-		rec.deadline, _ = ctx.Deadline()
 	}
 	return acquired(ls, expires, false), nil
 }

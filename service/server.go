@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -32,9 +33,11 @@ type Server struct {
 	handler http.Handler
 	holds   *holdTable
 
-	closing   chan struct{} // closed when shutdown begins: streams end, health says NOT_SERVING
-	closeOnce sync.Once
-	bg        sync.WaitGroup // goroutines keeping unary holds
+	closing chan struct{} // closed when shutdown begins: streams end, health says NOT_SERVING
+	// snapshotPages holds a slot per WatchOrders snapshot page in memory.
+	snapshotPages chan struct{}
+	closeOnce     sync.Once
+	bg            sync.WaitGroup // goroutines keeping unary holds
 
 	// Test hooks (export_test.go), nil in use: afterGrant runs in Acquire
 	// when the lock came, beforeAnswer when the hold is registered and its
@@ -60,6 +63,8 @@ func New(c *coordinator.Coordinator, cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		metrics: newMetrics(),
 		closing: make(chan struct{}),
+
+		snapshotPages: make(chan struct{}, SnapshotPagesInFlight),
 	}
 	s.holds = newHoldTable(s)
 	if cfg.Registerer != nil {
@@ -110,6 +115,10 @@ func (s *Server) newFront(next http.Handler) *front {
 		procs: map[string]procInfo{},
 		short: make(chan struct{}, s.cfg.MaxInflight),
 		long:  make(chan struct{}, s.cfg.MaxStreams),
+
+		reading:  make(chan struct{}, s.cfg.MaxInflight+s.cfg.MaxStreams),
+		perToken: make([]atomic.Int64, len(s.cfg.Tokens)),
+		perConn:  map[string]int{},
 	}
 	for _, t := range s.cfg.Tokens {
 		f.tokens = append(f.tokens, sha256.Sum256([]byte(t)))
@@ -122,7 +131,7 @@ func (s *Server) newFront(next http.Handler) *front {
 				path := "/" + string(sd.FullName()) + "/" + string(md.Name())
 				// Acquire waits for the lock as long as its caller allows.
 				long := md.IsStreamingClient() || md.IsStreamingServer() || path == stockctlv1connect.LockServiceAcquireProcedure
-				f.procs[path] = procInfo{long: long}
+				f.procs[path] = procInfo{long: long, readBody: !md.IsStreamingClient()}
 			}
 		}
 	}
