@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -35,9 +36,16 @@ type Server struct {
 	holds   *holdTable
 	counts  *orderCounts // Allocate and Reserve answers per SKU, for InspectService
 
-	closing   chan struct{} // closed when shutdown begins: streams end, health says NOT_SERVING
-	closeOnce sync.Once
-	bg        sync.WaitGroup // goroutines keeping unary holds
+	closing chan struct{} // closed when shutdown begins: streams end, health says NOT_SERVING
+	// snapshotPages holds a slot per WatchOrders snapshot page in memory.
+	snapshotPages chan struct{}
+	closeOnce     sync.Once
+	bg            sync.WaitGroup // goroutines keeping unary holds
+
+	// Test hooks (export_test.go), nil in use: afterGrant runs in Acquire
+	// when the lock came, beforeAnswer when the hold is registered and its
+	// answer about to be sent.
+	afterGrant, beforeAnswer func(ctx context.Context)
 }
 
 // New returns a server for c with cfg (zero fields get the defaults). It
@@ -59,6 +67,8 @@ func New(c *coordinator.Coordinator, cfg Config) (*Server, error) {
 		metrics: newMetrics(),
 		closing: make(chan struct{}),
 		counts:  newOrderCounts(),
+
+		snapshotPages: make(chan struct{}, SnapshotPagesInFlight),
 	}
 	s.holds = newHoldTable(s)
 	if cfg.Registerer != nil {
@@ -127,6 +137,10 @@ func (s *Server) newFront(next http.Handler) *front {
 		procs: map[string]procInfo{},
 		short: make(chan struct{}, s.cfg.MaxInflight),
 		long:  make(chan struct{}, s.cfg.MaxStreams),
+
+		reading:  make(chan struct{}, s.cfg.MaxInflight+s.cfg.MaxStreams),
+		perToken: make([]atomic.Int64, len(s.cfg.Tokens)),
+		perConn:  map[string]int{},
 	}
 	for _, t := range s.cfg.Tokens {
 		f.tokens = append(f.tokens, sha256.Sum256([]byte(t)))
@@ -139,7 +153,7 @@ func (s *Server) newFront(next http.Handler) *front {
 				path := "/" + string(sd.FullName()) + "/" + string(md.Name())
 				// Acquire waits for the lock as long as its caller allows.
 				long := md.IsStreamingClient() || md.IsStreamingServer() || path == stockctlv1connect.LockServiceAcquireProcedure
-				f.procs[path] = procInfo{long: long}
+				f.procs[path] = procInfo{long: long, readBody: !md.IsStreamingClient()}
 			}
 		}
 	}
