@@ -893,7 +893,8 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOST_REASON_SESSION_LOST\x10\x01\x12!\n" +
 	"\x1dLOST_REASON_KEEPALIVE_TIMEOUT\x10\x02\x12\x1f\n" +
-	"\x1bLOST_REASON_SERVER_SHUTDOWN\x10\x03B9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\x1bLOST_REASON_SERVER_SHUTDOWN\x10\x03BS\n" +
+	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_errors_proto_rawDescOnce sync.Once

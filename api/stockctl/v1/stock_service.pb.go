@@ -2665,7 +2665,8 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x06Status\x12\x1a.stockctl.v1.StatusRequest\x1a\x1b.stockctl.v1.StatusResponse\x12>\n" +
 	"\x05Audit\x12\x19.stockctl.v1.AuditRequest\x1a\x1a.stockctl.v1.AuditResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.stockctl.v1.WatchStatusRequest\x1a .stockctl.v1.WatchStatusResponse0\x01\x12R\n" +
-	"\vWatchOrders\x12\x1f.stockctl.v1.WatchOrdersRequest\x1a .stockctl.v1.WatchOrdersResponse0\x01B9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\vWatchOrders\x12\x1f.stockctl.v1.WatchOrdersRequest\x1a .stockctl.v1.WatchOrdersResponse0\x01BS\n" +
+	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_stock_service_proto_rawDescOnce sync.Once
