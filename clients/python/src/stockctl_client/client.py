@@ -76,18 +76,21 @@ class Client:
         # Keepalive pings find a dead server under a quiet stream (a held lock, an idle feed).
         opts = [("grpc.keepalive_time_ms", 10000), ("grpc.keepalive_timeout_ms", 5000),
                 ("grpc.keepalive_permit_without_calls", 0), ("grpc.http2.max_pings_without_data", 0)] + list(options)
-        self._channels = []
-        for t in self.targets:
-            ch = grpc.secure_channel(t, credentials, options=opts) if credentials else grpc.insecure_channel(t, options=opts)
-            if interceptors:
-                ch = grpc.intercept_channel(ch, *interceptors)
-            self._channels.append(ch)
+        self._channels = [self._channel(t, credentials, opts, interceptors) for t in self.targets]
         self._stock = [stg.StockServiceStub(ch) for ch in self._channels]
         self._locks = [lkg.LockServiceStub(ch) for ch in self._channels]
         self._mu = threading.Lock()
         self._current = 0
 
     # -- plumbing ---------------------------------------------------------
+
+    @staticmethod
+    def _channel(target: str, credentials: Optional[grpc.ChannelCredentials], opts: List[Tuple[str, Any]],
+                 interceptors: Sequence[Any]) -> Any:
+        ch = grpc.secure_channel(target, credentials, options=opts) if credentials else grpc.insecure_channel(target, options=opts)
+        if interceptors:
+            ch = grpc.intercept_channel(ch, *interceptors)
+        return ch
 
     def close(self) -> None:
         for ch in self._channels:
@@ -113,14 +116,15 @@ class Client:
         return max(d, err.retry_delay or 0.0)
 
     def _unary(self, service: str, method: str, request: Any, retry: bool = True, target: Optional[int] = None,
-               timeout: Optional[float] = None) -> Any:
+               timeout: Optional[float] = None, post: Optional[Callable[[Any], Any]] = None) -> Any:
         attempts = self.attempts if retry else 1
         for attempt in range(attempts):
             i = self._target() if target is None else target
             stub = (self._stock if service == "stock" else self._locks)[i]
             try:
-                return getattr(stub, method)(request, metadata=self.metadata,
+                resp = getattr(stub, method)(request, metadata=self.metadata,
                                              timeout=self.timeout if timeout is None else timeout)
+                return post(resp) if post else resp
             except grpc.RpcError as rpc_err:
                 err = errors.from_rpc_error(rpc_err)
                 if attempt + 1 >= attempts or not retryable(err):
@@ -172,7 +176,7 @@ class Client:
 
     def status(self, sku: str) -> st.StockStatus:
         """The SKU's stock at one etcd revision."""
-        return self._unary("stock", "Status", st.StatusRequest(sku=sku)).status
+        return self._unary("stock", "Status", st.StatusRequest(sku=sku), post=lambda r: r.status)
 
     def audit(self, sku: str) -> st.AuditResponse:
         """Checks the books; ok is False (with problems) when they do not balance."""
