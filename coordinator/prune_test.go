@@ -101,8 +101,8 @@ func TestPruneArchivesOldOrders(t *testing.T) {
 	if st.Allocated != before.Allocated || st.Archived != 3 || st.ArchivedOrders != 4 || st.Orders != 2 {
 		t.Fatalf("status after prune %+v (before %+v)", st, before)
 	}
-	if n := keyCount(t, c, engines.Of(c).Keys.Prefix()+"orderid/"); n != 2 {
-		t.Fatalf("%d order-ID claims left, want 2", n)
+	if n := keyCount(t, c, engines.Of(c).Keys.Orders("p")); n != 2 {
+		t.Fatalf("%d order records (the IDs' claims) left, want 2", n)
 	}
 
 	// A kept order replays; a pruned one is forgotten.

@@ -93,7 +93,7 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	}
 	for _, r := range batch {
 		if r.order != "" {
-			ops = append(ops, clientv3.OpGet(e.keys.OrderID(r.order)))
+			ops = append(ops, clientv3.OpGet(e.keys.Order(r.sku.name, r.order)))
 		}
 	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()

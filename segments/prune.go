@@ -202,6 +202,8 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 	add := Archive{}
 	for i, o := range orders {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[i].Key)), "=", kvs[i].ModRevision))
+		// The record is the ID's claim; the orderid/ key is a legacy
+		// claim, present only on orders placed by an older stockctl.
 		ops = append(ops, clientv3.OpDelete(string(kvs[i].Key)), clientv3.OpDelete(e.keys.OrderID(o.ID)))
 		add.Orders++
 		switch {

@@ -63,12 +63,12 @@ func (s *snapshot) withStock() []Place {
 	return ps
 }
 
-// snapshot reads all of sku's counters, and the claim of order (if order is
+// snapshot reads all of sku's counters, and the record of order (if order is
 // not empty), in one transaction: one revision.
 func (e *Engine) snapshot(ctx context.Context, sku *skuInfo, order string) (*snapshot, error) {
 	ops := []clientv3.Op{clientv3.OpGet(e.keys.SKUStock(sku.name), clientv3.WithPrefix())}
 	if order != "" {
-		ops = append(ops, clientv3.OpGet(e.keys.OrderID(order)))
+		ops = append(ops, clientv3.OpGet(e.keys.Order(sku.name, order)))
 	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {

@@ -128,7 +128,7 @@ func TestExitCodes(t *testing.T) {
 	// 5: conflict.
 	e.fails(ExitConflict, "the SKU already exists", "init", "hat", "--total", "3", "--segments", "2")
 	e.fails(ExitConflict, `hat order "h1": conflict: the order was already applied with qty 2, not 1`, "allocate", "hat", "--order", "h1", "--qty", "1")
-	e.fails(ExitConflict, `scarf order "h1": conflict: the order ID was already used for SKU "hat"`, "allocate", "scarf", "--order", "h1", "--qty", "1")
+	e.fails(ExitConflict, `hat order "h1": conflict: the order was already applied for buyer "", not "bo"`, "allocate", "hat", "--order", "h1", "--qty", "2", "--buyer", "bo")
 	e.ok("restock", "hat", "--delivery", "dn-1", "--qty", "4")
 	e.fails(ExitConflict, `delivery "dn-1" was already applied with qty 4, not 5`, "restock", "hat", "--delivery", "dn-1", "--qty", "5")
 }
