@@ -222,8 +222,20 @@ public class ClientTest {
       expect(StockctlException.LockKindUnsupported.class,
           () -> c.acquire(AcquireRequest.newBuilder().setName(name("j-kind")).setKindValue(99).build()));
       expect(StockctlException.HoldNotFound.class, () -> c.keepAlive("h_NOSUCHHOLD"));
-      AcquireResponse h = c.acquire(name("j-lapse"), LockKind.LOCK_KIND_EXCLUSIVE, Duration.ofSeconds(1));
-      sleepUntil(Instant.ofEpochSecond(h.getExpireTime().getSeconds(), h.getExpireTime().getNanos()).plusMillis(500));
+      String lapse = name("j-lapse");
+      AcquireResponse h = c.acquire(lapse, LockKind.LOCK_KIND_EXCLUSIVE, Duration.ofSeconds(1));
+      // no KeepAlive: wait until the server has let the hold go, seen as the lock being free (a
+      // KeepAlive that beat the server's own timer would extend it)
+      Instant bound = Instant.now().plus(BOUND);
+      while (true) {
+        try {
+          c.releaseHold(c.acquire(AcquireRequest.newBuilder().setName(lapse).setWait(StockctlClient.duration(Duration.ZERO)).build()).getHoldId());
+          break;
+        } catch (StockctlException.LockBusy busy) {
+          assertTrue("the server never let the hold go", Instant.now().isBefore(bound));
+          Thread.sleep(100);
+        }
+      }
       StockctlException.LockLost ll = expect(StockctlException.LockLost.class, () -> c.keepAlive(h.getHoldId()));
       assertEquals(h.getToken(), ll.token);
       assertEquals("KEEPALIVE_TIMEOUT", ll.lostReason);
