@@ -1044,7 +1044,8 @@ const file_stockctl_v1_inspect_service_proto_rawDesc = "" +
 	"\x10ListPlaceHolders\x12$.stockctl.v1.ListPlaceHoldersRequest\x1a%.stockctl.v1.ListPlaceHoldersResponse\x12M\n" +
 	"\n" +
 	"GetCluster\x12\x1e.stockctl.v1.GetClusterRequest\x1a\x1f.stockctl.v1.GetClusterResponse\x12Y\n" +
-	"\x0eGetOrderCounts\x12\".stockctl.v1.GetOrderCountsRequest\x1a#.stockctl.v1.GetOrderCountsResponseB9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\x0eGetOrderCounts\x12\".stockctl.v1.GetOrderCountsRequest\x1a#.stockctl.v1.GetOrderCountsResponseBS\n" +
+	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_inspect_service_proto_rawDescOnce sync.Once
