@@ -193,7 +193,7 @@ func (e *Engine) commitGroup(bg context.Context, batch []*commitReq) (deferred [
 			ops = append(ops, clientv3.OpPut(bp.st.key, EncodeCounter(bp.value)))
 			diag = append(diag, clientv3.OpGet(bp.own.Key(), clientv3.WithKeysOnly()))
 		}
-		resp, partsOf, err := e.sendOrders(ctx, batch, users, cmps, ops, diag)
+		resp, partsOf, gone, err := e.sendOrders(ctx, batch, users, cmps, ops, diag)
 		if err != nil {
 			// The outcome is unknown: the orders' callers retry under the
 			// same IDs to learn it, and the places are read again before
@@ -225,6 +225,7 @@ func (e *Engine) commitGroup(bg context.Context, batch []*commitReq) (deferred [
 		e.settleUsers(users, 0, tail)
 		var held []*batchPlace
 		batch, held = e.diagnose(ctx, batch, order, resp.Responses)
+		batch = dropGone(batch, gone)
 		e.refreshPlaces(ctx, held)
 		if hot := changedUsers(users, tail); len(hot) > 0 {
 			var cool, later []*commitReq

@@ -45,6 +45,7 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 	places := map[*placeState]bool{}
 	orders := map[string]bool{}
 	users := map[string]bool{}
+	skus := map[*skuInfo]bool{}
 	rest = queue[:0]
 	full := false
 	for _, cr := range queue {
@@ -59,6 +60,10 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 		newUser := cr.req.userKey != "" && !users[cr.req.userKey]
 		if newUser {
 			nc, np, ng = nc+1, np+1, ng+1 // the buyer's counter
+		}
+		newSKU := cr.req.sku.created != 0 && !skus[cr.req.sku]
+		if newSKU {
+			nc, ng = nc+1, ng+1 // the SKU's incarnation
 		}
 		var fresh []*placeState
 		for _, p := range cr.parts {
@@ -79,6 +84,9 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 		orders[cr.req.order] = true
 		if newUser {
 			users[cr.req.userKey] = true
+		}
+		if newSKU {
+			skus[cr.req.sku] = true
 		}
 		batch = append(batch, cr)
 	}
@@ -197,22 +205,65 @@ func (r *commitReq) segmentParts() []Part {
 
 // sendOrders sends a group commit whose places' compares, puts and Else
 // reads are in cmps, ops and diag, with what every batch of orders carries
-// after them: each order's absence compare, record puts and ID read, then
-// the buyers' counters last (diagnose expects the Else reads in that
-// order). partsOf are each order's parts, as recorded. Held and direct
-// commits both send through it.
-func (e *Engine) sendOrders(ctx context.Context, batch []*commitReq, users []*batchUser, cmps []clientv3.Cmp, ops, diag []clientv3.Op) (resp *clientv3.TxnResponse, partsOf [][]Part, err error) {
+// after them: each order's absence compare, record put and record read,
+// each SKU's incarnation compare and meta read, then the buyers' counters
+// last (diagnose expects the Else reads in that order). partsOf are each
+// order's parts, as recorded. Held and direct commits both send through
+// it. A refused commit's gone are the SKUs it found deleted or replaced
+// (forgotten: their orders are answered with the error, nothing written).
+func (e *Engine) sendOrders(ctx context.Context, batch []*commitReq, users []*batchUser, cmps []clientv3.Cmp, ops, diag []clientv3.Op) (resp *clientv3.TxnResponse, partsOf [][]Part, gone map[*skuInfo]error, err error) {
 	partsOf = make([][]Part, len(batch))
+	var skus []*skuInfo
+	seen := map[*skuInfo]bool{}
 	for i, cr := range batch {
 		partsOf[i] = cr.segmentParts()
 		cmps = append(cmps, e.orderAbsent(cr.req.sku.name, cr.req.order))
 		ops = append(ops, e.orderPuts(cr.req, partsOf[i])...)
 		diag = append(diag, clientv3.OpGet(e.orderKey(cr.req)))
+		if !seen[cr.req.sku] && cr.req.sku.created != 0 {
+			seen[cr.req.sku] = true
+			skus = append(skus, cr.req.sku)
+		}
+	}
+	metaAt := len(diag)
+	for _, info := range skus {
+		cmps = append(cmps, e.incarnation(info)...)
+		diag = append(diag, clientv3.OpGet(e.keys.Meta(info.name), clientv3.WithKeysOnly()))
 	}
 	ucmps, uops, udiag := userCmpsOps(users)
 	cmps, ops, diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)
 	sent := time.Now()
 	resp, err = e.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
 	e.metrics.committed(len(batch), time.Since(sent), commitOutcome(resp, err))
-	return resp, partsOf, err
+	if err == nil && !resp.Succeeded {
+		for i, info := range skus {
+			kvs := resp.Responses[metaAt+i].GetResponseRange().GetKvs()
+			if len(kvs) == 1 && kvs[0].CreateRevision == info.created {
+				continue
+			}
+			e.forgetSKU(info)
+			if gone == nil {
+				gone = map[*skuInfo]error{}
+			}
+			gone[info] = skuGoneErr(info, len(kvs) == 0)
+		}
+	}
+	return resp, partsOf, gone, err
+}
+
+// dropGone answers the requests of SKUs in gone with their error and
+// returns the others.
+func dropGone(batch []*commitReq, gone map[*skuInfo]error) []*commitReq {
+	if len(gone) == 0 {
+		return batch
+	}
+	keep := batch[:0:0]
+	for _, cr := range batch {
+		if err := gone[cr.req.sku]; err != nil {
+			cr.finish(failed(err))
+		} else {
+			keep = append(keep, cr)
+		}
+	}
+	return keep
 }

@@ -280,7 +280,7 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 // holds N less their parts from it. The rewrite fails any commit of the
 // previous owner that comes after it, so none of its sales is missed.
 // Reports whether the place is owned here.
-func (e *Engine) takeDirect(ctx context.Context, st *placeState) (bool, error) {
+func (e *Engine) takeDirect(ctx context.Context, info *skuInfo, st *placeState) (bool, error) {
 	st.loadMu.Lock()
 	defer st.loadMu.Unlock()
 	st.mu.Lock()
@@ -292,7 +292,7 @@ func (e *Engine) takeDirect(ctx context.Context, st *placeState) (bool, error) {
 	if !d.known {
 		return false, nil
 	}
-	t := e.newTakeover(st, d)
+	t := e.newTakeover(info, st, d)
 	resp, err := e.kv.Txn(ctx).If(t.cmps()...).Then(t.ops()...).Commit()
 	if err != nil {
 		st.forgetDirect()
@@ -309,22 +309,25 @@ func (e *Engine) takeDirect(ctx context.Context, st *placeState) (bool, error) {
 // a transaction may carry beside other places'.
 type takeover struct {
 	e    *Engine
+	info *skuInfo
 	st   *placeState
 	d    directState // the cache it was planned on
 	l    lazySeg
 	next SegmentCounter
 }
 
-func (e *Engine) newTakeover(st *placeState, d directState) *takeover {
+func (e *Engine) newTakeover(info *skuInfo, st *placeState, d directState) *takeover {
 	l := lazySeg{index: st.place.Index(), base: d.raw.BaseAt(d.mod), n: d.raw.N}
-	return &takeover{e: e, st: st, d: d, l: l, next: SegmentCounter{N: d.raw.N, Base: l.base, Owner: e.owner}}
+	return &takeover{e: e, info: info, st: st, d: d, l: l, next: SegmentCounter{N: d.raw.N, Base: l.base, Owner: e.owner}}
 }
 
+// cmps: the counter as last seen, no lock key, and the SKU's incarnation
+// (a stale view must not write a counter the SKU may not have).
 func (t *takeover) cmps() []clientv3.Cmp {
-	return []clientv3.Cmp{
+	return append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.ModRevision(t.st.key), "=", t.d.mod),
 		clientv3.Compare(clientv3.CreateRevision(t.e.keys.SegmentLock(t.st.sku, t.l.index)), "=", 0).WithPrefix(),
-	}
+	}, t.e.incarnation(t.info)...)
 }
 
 // ops are the counter's rewrite, the inbox's read and (when the counter

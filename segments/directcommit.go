@@ -185,7 +185,7 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 			diag = append(diag, clientv3.OpGet(dp.lockPfx, clientv3.WithPrefix(), clientv3.WithCountOnly()))
 		}
 	}
-	resp, partsOf, err := e.sendOrders(ctx, batch, users, cmps, ops, diag)
+	resp, partsOf, gone, err := e.sendOrders(ctx, batch, users, cmps, ops, diag)
 	if err != nil {
 		// The outcome is unknown: the callers retry under the same IDs to
 		// learn it; the places need a look before their next direct order.
@@ -243,6 +243,8 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 		idx := rs[next].GetResponseRange().GetKvs()
 		next++
 		switch {
+		case gone[cr.req.sku] != nil && len(idx) == 0:
+			cr.finish(failed(gone[cr.req.sku]))
 		case len(idx) > 0:
 			cr.finish(result(e.replay(ctx, cr.req, idx[0])))
 		case cr.touchesDirect(places, func(dp *directPlan) bool { return raced[dp.st] }):
@@ -289,13 +291,13 @@ func (e *Engine) takeDirects(ctx context.Context, batch []*commitReq) (again []*
 			case !d.known:
 				lost[p.st] = nil
 			default:
-				todo = append(todo, e.newTakeover(p.st, d))
+				todo = append(todo, e.newTakeover(cr.req.sku, p.st, d))
 			}
 		}
 	}
 	// The takeovers go together, in transactions of up to MaxTxnOps
 	// compares and ops; a refused one is tried place by place.
-	per := max(1, e.cfg.MaxTxnOps/3)
+	per := max(1, e.cfg.MaxTxnOps/4)
 	for len(todo) > 0 {
 		chunk := todo[:min(per, len(todo))]
 		todo = todo[len(chunk):]
@@ -322,7 +324,7 @@ func (e *Engine) takeDirects(ctx context.Context, batch []*commitReq) (again []*
 			}
 		default:
 			for _, t := range chunk {
-				if owned, err := e.takeDirect(ctx, t.st); err != nil || !owned {
+				if owned, err := e.takeDirect(ctx, t.info, t.st); err != nil || !owned {
 					lost[t.st] = err
 				}
 			}

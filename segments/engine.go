@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -145,6 +147,14 @@ type skuInfo struct {
 	// lowWatermark is the policy's, as first read (direct.go settles a
 	// lazy segment that falls below it).
 	lowWatermark int64
+	// created is the meta record's CreateRevision: the SKU's incarnation.
+	// A SKU deleted and created again under the same name is another
+	// one, with another segment count maybe; every write that moves stock
+	// compares it (incarnation), so a process with this stale view fails
+	// cleanly and reads again (forgetSKU). 0: not known (no fence).
+	created int64
+	// gone is set once the SKU is known to have been deleted or replaced.
+	gone atomic.Bool
 }
 
 type placeID struct {
@@ -179,14 +189,14 @@ func (e *Engine) sku(ctx context.Context, name string) (*skuInfo, error) {
 		info = e.skus[name]
 	}
 	e.mu.Unlock()
-	if info != nil {
+	if info != nil && !info.gone.Load() {
 		return info, nil
 	}
-	meta, _, err := e.Meta(ctx, name)
+	meta, created, err := e.metaCreated(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	info = infoOf(name, meta)
+	info = infoOf(name, meta, created)
 	e.mu.Lock()
 	e.skus[name] = info
 	e.mu.Unlock()
@@ -213,13 +223,84 @@ func (e *Engine) prefetchMetas(ctx context.Context) {
 			continue
 		}
 		if m, err := DecodeMeta(string(kv.Key), kv.Value); err == nil && !m.Creating && e.skus[name] == nil {
-			e.skus[name] = infoOf(name, m)
+			e.skus[name] = infoOf(name, m, kv.CreateRevision)
 		}
 	}
 }
 
-func infoOf(name string, m Meta) *skuInfo {
-	return &skuInfo{name: name, segments: m.Segments, refillBatch: m.RefillBatch, perUserLimit: m.PerUserLimit, lowWatermark: m.LowWatermark}
+func infoOf(name string, m Meta, created int64) *skuInfo {
+	return &skuInfo{name: name, segments: m.Segments, refillBatch: m.RefillBatch, perUserLimit: m.PerUserLimit,
+		lowWatermark: m.LowWatermark, created: created}
+}
+
+// metaCreated is Meta with the record's CreateRevision instead of its
+// ModRevision.
+func (e *Engine) metaCreated(ctx context.Context, sku string) (Meta, int64, error) {
+	m, _, err := e.Meta(ctx, sku)
+	if err != nil {
+		return m, 0, err
+	}
+	resp, err := e.kv.Get(ctx, e.keys.Meta(sku), clientv3.WithKeysOnly())
+	if err != nil {
+		return Meta{}, 0, fmt.Errorf("read meta of %s: %w", sku, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Meta{}, 0, ErrUnknownSKU
+	}
+	return m, resp.Kvs[0].CreateRevision, nil
+}
+
+// incarnation is the compare that sku is still the SKU info was read from
+// (its meta record created at info.created): nil when that is not known.
+func (e *Engine) incarnation(info *skuInfo) []clientv3.Cmp {
+	if info == nil || info.created == 0 {
+		return nil
+	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.keys.Meta(info.name)), "=", info.created)}
+}
+
+// skuChanged reads whether info's SKU was deleted or replaced (its meta
+// record is gone, or was created again); if so it forgets info and
+// returns the error to answer with.
+func (e *Engine) skuChanged(ctx context.Context, info *skuInfo) error {
+	if info == nil || info.created == 0 {
+		return nil
+	}
+	if info.gone.Load() {
+		return skuGoneErr(info, true)
+	}
+	resp, err := e.kv.Get(ctx, e.keys.Meta(info.name), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil // cannot tell: the caller goes on as it would
+	}
+	if len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == info.created {
+		return nil
+	}
+	e.forgetSKU(info)
+	return skuGoneErr(info, len(resp.Kvs) == 0)
+}
+
+func skuGoneErr(info *skuInfo, deleted bool) error {
+	if deleted {
+		return fmt.Errorf("%w: %s was deleted while the request ran; nothing was written", ErrUnknownSKU, info.name)
+	}
+	return fmt.Errorf("%w: %s was deleted and created again while the request ran; nothing was written: retry it", ErrConflict, info.name)
+}
+
+// forgetSKU drops info, a view of a SKU that was deleted or replaced: the
+// next request reads the SKU again. Its seller, if any, stays until it is
+// idle (the reaper closes it) but no new request reaches it.
+func (e *Engine) forgetSKU(info *skuInfo) {
+	info.gone.Store(true)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.skus[info.name] == info {
+		delete(e.skus, info.name)
+	}
+	if s := e.sellers[info.name]; s != nil && s.sku == info {
+		delete(e.sellers, info.name)
+		e.sellers[info.name+"\x00"+strconv.FormatInt(info.created, 10)] = s
+	}
 }
 
 // Meta reads sku's meta record and its mod revision. A SKU still being

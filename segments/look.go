@@ -96,6 +96,13 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 			ops = append(ops, clientv3.OpGet(e.keys.Order(r.sku.name, r.order)))
 		}
 	}
+	// Each SKU's meta record, keys only: a SKU deleted (or deleted and
+	// created again) since this process read it is answered as such, not
+	// from a view of counters it no longer has.
+	metaAt := len(ops)
+	for _, info := range skus {
+		ops = append(ops, clientv3.OpGet(e.keys.Meta(info.name), clientv3.WithKeysOnly()))
+	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		for _, r := range batch {
@@ -107,6 +114,12 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	snaps := make(map[string]*snapshot, len(skus))
 	errs := map[string]error{}
 	for i, info := range skus {
+		if kvs := resp.Responses[metaAt+i].GetResponseRange().GetKvs(); info.created != 0 &&
+			(len(kvs) == 0 || kvs[0].CreateRevision != info.created) {
+			e.forgetSKU(info)
+			errs[info.name] = skuGoneErr(info, len(kvs) == 0)
+			continue
+		}
 		snaps[info.name], errs[info.name] = e.decodeSnapshot(info, resp.Header.Revision, resp.Responses[i].GetResponseRange().Kvs)
 	}
 	e.settleLooks(ctx, skus, snaps, errs)

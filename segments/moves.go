@@ -68,6 +68,10 @@ func (e *Engine) refill(ctx context.Context, sku string, want map[int]int64, bel
 		return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 	}
 	defer pool.unlock()
+	// The SKU must still be the one whose segments were counted: a stale
+	// view of a SKU deleted and created again would move its pool's stock
+	// into segments it does not have.
+	fence = append(slices.Clone(fence), e.incarnation(info)...)
 
 	// Each transaction reads two keys and compares one per segment, on top
 	// of the pool's and the fence's compares: as many segments as fit
@@ -78,7 +82,7 @@ func (e *Engine) refill(ctx context.Context, sku string, want map[int]int64, bel
 	for len(targets) > 0 {
 		chunk := targets[:min(per, len(targets))]
 		targets = targets[len(chunk):]
-		m, r, err := e.refillChunk(ctx, sku, pool, chunk, want, below, note, fence)
+		m, r, err := e.refillChunk(ctx, info, pool, chunk, want, below, note, fence)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -89,7 +93,8 @@ func (e *Engine) refill(ctx context.Context, sku string, want map[int]int64, bel
 }
 
 // refillChunk is one transaction of refill, for targets.
-func (e *Engine) refillChunk(ctx context.Context, sku string, pool *heldPlace, targets []int, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (map[int]int64, int64, error) {
+func (e *Engine) refillChunk(ctx context.Context, info *skuInfo, pool *heldPlace, targets []int, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (map[int]int64, int64, error) {
+	sku := info.name
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		if err := pool.load(ctx, false); err != nil {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
@@ -160,6 +165,9 @@ func (e *Engine) refillChunk(ctx context.Context, sku string, pool *heldPlace, t
 		if !stillOwned(resp.Responses[0], pool) {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, lock.ErrLost)
 		}
+		if err := e.skuChanged(ctx, info); err != nil {
+			return nil, 0, fmt.Errorf("refill: %w", err)
+		}
 		if err := e.checkFence(ctx, fence); err != nil {
 			return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 		}
@@ -196,6 +204,7 @@ func (e *Engine) Drain(ctx context.Context, sku string, seg int, wait time.Durat
 		return 0, 0, fmt.Errorf("drain %s: %w", sku, err)
 	}
 	defer pool.unlock()
+	fence = append(slices.Clone(fence), e.incarnation(info)...)
 	sp, err := e.lockPlace(ctx, sku, Segment(seg), wait)
 	if err != nil {
 		return 0, 0, fmt.Errorf("drain %s segment %d: %w", sku, seg, err)
@@ -245,6 +254,9 @@ func (e *Engine) Drain(ctx context.Context, sku string, seg int, wait time.Durat
 		}
 		if !stillOwned(resp.Responses[0], pool) || !stillOwned(resp.Responses[1], sp) {
 			return 0, 0, fmt.Errorf("drain %s: %w", sku, lock.ErrLost)
+		}
+		if err := e.skuChanged(ctx, info); err != nil {
+			return 0, 0, fmt.Errorf("drain: %w", err)
 		}
 		if err := e.checkFence(ctx, fence); err != nil {
 			return 0, 0, fmt.Errorf("drain %s: %w", sku, err)

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,8 +93,11 @@ type slotWaiter struct {
 // nobody used for SellerIdle, holding no segment, is evicted (reap), so
 // that an idle SKU costs this process nothing but its cached meta.
 func (e *Engine) seller(info *skuInfo) (*seller, error) {
+	if info.gone.Load() {
+		return nil, skuGoneErr(info, false)
+	}
 	e.mu.Lock()
-	if s := e.sellers[info.name]; s != nil {
+	if s := e.sellers[info.name]; s != nil && s.sku == info {
 		s.users++
 		e.mu.Unlock()
 		return s, nil
@@ -114,13 +118,17 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 		s.view = append(s.view, map[string]lockKey{})
 	}
 	e.mu.Lock()
-	if old := e.sellers[info.name]; old != nil {
+	if old := e.sellers[info.name]; old != nil && old.sku == info {
 		old.users++
 		e.mu.Unlock()
 		for _, q := range s.qs {
 			e.locks.Unref(q)
 		}
 		return old, nil
+	} else if old != nil {
+		// A seller of another incarnation of the SKU: it is reaped once
+		// idle, and gets no new request.
+		e.sellers[info.name+"\x00"+strconv.FormatInt(old.sku.created, 10)] = old
 	}
 	e.sellers[info.name] = s
 	s.users = 1
