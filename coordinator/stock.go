@@ -270,8 +270,10 @@ func (c *Coordinator) Prune(ctx context.Context, sku string, before time.Time) (
 // holding or waiting for the lock of its pool or a segment (otherwise
 // ErrConflict, naming which). Its orders are archived as Prune does, then
 // every key of the SKU is deleted in one transaction; stock left in it goes
-// too. A process that cached the SKU keeps its segment count until it
-// restarts: recreate the name with the same segment count, or restart them.
+// too. The name may be created again, with any segment count: a process
+// that cached the old SKU fails its next order cleanly (ErrUnknownSKU, or
+// ErrConflict if the SKU was created again: retry it), writing nothing, and
+// reads the SKU again.
 func (c *Coordinator) DeleteSKU(ctx context.Context, sku string) (*Deleted, error) {
 	return c.stock.DeleteSKU(ctx, sku)
 }

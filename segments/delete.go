@@ -39,8 +39,8 @@ type Deleted struct {
 // still in the pool or the segments goes with it (Deleted says how much).
 //
 // The name may then be created again. A process that sold the SKU before
-// keeps what it cached of it (its segment count) until it restarts: create
-// it again with the same segment count, or restart those processes first.
+// finds out at its next write or look (they compare the SKU's incarnation):
+// it answers cleanly, writes nothing, and reads the SKU again.
 func (e *Engine) DeleteSKU(ctx context.Context, sku string) (*Deleted, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return nil, fmt.Errorf("delete %s: %w", sku, err)
