@@ -1,5 +1,6 @@
 """The client against real stockctl serve processes (started by the Go test clients/TestPythonClient)."""
 
+import concurrent.futures
 import datetime
 import os
 import signal
@@ -126,6 +127,26 @@ class OrderStreams(unittest.TestCase):
             self.assertIsInstance(b.exception(), sc.PerUserLimitExceeded)
             self.assertEqual(b.exception().limit, 1)
             self.assertIsInstance(x.exception(), sc.OrderConflict)
+
+    def test_unanswered_orders_resent_after_a_break(self):
+        with client() as c:
+            sku = env.name("py-os-break")
+            c.create_sku(sku, total=10, segments=2, initial_fill=10)
+        lose = LoseStreamReplies(5)
+        with client(interceptors=[lose]) as c:
+            stream = c.order_stream()
+            futures = [stream.allocate(sku, "%s-%d" % (sku, i), 1) for i in range(5)]
+            concurrent.futures.wait(futures, timeout=BOUND)
+            stream.close()
+            # The first stream committed all five and its answers were lost with it: the second
+            # stream sent them again, with the same order IDs, and each answered replayed.
+            self.assertEqual(len(lose.swallowed), 5)
+            first = {r.id: r.allocated for r in lose.swallowed}
+            for f in futures:
+                self.assertTrue(f.done(), "an order was never answered")
+                self.assertTrue(f.result().replayed)
+            self.assertEqual(sorted(f.result().revision for f in futures), sorted(a.revision for a in first.values()))
+            self.assertEqual(c.status(sku).remaining, 5)
 
     def test_list_skus(self):
         with client() as c:
@@ -291,6 +312,28 @@ class LoseFirstReply(grpc.UnaryUnaryClientInterceptor):
             self.lost.append(outcome.result())
             raise _Unavailable()
         return outcome
+
+
+class LoseStreamReplies(grpc.StreamStreamClientInterceptor):
+    """Lets the first OrderStream's orders commit, swallows their n answers, then breaks the stream."""
+
+    def __init__(self, n):
+        self.n, self.swallowed, self.used = n, [], False
+
+    def intercept_stream_stream(self, continuation, details, request_iterator):
+        call = continuation(details, request_iterator)
+        if self.used or not details.method.endswith("/OrderStream"):
+            return call
+        self.used = True
+
+        def responses():  # yields nothing: every answer of this stream is lost
+            for resp in call:
+                self.swallowed.append(resp)
+                if len(self.swallowed) >= self.n:
+                    call.cancel()
+                    raise _Unavailable()
+            yield from ()
+        return responses()
 
 
 class _Unavailable(grpc.RpcError):

@@ -16,6 +16,7 @@ import com.github.stockctl.v1.HoldAcquire;
 import com.github.stockctl.v1.LockKind;
 import com.github.stockctl.v1.OrderEvent;
 import com.github.stockctl.v1.OrderState;
+import com.github.stockctl.v1.OrderStreamResponse;
 import com.github.stockctl.v1.ReserveResponse;
 import com.github.stockctl.v1.StockStatus;
 import com.github.stockctl.v1.WatchOrdersRequest;
@@ -194,6 +195,80 @@ public class ClientTest {
       }
       assertEquals(0, c.status(sku).getRemaining());
       assertEquals(40, c.audit(sku).getOrders());
+    }
+  }
+
+  /** Lets the first OrderStream's orders commit, swallows their n answers, then breaks the stream. */
+  static final class LoseStreamReplies implements ClientInterceptor {
+    final int n;
+    final List<OrderStreamResponse> swallowed = new java.util.concurrent.CopyOnWriteArrayList<>();
+    final AtomicBoolean used = new AtomicBoolean();
+
+    LoseStreamReplies(int n) {
+      this.n = n;
+    }
+
+    @Override
+    public <Q, A> ClientCall<Q, A> interceptCall(MethodDescriptor<Q, A> m, CallOptions o, Channel next) {
+      ClientCall<Q, A> call = next.newCall(m, o);
+      if (!m.getFullMethodName().endsWith("/OrderStream") || !used.compareAndSet(false, true)) {
+        return call;
+      }
+      return new ForwardingClientCall.SimpleForwardingClientCall<Q, A>(call) {
+        @Override
+        public void start(Listener<A> l, Metadata h) {
+          super.start(new ForwardingClientCallListener.SimpleForwardingClientCallListener<A>(l) {
+            @Override
+            public void onMessage(A message) {
+              swallowed.add((OrderStreamResponse) message);
+              if (swallowed.size() >= n) {
+                call.cancel("the test breaks the stream", null);
+              } else {
+                call.request(1); // what the stub would have asked for had it seen this answer
+              }
+            }
+
+            @Override
+            public void onClose(Status s, Metadata t) {
+              super.onClose(swallowed.size() >= n ? Status.UNAVAILABLE.withDescription("the stream broke (test)") : s, new Metadata());
+            }
+          }, h);
+        }
+      };
+    }
+  }
+
+  @Test
+  public void unansweredOrdersResentAfterABreak() throws Exception {
+    String sku = name("j-os-break");
+    try (StockctlClient c = client().build()) {
+      c.createSku(sku, 10, 2, 10);
+    }
+    LoseStreamReplies lose = new LoseStreamReplies(5);
+    try (StockctlClient c = client().interceptor(lose).build()) {
+      OrderStream stream = c.orderStream();
+      List<java.util.concurrent.CompletableFuture<AllocateResponse>> futures = new ArrayList<>();
+      for (int i = 0; i < 5; i++) {
+        futures.add(stream.allocate(sku, sku + "-" + i, 1));
+      }
+      // the first stream committed all five and its answers were lost with it: the second stream
+      // sent them again, with the same order IDs, and each answered replayed
+      List<Long> revisions = new ArrayList<>();
+      for (java.util.concurrent.CompletableFuture<AllocateResponse> f : futures) {
+        AllocateResponse r = f.get(BOUND.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+        assertTrue(r.getReplayed());
+        revisions.add(r.getRevision());
+      }
+      stream.close();
+      assertEquals(5, lose.swallowed.size());
+      List<Long> first = new ArrayList<>();
+      for (OrderStreamResponse r : lose.swallowed) {
+        first.add(r.getAllocated().getRevision());
+      }
+      java.util.Collections.sort(first);
+      java.util.Collections.sort(revisions);
+      assertEquals(first, revisions);
+      assertEquals(5, c.status(sku).getRemaining());
     }
   }
 
