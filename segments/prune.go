@@ -203,6 +203,13 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 	for _, k := range users {
 		reads = append(reads, clientv3.OpGet(k))
 	}
+	// The records again, in the same read as the buyers' counters: a
+	// release or a cancel between the page's read and this one lowers a
+	// counter below what the page's records say, and is a race, not
+	// corruption.
+	for _, kv := range kvs {
+		reads = append(reads, clientv3.OpGet(string(kv.Key), clientv3.WithKeysOnly()))
+	}
 	cur, err := e.kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return false, err
@@ -243,7 +250,14 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 			return false, err
 		}
 		if v < take[k] {
-			return false, fmt.Errorf("%w: buyer counter %s holds %d, less than its pruned orders' %d", ErrCorrupt, k, v, take[k])
+			for j, kv := range kvs {
+				now := cur.Responses[1+len(users)+j].GetResponseRange().GetKvs()
+				if len(now) == 0 || now[0].ModRevision != kv.ModRevision {
+					return false, nil // a record moved since the page was read: read again
+				}
+			}
+			return false, fmt.Errorf("%w: buyer counter %s holds %d, less than its pruned orders' %d (read at revision %d)",
+				ErrCorrupt, k, v, take[k], cur.Header.Revision)
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", mod))
 		if v == take[k] {

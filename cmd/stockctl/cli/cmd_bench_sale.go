@@ -26,7 +26,7 @@ import (
 func saleFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.BoolFlag{Name: "sale", EnvVars: []string{"STOCKCTL_BENCH_SALE"},
-			Usage: "run the sale shapes instead of the lock shapes: sell-out storms, releases racing them, many SKUs (pure allocation)"},
+			Usage: "run the sale shapes instead of the lock shapes: sell-out storms, releases racing them, many SKUs (pure allocation); strategies stockctl, stockctl-lazy (coordinator.WithLazySegments) and, with --redis, the Redis peers"},
 		&ucli.StringFlag{Name: "sale-shapes", EnvVars: []string{"STOCKCTL_BENCH_SALE_SHAPES"},
 			Usage: "with --sale: shapes to run, comma-separated (default: storm, zero, storm-release, one, many, many-skewed, many-10k, limit-64; also limit-1, limit-4, limit-18, the physical limit at smaller batches)"},
 		&ucli.IntFlag{Name: "sale-skus", Value: bench.DefaultSaleSKUs, EnvVars: []string{"STOCKCTL_BENCH_SALE_SKUS"},
@@ -131,7 +131,7 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 	case cfg.TruthSample < 0:
 		return usageError("invalid --truth-sample %d: must not be negative", cfg.TruthSample)
 	}
-	specs := []bench.SaleSpec{bench.StockctlSale()}
+	specs := []bench.SaleSpec{bench.StockctlSale(), bench.StockctlLazySale()}
 	if b.Redis != "" {
 		more, err := bench.RedisSaleSpecs(b.Redis)
 		if errors.Is(err, bench.ErrNoRedis) {
