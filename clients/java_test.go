@@ -45,7 +45,11 @@ func TestJavaClient(t *testing.T) {
 		t.Fatalf("JUnit ran no tests")
 	}
 	cp := javaClasspath(t, out)
-	log, err = run(t, ".", f.env(), "java", "-Djava.library.path=/usr/lib/x86_64-linux-gnu/jni:/usr/lib/jni", "-cp", cp, "Quickstart", f.a.API, token)
+	libpath, err := os.ReadFile(filepath.Join(out, "libpath"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err = run(t, ".", f.env(), "java", "-Djava.library.path="+strings.TrimSpace(string(libpath)), "-cp", cp, "Quickstart", f.a.API, token)
 	t.Logf("Quickstart:\n%s", log)
 	if err != nil || !strings.Contains(log, "quickstart: ok") {
 		t.Fatalf("the docs' Java program failed: %v", err)

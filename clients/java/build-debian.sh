@@ -25,6 +25,9 @@ done
 cp=${cp#:}
 mkdir -p "$out/gen" "$out/classes"
 echo "$cp" >"$out/classpath"
+# the SQLite driver's JNI library, where Debian keeps it for this architecture
+libpath=$(printf '%s:' /usr/lib/*/jni)/usr/lib/jni
+echo "$libpath" >"$out/libpath"
 protoc -I "$here/../../api" -I "$here/../proto" --plugin=protoc-gen-grpc-java="$(command -v grpc_java_plugin)" \
 	--java_out="$out/gen" --grpc-java_out="$out/gen" \
 	"$here"/../../api/stockctl/v1/*.proto "$here/../proto/stockctl_client/rpc.proto"
@@ -35,6 +38,6 @@ if [ "$mode" = test ]; then
 	find "$here/src/test/java" "$here/examples" -name '*.java' >"$out/test.txt"
 	javac -encoding UTF-8 -d "$out/test-classes" -cp "$cp:$out/classes" @"$out/test.txt"
 	tests=$(cd "$here/src/test/java" && find . -name '*Test.java' | sed 's|^\./||; s|\.java$||; s|/|.|g' | sort)
-	exec java -Djava.library.path=/usr/lib/x86_64-linux-gnu/jni:/usr/lib/jni -cp "$cp:$out/classes:$out/test-classes" \
+	exec java -Djava.library.path="$libpath" -cp "$cp:$out/classes:$out/test-classes" \
 		org.junit.runner.JUnitCore $tests
 fi

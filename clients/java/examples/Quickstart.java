@@ -2,6 +2,7 @@
 //   java -cp ... Quickstart 127.0.0.1:7070 TOKEN
 import com.github.stockctl.client.Lock;
 import com.github.stockctl.client.OrderFeedConsumer;
+import com.github.stockctl.client.OrderStream;
 import com.github.stockctl.client.StockctlClient;
 import com.github.stockctl.client.StockctlException;
 import com.github.stockctl.v1.AllocateRequest;
@@ -11,7 +12,10 @@ import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
 
 public class Quickstart {
   public static void main(String[] args) throws Exception {
@@ -36,6 +40,15 @@ public class Quickstart {
       } catch (StockctlException.SoldOut e) {
         System.out.println("sold out: want " + e.want + " have " + e.remaining + " at revision " + e.revision);
       }
+
+      // Many orders on one stream (a busy caller): each answered on its own, a future.
+      List<CompletableFuture<AllocateResponse>> futures = new ArrayList<>();
+      try (OrderStream orders = client.orderStream()) {
+        for (int i = 0; i < 3; i++) {
+          futures.add(orders.allocate(sku, sku + "-s" + i, 1));
+        }
+      } // close() waits for every answer
+      System.out.println("streamed " + futures.stream().filter(f -> !f.isCompletedExceptionally()).count() + " orders");
 
       // A lock: kept alive in the background; pass the fencing token to the store
       // it protects. close() throws LockLost if it was lost.

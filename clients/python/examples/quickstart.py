@@ -25,6 +25,11 @@ with Client(target, token) as client:  # Client([a, b], token): retries fail ove
     except SoldOut as e:
         print("sold out: want", e.want, "have", e.remaining, "at revision", e.revision)
 
+    # Many orders on one stream (a busy caller): each answered on its own, a Future.
+    with client.order_stream() as orders:
+        futures = [orders.allocate(sku, order="%s-s%d" % (sku, i), qty=1) for i in range(3)]
+    print("streamed", len([f for f in futures if f.exception() is None]), "orders")
+
     # A lock: kept alive in the background; pass the fencing token to the
     # store it protects. Leaving the block raises LockLost if it was lost.
     try:

@@ -21,7 +21,6 @@ def status_bytes(code, reason, *details, metadata=None):
 class ErrorMapping(unittest.TestCase):
     def test_every_reason_has_its_class(self):
         reasons = [n[len("ERROR_REASON_"):] for n in errors_pb2.ErrorReason.keys() if n != "ERROR_REASON_UNSPECIFIED"]
-        self.assertEqual(len(reasons), 32)
         seen = set()
         for r in reasons:
             cls = sc.BY_REASON.get(r)

@@ -1,5 +1,6 @@
 """The client against real stockctl serve processes (started by the Go test clients/TestPythonClient)."""
 
+import concurrent.futures
 import datetime
 import os
 import signal
@@ -76,6 +77,87 @@ class StockMethods(unittest.TestCase):
 
 def made_rev(c, sku, first_order_rev):
     return first_order_rev - 1
+
+
+class OrderStreams(unittest.TestCase):
+    def test_many_orders_each_answered(self):
+        with client() as c:
+            sku = env.name("py-os")
+            c.create_sku(sku, total=40, segments=4, initial_fill=40)
+            orders = [("a", "%s-a-%d" % (sku, i)) for i in range(30)] + \
+                     [("r", "%s-r-%d" % (sku, i)) for i in range(5)] + \
+                     [("a", "%s-b-%d" % (sku, i)) for i in range(10)]
+
+            def send(stream):
+                return [stream.allocate(sku, o, 1) if k == "a" else stream.reserve(sku, o, 1, ttl=600) for k, o in orders]
+
+            with c.order_stream() as stream:
+                first = send(stream)
+            ok = {orders[i][1]: f.result() for i, f in enumerate(first) if f.exception() is None}
+            refused = [f.exception() for f in first if f.exception() is not None]
+            self.assertEqual(len(ok), 40)
+            self.assertEqual(len(refused), 5)
+            for e in refused:
+                self.assertIsInstance(e, sc.SoldOut)
+                self.assertEqual((e.sku, e.want), (sku, 1))
+                self.assertLess(e.remaining, 1)
+                self.assertGreater(e.revision, 0)
+            self.assertTrue(all(not r.replayed for r in ok.values()))
+            self.assertEqual(sum(isinstance(r, st.ReserveResponse) for r in ok.values()),
+                             sum(1 for k, o in orders if k == "r" and o in ok))
+            # The same orders again: every one that was taken answers replayed, with its revision.
+            with c.order_stream() as stream:
+                again = send(stream)
+            for (k, o), f in zip(orders, again):
+                if o in ok:
+                    self.assertTrue(f.result().replayed, o)
+                    self.assertEqual(f.result().revision, ok[o].revision)
+                else:
+                    self.assertIsInstance(f.exception(), sc.SoldOut)
+            self.assertEqual(c.status(sku).remaining, 0)
+            self.assertEqual(c.audit(sku).orders, 40)
+
+            limited = env.name("py-os-limit")
+            c.create_sku(limited, total=10, segments=1, initial_fill=10, per_user_limit=1)
+            with c.order_stream() as stream:
+                a = stream.allocate(limited, limited + "-1", 1, buyer="u")
+                a.result()
+                b = stream.allocate(limited, limited + "-2", 1, buyer="u")
+                x = stream.allocate(limited, limited + "-1", 1, buyer="v")  # another buyer for the ID
+            self.assertIsInstance(b.exception(), sc.PerUserLimitExceeded)
+            self.assertEqual(b.exception().limit, 1)
+            self.assertIsInstance(x.exception(), sc.OrderConflict)
+
+    def test_unanswered_orders_resent_after_a_break(self):
+        with client() as c:
+            sku = env.name("py-os-break")
+            c.create_sku(sku, total=10, segments=2, initial_fill=10)
+        lose = LoseStreamReplies(5)
+        with client(interceptors=[lose]) as c:
+            stream = c.order_stream()
+            futures = [stream.allocate(sku, "%s-%d" % (sku, i), 1) for i in range(5)]
+            concurrent.futures.wait(futures, timeout=BOUND)
+            stream.close()
+            # The first stream committed all five and its answers were lost with it: the second
+            # stream sent them again, with the same order IDs, and each answered replayed.
+            self.assertEqual(len(lose.swallowed), 5)
+            first = {r.id: r.allocated for r in lose.swallowed}
+            for f in futures:
+                self.assertTrue(f.done(), "an order was never answered")
+                self.assertTrue(f.result().replayed)
+            self.assertEqual(sorted(f.result().revision for f in futures), sorted(a.revision for a in first.values()))
+            self.assertEqual(c.status(sku).remaining, 5)
+
+    def test_list_skus(self):
+        with client() as c:
+            prefix = env.name("py-list")
+            made = sorted(prefix + "-" + n for n in ("c", "a", "b"))
+            for sku in made:
+                c.create_sku(sku, total=1, segments=1, initial_fill=1)
+            listed = list(c.list_skus(page_size=2))
+            self.assertEqual([s for s in listed if s.startswith(prefix)], made)
+            self.assertEqual(listed, sorted(listed))
+            self.assertEqual(len(listed), len(set(listed)))
 
 
 class ErrorReasonsLive(unittest.TestCase):
@@ -198,6 +280,14 @@ class Locks(unittest.TestCase):
             self.assertEqual(c.keep_alive(u.hold_id).token, u.token)
             self.assertEqual(c.release_hold(u.hold_id).token, u.token)
             self.assertEqual(c.release_hold(u.hold_id).token, u.token)  # idempotent
+            # An Acquire retried with its request_id answers the hold it was granted.
+            rid = env.name("rid") + "-0123456789abcdef"
+            h1 = c.acquire(name, ttl=10, request_id=rid)
+            h2 = c.acquire(name, ttl=10, request_id=rid)
+            self.assertTrue(h2.replayed)
+            self.assertEqual((h2.hold_id, h2.token), (h1.hold_id, h1.token))
+            self.assertEqual(c.release_hold(request_id=rid).token, h1.token)
+            self.assertTrue(c.release_hold(request_id=env.name("never") + "-0123456789abcdef").withdrawn)
 
     def test_lost_when_keepalives_stop(self):
         with client() as c:
@@ -224,6 +314,28 @@ class LoseFirstReply(grpc.UnaryUnaryClientInterceptor):
         return outcome
 
 
+class LoseStreamReplies(grpc.StreamStreamClientInterceptor):
+    """Lets the first OrderStream's orders commit, swallows their n answers, then breaks the stream."""
+
+    def __init__(self, n):
+        self.n, self.swallowed, self.used = n, [], False
+
+    def intercept_stream_stream(self, continuation, details, request_iterator):
+        call = continuation(details, request_iterator)
+        if self.used or not details.method.endswith("/OrderStream"):
+            return call
+        self.used = True
+
+        def responses():  # yields nothing: every answer of this stream is lost
+            for resp in call:
+                self.swallowed.append(resp)
+                if len(self.swallowed) >= self.n:
+                    call.cancel()
+                    raise _Unavailable()
+            yield from ()
+        return responses()
+
+
 class _Unavailable(grpc.RpcError):
     def code(self):
         return grpc.StatusCode.UNAVAILABLE
@@ -244,7 +356,8 @@ class ServeKilled(unittest.TestCase):
             a.create_sku(sku, total=10, segments=2, initial_fill=10)
         lose = LoseFirstReply()
         lost_calls = []
-        with client(env.SPARE, env.TARGET, interceptors=[lose]) as c, client(env.SPARE) as on_spare:
+        with client(env.SPARE, env.TARGET, interceptors=[lose]) as c, client(env.SPARE) as on_spare, \
+                client(env.SPARE, env.TARGET) as streams:
             # An order whose reply is lost on the spare is retried on the other serve: replayed.
             got = c.allocate(sku, "k-1", 3)
             self.assertEqual(len(lose.lost), 1)
@@ -252,6 +365,11 @@ class ServeKilled(unittest.TestCase):
             self.assertEqual(got.revision, lose.lost[0].revision)
             self.assertEqual(c.targets[c._target()], env.TARGET)
             self.assertEqual(on_spare.status(sku).remaining, 7)
+
+            # An order stream on the spare: its first orders are answered there.
+            stream = streams.order_stream()
+            before = [stream.allocate(sku, "%s-s-%d" % (sku, i), 1) for i in range(2)]
+            self.assertTrue(all(not f.result().replayed for f in before))
 
             held = on_spare.lock(env.name("py-dropped"), ttl=60, on_lost=lost_calls.append)
             with self.assertRaises(sc.LockLost) as cm:
@@ -262,11 +380,22 @@ class ServeKilled(unittest.TestCase):
             self.assertEqual((e.name, e.token, e.lost_reason), (held.name, held.token, "STREAM_BROKEN"))
             self.assertEqual(lost_calls, [e])
 
+            # The spare is dead: once the stream has seen it (whether before or while orders
+            # are sent is the race this wait removes), orders go to the other serve on a new stream.
+            deadline = time.monotonic() + BOUND
+            while stream._outbox is not None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertIsNone(stream._outbox, "the order stream did not see its serve die")
+            after = [stream.allocate(sku, "%s-s-%d" % (sku, i), 1) for i in range(2, 4)]
+            self.assertTrue(all(not f.result().replayed for f in after))
+            self.assertEqual(streams.targets[streams._target()], env.TARGET)
+            stream.close()
+
         # The spare is dead: a new client's first attempt fails there and goes on to the other serve.
         with client(env.SPARE, env.TARGET) as c:
             self.assertFalse(c.allocate(sku, "k-2", 1).replayed)
             self.assertEqual(c.targets[c._target()], env.TARGET)
-            self.assertEqual(c.status(sku).remaining, 6)
+            self.assertEqual(c.status(sku).remaining, 2)
         with client(env.SPARE, attempts=2) as dead, self.assertRaises(sc.Unavailable):
             dead.status(sku)
 

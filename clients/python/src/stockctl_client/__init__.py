@@ -17,6 +17,7 @@ from .errors import *  # noqa: F401,F403
 from .errors import BY_CODE, BY_REASON, StockctlError, from_rpc_error, from_status  # noqa: F401
 from .feed import OrderFeedConsumer, kind  # noqa: F401
 from .lock import Lock  # noqa: F401
+from .orderstream import OrderStream, from_order_error  # noqa: F401
 from .aio import AsyncClient  # noqa: F401
 
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@ import datetime
 import random
 import threading
 import time
+import uuid
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
@@ -200,6 +201,33 @@ class Client:
         """
         return self._stream("WatchOrders", st.WatchOrdersRequest(sku=sku, since=since, snapshot=snapshot), timeout)
 
+    def list_skus(self, page_size: int = 0) -> Iterator[str]:
+        """Every SKU whose creation has completed, in name order (read a page at a time)."""
+        token = ""
+        while True:
+            page = self._unary("stock", "ListSKUs", st.ListSKUsRequest(page_size=page_size, page_token=token))
+            yield from page.skus
+            token = page.next_page_token
+            if not token:
+                return
+
+    def order_stream(self) -> "OrderStream":
+        """Many Allocate and Reserve orders on one stream, each answered on its own (a Future)::
+
+            with client.order_stream() as orders:
+                futures = [orders.allocate("iphone", "o-%d" % i, 1) for i in range(1000)]
+            for f in futures:
+                try:
+                    f.result()
+                except SoldOut:
+                    ...
+
+        Orders not answered when the stream breaks are sent again with the
+        same order IDs on a new stream (to the next target): never twice taken.
+        """
+        from .orderstream import OrderStream
+        return OrderStream(self)
+
     # -- LockService ------------------------------------------------------
 
     def lock(self, name: str, *, ttl: Seconds = 15, kind: str = "exclusive", limit: int = 0,
@@ -222,17 +250,27 @@ class Client:
                                          ttl=duration(ttl), wait=duration(wait), limit=limit), on_lost)
 
     def acquire(self, name: str, *, ttl: Seconds = 15, kind: str = "exclusive", limit: int = 0,
-                wait: Optional[Seconds] = None) -> lk.AcquireResponse:
-        """The unary shape: a hold kept by KeepAlive (keep_alive) at least every ttl, on the same server."""
+                wait: Optional[Seconds] = None, request_id: Optional[str] = None) -> lk.AcquireResponse:
+        """The unary shape: a hold kept by KeepAlive (keep_alive) at least every ttl, on the same server.
+
+        The request carries a request_id (a random one unless given): an
+        attempt whose answer was lost is retried with it, on the same server,
+        and answers the hold it was granted (``replayed``). The timeout is
+        the client's per attempt, plus ``wait`` when given.
+        """
+        rid = request_id or "py-" + uuid.uuid4().hex
         return self._unary("lock", "Acquire", lk.AcquireRequest(
             name=name, kind=LOCK_KINDS[kind] if isinstance(kind, str) else kind, ttl=duration(ttl),
-            wait=duration(wait), limit=limit), retry=False, timeout=None if wait is None else _seconds(wait) + self.timeout)
+            wait=duration(wait), limit=limit, request_id=rid), target=self._target(),
+            timeout=None if wait is None else _seconds(wait) + self.timeout)
 
     def keep_alive(self, hold_id: str) -> lk.KeepAliveResponse:
         return self._unary("lock", "KeepAlive", lk.KeepAliveRequest(hold_id=hold_id), retry=False)
 
-    def release_hold(self, hold_id: str) -> lk.LockServiceReleaseResponse:
-        return self._unary("lock", "Release", lk.LockServiceReleaseRequest(hold_id=hold_id), retry=False)
+    def release_hold(self, hold_id: str = "", request_id: str = "") -> lk.LockServiceReleaseResponse:
+        """Releases a hold by its hold_id, or by its Acquire's request_id (withdrawing it if nothing was granted)."""
+        return self._unary("lock", "Release", lk.LockServiceReleaseRequest(hold_id=hold_id, request_id=request_id),
+                           retry=False)
 
 
 def retryable(err: errors.StockctlError) -> bool:
@@ -266,3 +304,4 @@ class _MappedStream:
 
 
 from .lock import Lock  # noqa: E402  (for the annotation)
+from .orderstream import OrderStream  # noqa: E402

@@ -15,6 +15,8 @@ import com.github.stockctl.v1.CreateSKUResponse;
 import com.github.stockctl.v1.HoldAcquire;
 import com.github.stockctl.v1.KeepAliveRequest;
 import com.github.stockctl.v1.KeepAliveResponse;
+import com.github.stockctl.v1.ListSKUsRequest;
+import com.github.stockctl.v1.ListSKUsResponse;
 import com.github.stockctl.v1.LockKind;
 import com.github.stockctl.v1.LockServiceGrpc;
 import com.github.stockctl.v1.LockServiceReleaseRequest;
@@ -60,8 +62,8 @@ import java.util.function.Consumer;
  * DEADLINE_EXCEEDED (or is refused with OVERLOADED or CONTENTION) is retried with the <b>same
  * request</b> on the next target, up to {@code attempts} times with exponential backoff: orders,
  * reservations, confirms, cancels, releases and restocks are idempotent by their IDs, so a retry
- * whose first attempt landed answers {@code replayed = true} and deducts nothing. CreateSKU and the
- * unary lock calls are not retried. Answers are the API's messages ({@code com.github.stockctl.v1});
+ * whose first attempt landed answers {@code replayed = true} and deducts nothing. CreateSKU, KeepAlive
+ * and Release are not retried; Acquire is, on the same server, with its request_id. Answers are the API's messages ({@code com.github.stockctl.v1});
  * errors are {@link StockctlException}'s nested classes, one per reason.
  */
 public final class StockctlClient implements AutoCloseable {
@@ -201,9 +203,14 @@ public final class StockctlClient implements AutoCloseable {
   }
 
   private <Q, A> A unary(MethodDescriptor<Q, A> method, Q request, boolean retry, Duration deadline) {
+    return unary(method, request, retry, deadline, -1);
+  }
+
+  /** A call, retried if retry; on the given target only (its retries too), or -1: the current, failing over. */
+  private <Q, A> A unary(MethodDescriptor<Q, A> method, Q request, boolean retry, Duration deadline, int on) {
     int n = retry ? attempts : 1;
     for (int attempt = 0; ; attempt++) {
-      int i = target();
+      int i = on >= 0 ? on : target();
       try {
         CallOptions o = CallOptions.DEFAULT.withDeadlineAfter((deadline == null ? timeout : deadline).toMillis(), TimeUnit.MILLISECONDS);
         return ClientCalls.blockingUnaryCall(channel(i), method, o, request);
@@ -212,7 +219,9 @@ public final class StockctlClient implements AutoCloseable {
         if (attempt + 1 >= n || !e.retryable()) {
           throw e;
         }
-        failover(i);
+        if (on < 0) {
+          failover(i);
+        }
         try {
           Thread.sleep(delayMillis(attempt, e));
         } catch (InterruptedException ie) {
@@ -347,6 +356,33 @@ public final class StockctlClient implements AutoCloseable {
     }
   }
 
+  /** Every SKU whose creation has completed, in name order, read pageSize at a time (0: the server's 100). */
+  public List<String> listSkus(int pageSize) {
+    List<String> all = new ArrayList<>();
+    String token = "";
+    do {
+      ListSKUsResponse page = unary(StockServiceGrpc.getListSKUsMethod(),
+          ListSKUsRequest.newBuilder().setPageSize(pageSize).setPageToken(token).build(), true, null);
+      all.addAll(page.getSkusList());
+      token = page.getNextPageToken();
+    } while (!token.isEmpty());
+    return all;
+  }
+
+  /**
+   * Many Allocate and Reserve orders on one stream, each answered on its own (a future); orders
+   * not answered when the stream breaks are sent again with the same order IDs on a new stream:
+   *
+   * <pre>{@code
+   * try (OrderStream orders = client.orderStream()) {
+   *   futures.add(orders.allocate("iphone", "o-1", 1));
+   * }   // close() waits for every answer
+   * }</pre>
+   */
+  public OrderStream orderStream() {
+    return new OrderStream(this);
+  }
+
   // -- LockService -------------------------------------------------------
 
   /**
@@ -368,13 +404,20 @@ public final class StockctlClient implements AutoCloseable {
     return Lock.acquire(this, acquire, onLost);
   }
 
-  /** The unary shape: a hold kept by keepAlive at least every ttl, on the same server. Not retried. */
+  /**
+   * The unary shape: a hold kept by keepAlive at least every ttl, on the same server. The request
+   * carries a request_id (a random one unless set): an attempt whose answer was lost is retried with
+   * it, on the same server, and answers the hold it was granted ({@code replayed}).
+   */
   public AcquireResponse acquire(AcquireRequest request) {
     Duration d = null;
     if (request.hasWait()) {
       d = timeout.plusSeconds(request.getWait().getSeconds());
     }
-    return unary(LockServiceGrpc.getAcquireMethod(), request, false, d);
+    if (request.getRequestId().isEmpty()) {
+      request = request.toBuilder().setRequestId("java-" + java.util.UUID.randomUUID()).build();
+    }
+    return unary(LockServiceGrpc.getAcquireMethod(), request, true, d, target());
   }
 
   public AcquireResponse acquire(String name, LockKind kind, Duration ttl) {
@@ -387,6 +430,11 @@ public final class StockctlClient implements AutoCloseable {
 
   public LockServiceReleaseResponse releaseHold(String holdId) {
     return unary(LockServiceGrpc.getReleaseMethod(), LockServiceReleaseRequest.newBuilder().setHoldId(holdId).build(), false, null);
+  }
+
+  /** Releases the hold an Acquire with this request_id was granted, or withdraws it ({@code withdrawn}). */
+  public LockServiceReleaseResponse releaseByRequestId(String requestId) {
+    return unary(LockServiceGrpc.getReleaseMethod(), LockServiceReleaseRequest.newBuilder().setRequestId(requestId).build(), false, null);
   }
 
   /** A google.protobuf.Duration of a java.time.Duration. */

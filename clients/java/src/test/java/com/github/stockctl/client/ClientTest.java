@@ -16,6 +16,7 @@ import com.github.stockctl.v1.HoldAcquire;
 import com.github.stockctl.v1.LockKind;
 import com.github.stockctl.v1.OrderEvent;
 import com.github.stockctl.v1.OrderState;
+import com.github.stockctl.v1.OrderStreamResponse;
 import com.github.stockctl.v1.ReserveResponse;
 import com.github.stockctl.v1.StockStatus;
 import com.github.stockctl.v1.WatchOrdersRequest;
@@ -148,6 +149,152 @@ public class ClientTest {
   }
 
   @Test
+  public void orderStream() throws Exception {
+    try (StockctlClient c = client().build()) {
+      String sku = name("j-os");
+      c.createSku(sku, 40, 4, 40);
+      List<String> orders = new ArrayList<>();
+      for (int i = 0; i < 45; i++) {
+        orders.add(sku + "-" + i);
+      }
+      List<java.util.concurrent.CompletableFuture<? extends com.google.protobuf.Message>> first = new ArrayList<>();
+      try (OrderStream s = c.orderStream()) {
+        for (int i = 0; i < orders.size(); i++) {
+          first.add(i % 9 == 4 ? s.reserve(com.github.stockctl.v1.ReserveRequest.newBuilder().setSku(sku).setOrder(orders.get(i))
+              .setQty(1).setTtl(StockctlClient.duration(Duration.ofMinutes(10))).build()) : s.allocate(sku, orders.get(i), 1));
+        }
+      }
+      java.util.Map<String, Long> ok = new java.util.HashMap<>();
+      int refused = 0;
+      for (int i = 0; i < orders.size(); i++) {
+        try {
+          com.google.protobuf.Message m = first.get(i).join();
+          long rev = m instanceof AllocateResponse ? ((AllocateResponse) m).getRevision() : ((ReserveResponse) m).getRevision();
+          assertFalse(m instanceof AllocateResponse ? ((AllocateResponse) m).getReplayed() : ((ReserveResponse) m).getReplayed());
+          ok.put(orders.get(i), rev);
+        } catch (java.util.concurrent.CompletionException e) {
+          StockctlException.SoldOut so = (StockctlException.SoldOut) e.getCause();
+          assertEquals(1, so.want);
+          assertTrue(so.revision > 0);
+          refused++;
+        }
+      }
+      assertEquals(40, ok.size());
+      assertEquals(5, refused);
+      try (OrderStream s = c.orderStream()) { // the same orders again: the taken ones are replayed
+        List<java.util.concurrent.CompletableFuture<AllocateResponse>> again = new ArrayList<>();
+        for (String o : orders) {
+          if (ok.containsKey(o) && first.get(orders.indexOf(o)).join() instanceof AllocateResponse) {
+            again.add(s.allocate(sku, o, 1));
+          }
+        }
+        for (java.util.concurrent.CompletableFuture<AllocateResponse> f : again) {
+          assertTrue(f.join().getReplayed());
+          assertEquals((long) ok.get(f.join().getOrder()), f.join().getRevision());
+        }
+      }
+      assertEquals(0, c.status(sku).getRemaining());
+      assertEquals(40, c.audit(sku).getOrders());
+    }
+  }
+
+  /** Lets the first OrderStream's orders commit, swallows their n answers, then breaks the stream. */
+  static final class LoseStreamReplies implements ClientInterceptor {
+    final int n;
+    final List<OrderStreamResponse> swallowed = new java.util.concurrent.CopyOnWriteArrayList<>();
+    final AtomicBoolean used = new AtomicBoolean();
+
+    LoseStreamReplies(int n) {
+      this.n = n;
+    }
+
+    @Override
+    public <Q, A> ClientCall<Q, A> interceptCall(MethodDescriptor<Q, A> m, CallOptions o, Channel next) {
+      ClientCall<Q, A> call = next.newCall(m, o);
+      if (!m.getFullMethodName().endsWith("/OrderStream") || !used.compareAndSet(false, true)) {
+        return call;
+      }
+      return new ForwardingClientCall.SimpleForwardingClientCall<Q, A>(call) {
+        @Override
+        public void start(Listener<A> l, Metadata h) {
+          super.start(new ForwardingClientCallListener.SimpleForwardingClientCallListener<A>(l) {
+            @Override
+            public void onMessage(A message) {
+              swallowed.add((OrderStreamResponse) message);
+              if (swallowed.size() >= n) {
+                call.cancel("the test breaks the stream", null);
+              } else {
+                call.request(1); // what the stub would have asked for had it seen this answer
+              }
+            }
+
+            @Override
+            public void onClose(Status s, Metadata t) {
+              super.onClose(swallowed.size() >= n ? Status.UNAVAILABLE.withDescription("the stream broke (test)") : s, new Metadata());
+            }
+          }, h);
+        }
+      };
+    }
+  }
+
+  @Test
+  public void unansweredOrdersResentAfterABreak() throws Exception {
+    String sku = name("j-os-break");
+    try (StockctlClient c = client().build()) {
+      c.createSku(sku, 10, 2, 10);
+    }
+    LoseStreamReplies lose = new LoseStreamReplies(5);
+    try (StockctlClient c = client().interceptor(lose).build()) {
+      OrderStream stream = c.orderStream();
+      List<java.util.concurrent.CompletableFuture<AllocateResponse>> futures = new ArrayList<>();
+      for (int i = 0; i < 5; i++) {
+        futures.add(stream.allocate(sku, sku + "-" + i, 1));
+      }
+      // the first stream committed all five and its answers were lost with it: the second stream
+      // sent them again, with the same order IDs, and each answered replayed
+      List<Long> revisions = new ArrayList<>();
+      for (java.util.concurrent.CompletableFuture<AllocateResponse> f : futures) {
+        AllocateResponse r = f.get(BOUND.toSeconds(), java.util.concurrent.TimeUnit.SECONDS);
+        assertTrue(r.getReplayed());
+        revisions.add(r.getRevision());
+      }
+      stream.close();
+      assertEquals(5, lose.swallowed.size());
+      List<Long> first = new ArrayList<>();
+      for (OrderStreamResponse r : lose.swallowed) {
+        first.add(r.getAllocated().getRevision());
+      }
+      java.util.Collections.sort(first);
+      java.util.Collections.sort(revisions);
+      assertEquals(first, revisions);
+      assertEquals(5, c.status(sku).getRemaining());
+    }
+  }
+
+  @Test
+  public void listSkus() {
+    try (StockctlClient c = client().build()) {
+      String prefix = name("j-list");
+      List<String> made = List.of(prefix + "-a", prefix + "-b", prefix + "-c");
+      for (String s : List.of(made.get(2), made.get(0), made.get(1))) {
+        c.createSku(s, 1, 1, 1);
+      }
+      List<String> listed = c.listSkus(2);
+      List<String> mine = new ArrayList<>();
+      for (String s : listed) {
+        if (s.startsWith(prefix)) {
+          mine.add(s);
+        }
+      }
+      assertEquals(made, mine);
+      List<String> sorted = new ArrayList<>(listed);
+      java.util.Collections.sort(sorted);
+      assertEquals(sorted, listed);
+    }
+  }
+
+  @Test
   public void refusals() throws Exception {
     try (StockctlClient c = client().build()) {
       String sku = name("j-err");
@@ -265,6 +412,16 @@ public class ClientTest {
       assertEquals(u.getToken(), c.keepAlive(u.getHoldId()).getToken());
       assertEquals(u.getToken(), c.releaseHold(u.getHoldId()).getToken());
       assertEquals(u.getToken(), c.releaseHold(u.getHoldId()).getToken()); // idempotent
+      // an Acquire retried with its request_id answers the hold it was granted
+      String rid = name("rid") + "-0123456789abcdef";
+      AcquireRequest req = AcquireRequest.newBuilder().setName(name).setRequestId(rid).setTtl(StockctlClient.duration(Duration.ofSeconds(10))).build();
+      AcquireResponse h1 = c.acquire(req);
+      AcquireResponse h2 = c.acquire(req);
+      assertTrue(h2.getReplayed());
+      assertEquals(h1.getHoldId(), h2.getHoldId());
+      assertEquals(h1.getToken(), h2.getToken());
+      assertEquals(h1.getToken(), c.releaseByRequestId(rid).getToken());
+      assertTrue(c.releaseByRequestId(name("never") + "-0123456789abcdef").getWithdrawn());
 
       Lock stalled = c.lock(name("j-stall"), Duration.ofSeconds(1));
       stalled.stopKeepAlives(); // as a stalled process would
@@ -319,13 +476,18 @@ public class ClientTest {
     }
     LoseFirstReply lose = new LoseFirstReply();
     List<StockctlException.LockLost> told = new ArrayList<>();
-    try (StockctlClient c = client(SPARE, TARGET).interceptor(lose).build(); StockctlClient onSpare = client(SPARE).build()) {
+    try (StockctlClient c = client(SPARE, TARGET).interceptor(lose).build(); StockctlClient onSpare = client(SPARE).build();
+        StockctlClient streams = client(SPARE, TARGET).build(); OrderStream stream = streams.orderStream()) {
       AllocateResponse got = c.allocate(sku, sku + "-1", 3);
       assertTrue(lose.lost.get());
       assertTrue("a retry of an order whose reply was lost must be replayed", got.getReplayed());
       assertEquals(TARGET, c.currentTarget());
       assertEquals(7, onSpare.status(sku).getRemaining());
 
+      // an order stream on the spare: its first orders are answered there
+      for (int i = 0; i < 2; i++) {
+        assertFalse(stream.allocate(sku, sku + "-s-" + i, 1).join().getReplayed());
+      }
       Lock held = onSpare.lock(HoldAcquire.newBuilder().setName(name("j-dropped")).setTtl(StockctlClient.duration(Duration.ofSeconds(60))).build(), told::add);
       ProcessHandle.of(SPARE_PID).orElseThrow().destroyForcibly(); // SIGKILL
       assertTrue("the lock was not reported lost when its stream dropped", held.awaitLost(BOUND));
@@ -333,11 +495,22 @@ public class ClientTest {
       assertEquals(held.token(), e.token);
       assertEquals("STREAM_BROKEN", e.lostReason);
       assertEquals(List.of(e), told);
+      // the spare is dead: once the stream has seen it (whether before or while orders are sent is
+      // the race this wait removes), orders go to the other serve on a new stream
+      Instant bound = Instant.now().plus(BOUND);
+      while (stream.streaming() && Instant.now().isBefore(bound)) {
+        Thread.sleep(10);
+      }
+      assertFalse("the order stream did not see its serve die", stream.streaming());
+      for (int i = 2; i < 4; i++) {
+        assertFalse(stream.allocate(sku, sku + "-s-" + i, 1).join().getReplayed());
+      }
+      assertEquals(TARGET, streams.currentTarget());
     }
     try (StockctlClient c = client(SPARE, TARGET).build()) {
       assertFalse(c.allocate(sku, sku + "-2", 1).getReplayed());
       assertEquals(TARGET, c.currentTarget());
-      assertEquals(6, c.status(sku).getRemaining());
+      assertEquals(2, c.status(sku).getRemaining());
     }
     try (StockctlClient dead = client(SPARE).attempts(2).build()) {
       expect(StockctlException.Unavailable.class, () -> dead.status(sku));
