@@ -85,3 +85,73 @@ func (s scope) snapshot(ctx context.Context, kv clientv3.KV) (Batch, error) {
 	sortEvents(out)
 	return Batch{Events: out, Cursor: rev}, nil
 }
+
+// SnapshotPages reads what Snapshot reads, at one revision, but hands it
+// to page a page of at most SnapshotPage events at a time, as each is read
+// from etcd, so that memory holds one page whatever the scope's size; a
+// page that blocks (a consumer that does not keep up) holds the next read
+// back. Each order comes once, its latest event; a page is in feed order,
+// but the pages are in key order (by SKU and order ID): a later page may
+// hold an event of an earlier revision. Every page carries the snapshot's Cursor
+// (its revision) and last is true on the final page (an empty one when
+// the scope has no orders). If etcd compacts past the snapshot's revision
+// before the first page, SnapshotPages starts again at a newer one; after
+// it, it fails with an error that matches ErrCompacted: start again. An
+// error of page ends it with that error.
+func SnapshotPages(ctx context.Context, client *clientv3.Client, cfg Config, page func(b Batch, last bool) error) error {
+	s, err := newScope(cfg)
+	if err != nil {
+		return err
+	}
+	kv := etcdcall.KV(client)
+	for attempt := 1; ; attempt++ {
+		sent, err := s.snapshotPages(ctx, kv, page)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			if !sent && attempt < snapshotAttempts {
+				continue
+			}
+			return fmt.Errorf("snapshot of %s: %w: %w", s, ErrCompacted, err)
+		}
+		if err != nil && !sent {
+			return fmt.Errorf("snapshot of %s: %w", s, err)
+		}
+		return err
+	}
+}
+
+// snapshotPages reports whether a page was handed over.
+func (s scope) snapshotPages(ctx context.Context, kv clientv3.KV, page func(b Batch, last bool) error) (sent bool, err error) {
+	rev, err := s.check(ctx, kv)
+	if err != nil {
+		return false, err
+	}
+	from := s.start
+	for {
+		resp, err := kv.Get(ctx, from, clientv3.WithRange(s.end), clientv3.WithRev(rev), clientv3.WithLimit(SnapshotPage),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		if err != nil {
+			return sent, err
+		}
+		evs := make([]Event, 0, len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			e, err := decode(s.space, kv)
+			if err != nil {
+				return sent, err
+			}
+			evs = append(evs, e)
+		}
+		last := !resp.More || len(resp.Kvs) == 0
+		if !last {
+			from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+		}
+		resp = nil // the page's events only, while page runs
+		sortEvents(evs)
+		if err := page(Batch{Events: evs, Cursor: rev}, last); err != nil {
+			return true, err
+		}
+		sent = true
+		if last {
+			return true, nil
+		}
+	}
+}

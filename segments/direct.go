@@ -2,9 +2,13 @@ package segments
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"strconv"
 	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Direct orders. A segment lock pays for itself when a process sells a SKU
@@ -54,24 +58,46 @@ const (
 )
 
 // directState is a place's cache for direct orders (placeState.direct):
-// its counter and inbox as last seen (from a look or this process's own
-// direct commit), each with the ModRevision it was seen at, and the units
+// its units and inbox as last seen (from a look or this process's own
+// direct commit), the counter as stored and its ModRevision, and the units
 // reserved by direct orders whose commits are pending.
+//
+// Direct orders are sold lazily (SegmentCounter): the process first takes
+// the segment over (takeDirect: its counter names this process as owner,
+// a write that ends any other owner's lazy sales), and from then on its
+// commits compare the counter's ModRevision and write only the orders'
+// records; the counter is written (settled) only now and then
+// (settleDue). owned says the counter names this process at mod.
 type directState struct {
 	known        bool
-	value, mod   int64
+	value, mod   int64 // units; the counter's ModRevision
+	raw          SegmentCounter
 	inbox, inMod int64
 	reserved     int64
 	pending      int
+	owned        bool
+	owner        int64 // the lease owned under
+	unsettled    int   // orders sold since the counter was last written
 }
 
-// seeDirectLocked records the counter and inbox as seen at their
-// ModRevisions; each is kept only if no older than what is known (a look
-// and a commit's answer may arrive out of order).
-func (st *placeState) seeDirectLocked(value, mod, in, inMod int64) {
+// seeDirectLocked records a segment as a look saw it: units value, its
+// counter raw at ModRevision mod, and its inbox. A place this process owns
+// at mod keeps its own figures (they are as new as its last commit); a
+// counter that moved ends the ownership. A look never makes a place owned,
+// even one whose counter names this process: only takeDirect does, by a
+// write that also fences any commit of this process whose outcome was
+// lost (it compares the ModRevision that lazy commits leave unchanged, so
+// without that write it could still land after the look).
+func (st *placeState) seeDirectLocked(value, mod int64, raw SegmentCounter, in, inMod int64) {
 	d := &st.direct
-	if !d.known || mod >= d.mod {
-		d.value, d.mod = value, mod
+	switch {
+	case d.known && d.owned && mod == d.mod:
+	case d.known && mod < d.mod:
+		// An older look than what this process knows.
+	default:
+		d.value, d.mod, d.raw = value, mod, raw
+		d.owned = false
+		d.unsettled = 0
 	}
 	if !d.known || inMod >= d.inMod {
 		d.inbox, d.inMod = in, inMod
@@ -110,15 +136,19 @@ func (st *placeState) unreserveDirect(qty int64) {
 }
 
 // settleDirect records a direct commit of take units (n orders) at rev:
-// the counter is now value, and the inbox 0 if it was absorbed.
-func (st *placeState) settleDirect(take int64, n int, value, rev int64, absorbed bool) {
+// the place now holds value; the counter was written (settled) or not, and
+// the inbox emptied if it was absorbed.
+func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled, absorbed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	d := &st.direct
 	d.reserved -= take
 	d.pending -= n
-	if rev >= d.mod {
-		d.value, d.mod = value, rev
+	d.value = value
+	if settled {
+		d.mod, d.raw, d.unsettled = rev, SegmentCounter{N: value, Owner: d.owner}, 0
+	} else {
+		d.unsettled += n
 	}
 	if absorbed && rev >= d.inMod {
 		d.inbox, d.inMod = 0, rev
@@ -129,7 +159,7 @@ func (st *placeState) settleDirect(take int64, n int, value, rev int64, absorbed
 // the place was taken): the next direct order needs a look first.
 func (st *placeState) forgetDirect() {
 	st.mu.Lock()
-	st.direct.known = false
+	st.direct.known, st.direct.owned = false, false
 	st.mu.Unlock()
 }
 
@@ -187,8 +217,10 @@ func (s *seller) directPlace() *placeState {
 
 // chooseDirect records a look in the direct caches of the segments
 // nobody holds or waits for (as the lock watch has it), and picks the
-// segment for direct orders: the first of those, in ring order from start,
-// that holds at least qty. It reports whether one was found.
+// segment for direct orders among those that hold at least qty, in ring
+// order from start: one this process owns already, else one nobody owns,
+// else any (taking it over ends another process's lazy sales there). It
+// reports whether one was found.
 func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 	n := len(s.sts)
 	s.mu.Lock()
@@ -197,7 +229,8 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 		free[i] = len(s.view[i]) == 0
 	}
 	s.mu.Unlock()
-	pick := -1
+	self := s.e.owner
+	pick := [3]int{-1, -1, -1} // owned here, owned by nobody, by another
 	for k := range n {
 		i := (start + k) % n
 		if !free[i] {
@@ -205,14 +238,137 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 		}
 		st := s.sts[i]
 		st.mu.Lock()
-		st.seeDirectLocked(snap.cnt[i], snap.cntMod[i], snap.inbox[i], snap.inMod[i])
+		st.seeDirectLocked(snap.cnt[i], snap.cntMod[i], snap.ctr[i], snap.inbox[i], snap.inMod[i])
 		st.mu.Unlock()
-		if pick < 0 && snap.segs[i] >= qty {
-			pick = i
+		if snap.segs[i] < qty {
+			continue
+		}
+		if !s.e.cfg.LazySegments && snap.ctr[i].Lazy() {
+			// Another process sells it lazily: a commit that writes the
+			// counter from this look could miss its latest sales. Only
+			// a lock holder (which marks it first) or a lazy seller
+			// (which takes it over) sells there.
+			continue
+		}
+		rank := 2
+		switch snap.ctr[i].Owner {
+		case self:
+			rank = 0
+		case 0:
+			rank = 1
+		}
+		if pick[rank] < 0 {
+			pick[rank] = i
 		}
 	}
-	s.directIdx.Store(int32(pick))
-	return pick >= 0
+	for _, i := range pick {
+		if i >= 0 {
+			s.directIdx.Store(int32(i))
+			return true
+		}
+	}
+	s.directIdx.Store(-1)
+	return false
+}
+
+// takeDirect makes this process the owner of st's segment for lazy direct
+// sales, unless it is already (the direct committer calls it for the
+// places of orders that passed their buyers' limits, before planning): in one transaction that compares the
+// counter's ModRevision as last seen and that the segment's lock has no
+// key, it rewrites the counter with its N and base and this process as
+// owner, and reads the records created after the base; the place then
+// holds N less their parts from it. The rewrite fails any commit of the
+// previous owner that comes after it, so none of its sales is missed.
+// Reports whether the place is owned here.
+func (e *Engine) takeDirect(ctx context.Context, st *placeState) (bool, error) {
+	st.loadMu.Lock()
+	defer st.loadMu.Unlock()
+	st.mu.Lock()
+	d := st.direct
+	st.mu.Unlock()
+	if d.known && d.owned && d.owner == e.owner {
+		return true, nil
+	}
+	if !d.known {
+		return false, nil
+	}
+	t := e.newTakeover(st, d)
+	resp, err := e.kv.Txn(ctx).If(t.cmps()...).Then(t.ops()...).Commit()
+	if err != nil {
+		st.forgetDirect()
+		return false, fmt.Errorf("take over %s: %w", st.key, err)
+	}
+	if !resp.Succeeded {
+		st.forgetDirect()
+		return false, nil
+	}
+	return true, t.apply(resp.Responses, resp.Header.Revision)
+}
+
+// takeover is one place's takeover (takeDirect), as compares and ops that
+// a transaction may carry beside other places'.
+type takeover struct {
+	e    *Engine
+	st   *placeState
+	d    directState // the cache it was planned on
+	l    lazySeg
+	next SegmentCounter
+}
+
+func (e *Engine) newTakeover(st *placeState, d directState) *takeover {
+	l := lazySeg{index: st.place.Index(), base: d.raw.BaseAt(d.mod), n: d.raw.N}
+	return &takeover{e: e, st: st, d: d, l: l, next: SegmentCounter{N: d.raw.N, Base: l.base, Owner: e.owner}}
+}
+
+func (t *takeover) cmps() []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(t.st.key), "=", t.d.mod),
+		clientv3.Compare(clientv3.CreateRevision(t.e.keys.SegmentLock(t.st.sku, t.l.index)), "=", 0).WithPrefix(),
+	}
+}
+
+// ops are the counter's rewrite, the inbox's read and (when the counter
+// holds units) the read of the records since the base: takeoverOps of them.
+func (t *takeover) ops() []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpPut(t.st.key, EncodeSegmentCounter(t.next)), clientv3.OpGet(t.st.inKey)}
+	if t.l.n > 0 {
+		ops = append(ops, t.e.unsettledRead(t.st.sku, 0, []lazySeg{t.l}))
+	}
+	return ops
+}
+
+// apply fills the direct cache from the answers to ops (rs, starting at
+// its first), committed at rev: the place is owned here.
+func (t *takeover) apply(rs []*pb.ResponseOp, rev int64) error {
+	st, i := t.st, t.l.index
+	var sold map[int]int64
+	var records int
+	if t.l.n > 0 {
+		kvs := rs[2].GetResponseRange().GetKvs()
+		var err error
+		if sold, err = unsettledSales(st.sku, []lazySeg{t.l}, kvs); err != nil {
+			st.forgetDirect()
+			return err
+		}
+		records = len(kvs)
+	}
+	units := t.l.n - sold[i]
+	if units < 0 {
+		st.forgetDirect()
+		return &CorruptError{Key: st.key, Value: []byte(EncodeSegmentCounter(t.d.raw)),
+			Err: fmt.Errorf("orders since revision %d took %d units from a segment that held %d", t.l.base, sold[i], t.l.n)}
+	}
+	in, inMod, err := decodeCounterKV(st.inKey, rs[1].GetResponseRange())
+	if err != nil {
+		st.forgetDirect()
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.direct = directState{known: true, value: units, mod: rev, raw: t.next,
+		inbox: in, inMod: inMod, reserved: st.direct.reserved, pending: st.direct.pending,
+		owned: true, owner: t.e.owner, unsettled: records}
+	return nil
 }
 
 // freeSegment is the first segment, in ring order from start, that nobody
@@ -231,9 +387,11 @@ func (s *seller) freeSegment(start int) int {
 
 // directStart is where an order's search for a direct segment starts: its
 // home when it named a route key (the caller's affinity is kept), else this
-// process's preferred segment for the SKU.
+// process's preferred segment for the SKU. Lazy segments keep no affinity:
+// every home would be a segment to take over, and processes whose buyers'
+// homes meet would take it from each other at every order.
 func (s *seller) directStart(req *allocReq, home int) int {
-	if req.routed {
+	if req.routed && !s.e.cfg.LazySegments {
 		return home
 	}
 	return s.directHome()
@@ -258,7 +416,7 @@ func (s *seller) directHome() int {
 // named a route key and the home's cache can give its quantity, else the
 // segment the last look picked.
 func (s *seller) directFor(req *allocReq, home int) *placeState {
-	if req.routed && home < len(s.sts) {
+	if req.routed && !s.e.cfg.LazySegments && home < len(s.sts) {
 		st := s.sts[home]
 		st.mu.Lock()
 		d := &st.direct
@@ -295,10 +453,14 @@ func (s *seller) tryDirect(ctx context.Context, req *allocReq, home int) (r plac
 		return placeResult{}, false
 	}
 	st := s.directFor(req, home)
-	if st == nil || !st.reserveDirect(req.qty) {
+	if st == nil {
 		return placeResult{}, false
 	}
-	part := commitPart{st: st, qty: req.qty, direct: true, lockPfx: s.e.keys.SegmentLock(s.sku.name, st.place.Index())}
+	if !st.reserveDirect(req.qty) {
+		return placeResult{}, false
+	}
+	part := commitPart{st: st, qty: req.qty, direct: true, lowWatermark: s.sku.lowWatermark,
+		lockPfx: s.e.keys.SegmentLock(s.sku.name, st.place.Index())}
 	r = s.e.submitDirect(ctx, req, part).wait(ctx)
 	if r.kind == resShort {
 		s.directIdx.CompareAndSwap(int32(st.place.Index()), -1)

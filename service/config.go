@@ -26,8 +26,8 @@ const (
 	// WatchOrders and Hold streams, lock acquisitions (LockService.Acquire
 	// waits for the lock), and reflection streams. Each open stream costs a
 	// goroutine or two and an etcd watch (WatchStatus; WatchOrders has one of
-	// its own gRPC stream to etcd, and holds a snapshot in memory while it
-	// sends it).
+	// its own gRPC stream to etcd, and holds a snapshot page, of
+	// SnapshotPagesInFlight over all streams, while it sends it).
 	DefaultMaxStreams = 1024
 
 	// DefaultMaxHolds bounds the unary lock holds (Acquire) a server keeps
@@ -71,6 +71,23 @@ const (
 	MinWatchInterval     = 10 * time.Millisecond
 	MaxWatchInterval     = time.Minute
 
+	// DefaultBodyTimeout is how long a call's request body (of a unary
+	// call or a server stream) may take to arrive. It is read whole before
+	// the call takes a slot of MaxInflight or MaxStreams, so that a caller
+	// that sends its body slowly holds no slot; past this the call is
+	// refused (DEADLINE_EXCEEDED) and an HTTP/1.1 connection closed.
+	DefaultBodyTimeout = 5 * time.Second
+
+	// DefaultSnapshotPageTimeout is how long a WatchOrders snapshot page
+	// may wait for its caller to take it (HTTP/2 flow control): past it the
+	// stream is ended, and the page's memory and its slot of
+	// SnapshotPagesInFlight freed for other streams.
+	DefaultSnapshotPageTimeout = 10 * time.Second
+
+	// DefaultMaxBodiesPerConn bounds the request bodies one connection
+	// may be sending at once (HTTP/2 multiplexes calls on a connection).
+	DefaultMaxBodiesPerConn = 32
+
 	// MinTokenLen is the shortest bearer token accepted in Config.Tokens:
 	// 16 bytes, e.g. 32 hex digits of a random 128-bit value is plenty.
 	MinTokenLen = 16
@@ -102,6 +119,17 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// HoldRetention: see DefaultHoldRetention.
 	HoldRetention time.Duration
+	// BodyTimeout: see DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// SnapshotPageTimeout: see DefaultSnapshotPageTimeout.
+	SnapshotPageTimeout time.Duration
+	// MaxBodiesPerConn: see DefaultMaxBodiesPerConn.
+	MaxBodiesPerConn int
+	// MaxInflightPerToken bounds the short calls of one token in flight,
+	// and the bodies of one token's calls being read: a caller with its
+	// own token cannot take every slot. Default: MaxInflight/2 with more
+	// than one token, else no bound of its own (MaxInflight).
+	MaxInflightPerToken int
 	// Registerer, if set, receives the service's metrics (see the package
 	// documentation); Close unregisters them.
 	Registerer prometheus.Registerer
@@ -109,6 +137,11 @@ type Config struct {
 	// DATA_LOSS, UNAVAILABLE), lost holds and shutdown; default: discarded.
 	// Tokens and request bodies are never logged.
 	Logger *slog.Logger
+	// Console, when true, serves the live sale console (package console)
+	// under /console/ beside the API, on the same listener and so with the
+	// same TLS and client certificates. Its files need no token; every API
+	// call the page makes sends the token the user enters.
+	Console bool
 }
 
 // withDefaults validates cfg and fills in its zero fields. Errors wrap
@@ -131,8 +164,10 @@ func (cfg Config) withDefaults() (Config, error) {
 		return bad("MaxHolds %d: must not be negative", cfg.MaxHolds)
 	case cfg.MaxBodyBytes < 0:
 		return bad("MaxBodyBytes %d: must not be negative", cfg.MaxBodyBytes)
-	case cfg.EtcdWait < 0 || cfg.ShutdownGrace < 0 || cfg.HoldRetention < 0:
-		return bad("EtcdWait, ShutdownGrace and HoldRetention must not be negative")
+	case cfg.EtcdWait < 0 || cfg.ShutdownGrace < 0 || cfg.HoldRetention < 0 || cfg.BodyTimeout < 0 || cfg.SnapshotPageTimeout < 0:
+		return bad("EtcdWait, ShutdownGrace, HoldRetention, BodyTimeout and SnapshotPageTimeout must not be negative")
+	case cfg.MaxBodiesPerConn < 0 || cfg.MaxInflightPerToken < 0:
+		return bad("MaxBodiesPerConn and MaxInflightPerToken must not be negative")
 	case cfg.TLS != nil && len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetCertificate == nil && cfg.TLS.GetConfigForClient == nil:
 		return bad("TLS has no certificate")
 	}
@@ -143,6 +178,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.EtcdWait = orDefault(cfg.EtcdWait, DefaultEtcdWait)
 	cfg.ShutdownGrace = orDefault(cfg.ShutdownGrace, DefaultShutdownGrace)
 	cfg.HoldRetention = orDefault(cfg.HoldRetention, DefaultHoldRetention)
+	cfg.BodyTimeout = orDefault(cfg.BodyTimeout, DefaultBodyTimeout)
+	cfg.SnapshotPageTimeout = orDefault(cfg.SnapshotPageTimeout, DefaultSnapshotPageTimeout)
+	cfg.MaxBodiesPerConn = orDefault(cfg.MaxBodiesPerConn, DefaultMaxBodiesPerConn)
+	perToken := cfg.MaxInflight
+	if len(cfg.Tokens) > 1 {
+		perToken = max(1, cfg.MaxInflight/2)
+	}
+	cfg.MaxInflightPerToken = orDefault(cfg.MaxInflightPerToken, perToken)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -38,6 +38,9 @@ type holdTable struct {
 	order   []string // ended IDs, oldest first, for eviction
 	pending int      // Acquire calls waiting for their lock, counted against MaxHolds
 	closed  bool
+
+	requests map[string]*request // by request_id: waiting, granted (live or ended), withdrawn
+	reqOrder []*request          // ended and withdrawn requests, oldest first, for eviction
 }
 
 // lease is one live unary hold.
@@ -47,6 +50,7 @@ type lease struct {
 	l       *coordinator.Lock
 	expires time.Time     // guarded by holdTable.mu
 	stop    chan struct{} // closed by finish: the keeper goroutine returns
+	req     *request      // the request_id it was granted under, if any
 }
 
 // endedHold is how a hold ended.
@@ -60,7 +64,7 @@ type endedHold struct {
 }
 
 func newHoldTable(s *Server) *holdTable {
-	return &holdTable{s: s, live: map[string]*lease{}, ended: map[string]*endedHold{}}
+	return &holdTable{s: s, live: map[string]*lease{}, ended: map[string]*endedHold{}, requests: map[string]*request{}}
 }
 
 // reserve counts an Acquire against MaxHolds before it waits for its lock.
@@ -85,16 +89,30 @@ func (t *holdTable) unreserve() {
 	t.mu.Unlock()
 }
 
-// add registers a lock just acquired for a reserved Acquire and starts
-// keeping it.
-func (t *holdTable) add(spec lockSpec, l *coordinator.Lock) (*lease, time.Time, error) {
-	ls := &lease{id: "h_" + rand.Text(), spec: spec, l: l, stop: make(chan struct{})}
+// add registers a lock just acquired for a reserved Acquire (under rq, if
+// the call named a request_id) and starts keeping it.
+func (t *holdTable) add(spec lockSpec, l *coordinator.Lock, rq *request) (*lease, time.Time, error) {
+	ls := &lease{id: "h_" + rand.Text(), spec: spec, l: l, stop: make(chan struct{}), req: rq}
 	t.mu.Lock()
 	t.pending--
-	if t.closed {
+	if t.closed || (rq != nil && rq.withdrawn) {
+		err := errShuttingDown
+		if rq != nil {
+			t.endWait(rq)
+			if rq.withdrawn {
+				err = withdrawnError(rq.id)
+				t.rememberRequest(rq)
+			} else if t.requests[rq.id] == rq {
+				delete(t.requests, rq.id)
+			}
+		}
 		t.mu.Unlock()
 		_ = t.s.unlock(l)
-		return nil, time.Time{}, errShuttingDown
+		return nil, time.Time{}, err
+	}
+	if rq != nil {
+		rq.ls = ls
+		t.endWait(rq)
 	}
 	ls.expires = time.Now().Add(spec.ttl)
 	expires := ls.expires
@@ -151,6 +169,9 @@ func (t *holdTable) finish(ls *lease, e *endedHold, cond func() bool) bool {
 	close(ls.stop)
 	e.name, e.token, e.at = ls.spec.name, ls.l.Token(), time.Now()
 	t.remember(ls.id, e)
+	if ls.req != nil {
+		t.rememberRequest(ls.req)
+	}
 	t.s.metrics.holds.WithLabelValues(shapeLease).Dec()
 	return true
 }

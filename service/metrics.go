@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ type metrics struct {
 const (
 	rejectOverloaded   = "overloaded"
 	rejectBodyTooLarge = "body_too_large"
+	rejectBodyTimeout  = "body_timeout"
 	rejectTokenMissing = "token_missing"
 	rejectTokenInvalid = "token_invalid"
 	rejectTokenInURL   = "token_in_url"
@@ -43,7 +45,7 @@ func newMetrics() *metrics {
 		}, []string{"method", "code"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_api_rejected_total",
-			Help: "Calls refused before a handler ran, by reason: overloaded, body_too_large, token_missing, token_invalid, token_in_url.",
+			Help: "Calls refused before a handler ran, by reason: overloaded, body_too_large, body_timeout, token_missing, token_invalid, token_in_url.",
 		}, []string{"reason"}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "stockctl_api_inflight_calls",
@@ -116,7 +118,15 @@ func methodLabel(procedure string) string {
 // callRecord is what the middleware learns about one call: its code, set
 // by the interceptor when a handler ran, or by the middleware when it
 // refused the call.
-type callRecord struct{ code string }
+type callRecord struct {
+	code string
+	// abandon, set by an Acquire that granted a hold, releases it: the
+	// middleware calls it when the caller went away before the answer
+	// was sent.
+	abandon func()
+	// rc controls the call's response (write deadlines of streams).
+	rc *http.ResponseController
+}
 
 type recordKey struct{}
 

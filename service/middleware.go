@@ -1,13 +1,18 @@
 package service
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -24,8 +29,9 @@ const (
 // procInfo is what the middleware knows of a procedure before any handler
 // runs.
 type procInfo struct {
-	long   bool // may last as long as the caller wants: the long bound
-	health bool // grpc.health.v1: no token, no shedding (load balancers)
+	long     bool // may last as long as the caller wants: the long bound
+	health   bool // grpc.health.v1: no token, no shedding (load balancers)
+	readBody bool // one request message (unary, server stream): read whole before a slot
 }
 
 // envelopeBytes is the framing around a message in gRPC and Connect
@@ -45,6 +51,11 @@ type front struct {
 	tokens [][sha256.Size]byte // digests: compared in constant time
 	short  chan struct{}       // a slot per short call in flight
 	long   chan struct{}       // a slot per long call in flight
+
+	reading  chan struct{}  // a slot per request body being read
+	perToken []atomic.Int64 // short calls in flight and bodies being read, by token
+	connMu   sync.Mutex
+	perConn  map[string]int // bodies being read, by connection (its remote address)
 }
 
 func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -56,6 +67,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := &callRecord{}
 	sw := &statusWriter{ResponseWriter: w}
+	rec.rc = http.NewResponseController(sw)
 	defer func() {
 		code := rec.code
 		if code == "" {
@@ -69,8 +81,11 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			errors.New("credentials in the URL's query are refused (proxies and logs keep URLs): send the header \"Authorization: Bearer <token>\""), nil))
 		return
 	}
+	tok := -1 // the caller's token's index
 	if len(f.tokens) > 0 && !info.health {
-		if label, err := f.authenticate(r); err != nil {
+		var label string
+		var err *connect.Error
+		if tok, label, err = f.authenticate(r); err != nil {
 			f.refuse(sw, r, rec, label, err)
 			return
 		}
@@ -80,7 +95,25 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Errorf("request body of %d bytes is larger than the server accepts (%d)", r.ContentLength, f.s.cfg.MaxBodyBytes), nil))
 		return
 	}
+	if info.readBody && !info.health {
+		// The body first, under BodyTimeout and outside the slots: a
+		// caller that sends it slowly holds no slot of the calls that run.
+		body, label, ce := f.readBody(sw, r, tok)
+		if ce != nil {
+			f.refuse(sw, r, rec, label, ce)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	if !info.health {
+		if !info.long && tok >= 0 {
+			n := f.perToken[tok].Add(1)
+			defer f.perToken[tok].Add(-1)
+			if n > int64(f.s.cfg.MaxInflightPerToken) {
+				f.refuse(sw, r, rec, rejectOverloaded, overloaded(fmt.Sprintf("this token has %d calls in flight, its bound (of %d for all)", f.s.cfg.MaxInflightPerToken, cap(f.short))))
+				return
+			}
+		}
 		kind, slots := kindShort, f.short
 		if info.long {
 			kind, slots = kindLong, f.long
@@ -91,9 +124,7 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		select {
 		case slots <- struct{}{}:
 		default:
-			f.refuse(sw, r, rec, rejectOverloaded, newError(connect.CodeResourceExhausted, stockctlv1.ErrorReason_ERROR_REASON_OVERLOADED,
-				fmt.Errorf("the server is at its bound of %d %s calls in flight: retry shortly, or another server", cap(slots), kind), nil,
-				retryAfter(100*time.Millisecond)))
+			f.refuse(sw, r, rec, rejectOverloaded, overloaded(fmt.Sprintf("the server is at its bound of %d %s calls in flight", cap(slots), kind)))
 			return
 		}
 		gauge := f.s.metrics.inflight.WithLabelValues(kind)
@@ -104,6 +135,78 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	f.next.ServeHTTP(sw, r.WithContext(withRecord(r.Context(), rec)))
+	// The answer is not sent in full before ServeHTTP returns (gRPC's
+	// trailers, HTTP/1.1's buffer). A caller that went away before (its
+	// deadline, a reset stream) never learns of a hold granted to it.
+	// (The call's deadline is no sign: a caller rounds its timeout down
+	// when it sends it, so the server's deadline can pass first.)
+	if rec.abandon != nil && r.Context().Err() != nil {
+		rec.abandon()
+	}
+}
+
+func overloaded(why string) *connect.Error {
+	return newError(connect.CodeResourceExhausted, stockctlv1.ErrorReason_ERROR_REASON_OVERLOADED,
+		errors.New(why+": retry shortly, or another server"), nil, retryAfter(100*time.Millisecond))
+}
+
+// readBody reads r's body whole, within BodyTimeout and the size limit,
+// counted against the bounds of bodies being read: the server's, the
+// connection's and the token's (tok, -1 for none). On failure it returns
+// the rejection label and the error to send.
+func (f *front) readBody(w http.ResponseWriter, r *http.Request, tok int) ([]byte, string, *connect.Error) {
+	select {
+	case f.reading <- struct{}{}:
+		defer func() { <-f.reading }()
+	default:
+		return nil, rejectOverloaded, overloaded(fmt.Sprintf("the server is reading its bound of %d request bodies", cap(f.reading)))
+	}
+	conn := r.RemoteAddr
+	f.connMu.Lock()
+	n := f.perConn[conn] + 1
+	if n <= f.s.cfg.MaxBodiesPerConn {
+		f.perConn[conn] = n
+	}
+	f.connMu.Unlock()
+	if n > f.s.cfg.MaxBodiesPerConn {
+		return nil, rejectOverloaded, overloaded(fmt.Sprintf("this connection is sending its bound of %d request bodies", f.s.cfg.MaxBodiesPerConn))
+	}
+	defer func() {
+		f.connMu.Lock()
+		if f.perConn[conn]--; f.perConn[conn] == 0 {
+			delete(f.perConn, conn)
+		}
+		f.connMu.Unlock()
+	}()
+	if tok >= 0 {
+		n := f.perToken[tok].Add(1)
+		defer f.perToken[tok].Add(-1)
+		if n > int64(f.s.cfg.MaxInflightPerToken) {
+			return nil, rejectOverloaded, overloaded(fmt.Sprintf("this token has %d calls in flight or sending their bodies, its bound", f.s.cfg.MaxInflightPerToken))
+		}
+	}
+
+	limit := f.s.cfg.MaxBodyBytes + envelopeBytes
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(f.s.cfg.BodyTimeout)) == nil
+	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if deadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	switch {
+	case err != nil && (errors.Is(err, os.ErrDeadlineExceeded) || r.Context().Err() == nil):
+		if r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
+		return nil, rejectBodyTimeout, newError(connect.CodeDeadlineExceeded, stockctlv1.ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED,
+			fmt.Errorf("the request body did not arrive whole within %v (%d bytes came): %v", f.s.cfg.BodyTimeout, len(body), err), nil)
+	case err != nil:
+		return nil, rejectBodyTimeout, newError(connect.CodeCanceled, stockctlv1.ErrorReason_ERROR_REASON_CANCELED, err, nil)
+	case int64(len(body)) > limit:
+		return nil, rejectBodyTooLarge, newError(connect.CodeResourceExhausted, stockctlv1.ErrorReason_ERROR_REASON_BODY_TOO_LARGE,
+			fmt.Errorf("request body is larger than the server accepts (%d bytes)", f.s.cfg.MaxBodyBytes), nil)
+	}
+	return body, "", nil
 }
 
 func (f *front) refuse(w http.ResponseWriter, r *http.Request, rec *callRecord, label string, ce *connect.Error) {
@@ -138,24 +241,25 @@ func (f *front) credentialInURL(r *http.Request) bool {
 	return false
 }
 
-// authenticate checks the bearer token; on failure it returns the
-// rejection label and the error to send.
-func (f *front) authenticate(r *http.Request) (string, *connect.Error) {
+// authenticate checks the bearer token and returns its index; on failure
+// it returns the rejection label and the error to send.
+func (f *front) authenticate(r *http.Request) (int, string, *connect.Error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return rejectTokenMissing, unauthenticated(stockctlv1.ErrorReason_ERROR_REASON_TOKEN_MISSING,
+		return -1, rejectTokenMissing, unauthenticated(stockctlv1.ErrorReason_ERROR_REASON_TOKEN_MISSING,
 			"this server needs the header \"Authorization: Bearer <token>\"")
 	}
 	scheme, tok, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return rejectTokenInvalid, unauthenticated(stockctlv1.ErrorReason_ERROR_REASON_TOKEN_INVALID,
+		return -1, rejectTokenInvalid, unauthenticated(stockctlv1.ErrorReason_ERROR_REASON_TOKEN_INVALID,
 			"the Authorization header is not \"Bearer <token>\"")
 	}
-	if !f.tokenMatches(strings.TrimSpace(tok)) {
-		return rejectTokenInvalid, unauthenticated(stockctlv1.ErrorReason_ERROR_REASON_TOKEN_INVALID,
+	i := f.tokenIndex(strings.TrimSpace(tok))
+	if i < 0 {
+		return -1, rejectTokenInvalid, unauthenticated(stockctlv1.ErrorReason_ERROR_REASON_TOKEN_INVALID,
 			"the bearer token is not one this server accepts")
 	}
-	return "", nil
+	return i, "", nil
 }
 
 func unauthenticated(r stockctlv1.ErrorReason, msg string) *connect.Error {
@@ -168,13 +272,17 @@ func unauthenticated(r stockctlv1.ErrorReason, msg string) *connect.Error {
 // digests have one length whatever the candidate's, and every token is
 // compared, so neither the length nor the position of a match shows in the
 // time taken.
-func (f *front) tokenMatches(candidate string) bool {
+func (f *front) tokenMatches(candidate string) bool { return f.tokenIndex(candidate) >= 0 }
+
+// tokenIndex is tokenMatches with the index of the token matched (-1:
+// none), found in constant time too.
+func (f *front) tokenIndex(candidate string) int {
 	d := sha256.Sum256([]byte(candidate))
-	match := 0
+	idx := -1
 	for i := range f.tokens {
-		match |= subtle.ConstantTimeCompare(d[:], f.tokens[i][:])
+		idx = subtle.ConstantTimeSelect(subtle.ConstantTimeCompare(d[:], f.tokens[i][:]), i, idx)
 	}
-	return match == 1
+	return idx
 }
 
 // statusWriter remembers the HTTP status of a response, for the code label

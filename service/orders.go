@@ -3,6 +3,8 @@ package service
 import (
 	"context"
 	"errors"
+	"net/http"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -48,28 +50,24 @@ func (h stockService) WatchOrders(ctx context.Context, req *connect.Request[stoc
 
 	client := s.c.Client()
 	cfg := feed.Config{Prefix: s.c.Prefix(), SKU: m.Sku, Since: m.Since}
+	// The response headers now, not with the first message, which may be
+	// long in coming (a snapshot waits for a page slot): a client's call
+	// returns once the stream is open.
+	if err := stream.Send(nil); err != nil {
+		return err
+	}
 	if m.Snapshot {
-		snap, err := feed.Snapshot(fctx, client, cfg)
+		cursor, err := s.sendSnapshot(fctx, stream, cfg)
 		if err != nil {
 			return s.feedFail(ctx, method, err)
 		}
-		if err := sendSnapshot(stream, snap); err != nil {
-			return err
-		}
-		cfg.Since = snap.Cursor
+		cfg.Since = cursor
 	}
 	f, err := feed.Open(fctx, client, cfg)
 	if err != nil {
 		return s.feedFail(ctx, method, err)
 	}
 	defer f.Close()
-	if !m.Snapshot {
-		// The response headers now, not with the first batch, which may be
-		// long in coming: a client's call returns once the stream is open.
-		if err := stream.Send(nil); err != nil {
-			return err
-		}
-	}
 	for {
 		b, err := f.Next(fctx)
 		if err != nil {
@@ -105,6 +103,10 @@ func feedError(err error) error {
 		return newError(connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_CURSOR_COMPACTED, err,
 			map[string]string{"cursor": itoa(compacted.Cursor), "compact_revision": itoa(compacted.CompactRevision)},
 			&stockctlv1.CursorCompacted{Cursor: compacted.Cursor, CompactRevision: compacted.CompactRevision})
+	case errors.Is(err, feed.ErrCompacted):
+		// A snapshot's revision compacted while it was sent.
+		return newError(connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_CURSOR_COMPACTED, err, nil,
+			&stockctlv1.CursorCompacted{})
 	case errors.As(err, &ahead):
 		return newError(connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_CURSOR_AHEAD, err,
 			map[string]string{"field": "since", "cursor": itoa(ahead.Cursor), "revision": itoa(ahead.Current)},
@@ -114,26 +116,76 @@ func feedError(err error) error {
 	return err
 }
 
-// sendSnapshot sends a snapshot in pages of SnapshotPageEvents, the
-// snapshot's cursor on the last (on the only one, empty, when there are no
-// orders).
-func sendSnapshot(stream *connect.ServerStream[stockctlv1.WatchOrdersResponse], snap feed.Batch) error {
-	evs := snap.Events
-	for {
-		n := min(len(evs), SnapshotPageEvents)
-		msg := &stockctlv1.WatchOrdersResponse{Events: orderEvents(evs[:n]), Snapshot: true}
-		evs = evs[n:]
-		if len(evs) == 0 {
-			msg.Cursor = snap.Cursor
-		}
-		if err := stream.Send(msg); err != nil {
-			return err
-		}
-		if len(evs) == 0 {
-			return nil
+// SnapshotPagesInFlight bounds the snapshot pages a server holds at once,
+// over all WatchOrders streams: each is read from etcd when its stream is
+// ready for it and held until the stream's caller has taken it (HTTP/2
+// flow control), about 1 MB at most (SnapshotPageEvents records, decoded
+// and encoded). A snapshot stream waits for a page slot, within its
+// caller's deadline; one whose caller does not take its page within
+// Config.SnapshotPageTimeout is ended, which frees its slot.
+const SnapshotPagesInFlight = 32
+
+// sendSnapshot streams cfg's snapshot page by page from etcd
+// (feed.SnapshotPages), each page a message of at most SnapshotPageEvents
+// events, the snapshot's cursor on the last (on the only one, empty, when
+// there are no orders); it returns the cursor.
+func (s *Server) sendSnapshot(ctx context.Context, stream *connect.ServerStream[stockctlv1.WatchOrdersResponse], cfg feed.Config) (int64, error) {
+	var cursor int64
+	held := false
+	free := func() {
+		if held {
+			<-s.snapshotPages
+			held = false
 		}
 	}
+	defer free()
+	take := func() error {
+		select {
+		case s.snapshotPages <- struct{}{}:
+			held = true
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	if err := take(); err != nil { // for the first page's read
+		return 0, err
+	}
+	err := feed.SnapshotPages(ctx, s.c.Client(), cfg, func(b feed.Batch, last bool) error {
+		msg := &stockctlv1.WatchOrdersResponse{Events: orderEvents(b.Events), Snapshot: true}
+		b.Events = nil
+		if last {
+			msg.Cursor, cursor = b.Cursor, b.Cursor
+		}
+		var rc *http.ResponseController
+		if rec := recordOf(ctx); rec != nil {
+			rc = rec.rc
+			_ = rc.SetWriteDeadline(time.Now().Add(s.cfg.SnapshotPageTimeout))
+		}
+		err := stream.Send(msg)
+		if rc != nil {
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
+		if err != nil {
+			return &sendError{err}
+		}
+		free()
+		if last {
+			return nil
+		}
+		return take() // for the next page's read
+	})
+	var se *sendError
+	if errors.As(err, &se) {
+		return 0, se.err
+	}
+	return cursor, err
 }
+
+// sendError is a failed Send of a snapshot page: the stream is gone.
+type sendError struct{ err error }
+
+func (e *sendError) Error() string { return e.err.Error() }
 
 var eventKinds = map[feed.Kind]stockctlv1.OrderEventKind{
 	feed.Allocated: stockctlv1.OrderEventKind_ORDER_EVENT_KIND_ALLOCATED,

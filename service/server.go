@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,6 +20,7 @@ import (
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+	"github.com/stockctl/stockctl/console"
 	"github.com/stockctl/stockctl/coordinator"
 )
 
@@ -31,10 +34,18 @@ type Server struct {
 	metrics *metrics
 	handler http.Handler
 	holds   *holdTable
+	counts  *orderCounts // Allocate and Reserve answers per SKU, for InspectService
 
-	closing   chan struct{} // closed when shutdown begins: streams end, health says NOT_SERVING
-	closeOnce sync.Once
-	bg        sync.WaitGroup // goroutines keeping unary holds
+	closing chan struct{} // closed when shutdown begins: streams end, health says NOT_SERVING
+	// snapshotPages holds a slot per WatchOrders snapshot page in memory.
+	snapshotPages chan struct{}
+	closeOnce     sync.Once
+	bg            sync.WaitGroup // goroutines keeping unary holds
+
+	// Test hooks (export_test.go), nil in use: afterGrant runs in Acquire
+	// when the lock came, beforeAnswer when the hold is registered and its
+	// answer about to be sent.
+	afterGrant, beforeAnswer func(ctx context.Context)
 }
 
 // New returns a server for c with cfg (zero fields get the defaults). It
@@ -55,6 +66,9 @@ func New(c *coordinator.Coordinator, cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		metrics: newMetrics(),
 		closing: make(chan struct{}),
+		counts:  newOrderCounts(),
+
+		snapshotPages: make(chan struct{}, SnapshotPagesInFlight),
 	}
 	s.holds = newHoldTable(s)
 	if cfg.Registerer != nil {
@@ -63,7 +77,23 @@ func New(c *coordinator.Coordinator, cfg Config) (*Server, error) {
 		}
 	}
 	s.handler = s.newFront(s.newMux())
+	if cfg.Console {
+		s.handler = withConsole(s.handler)
+	}
 	return s, nil
+}
+
+// withConsole serves the console's files under console.Path (and its
+// path without the slash) and everything else with api.
+func withConsole(api http.Handler) http.Handler {
+	files := console.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p == strings.TrimSuffix(console.Path, "/") || strings.HasPrefix(p, console.Path) {
+			files.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
 
 // compressMinBytes is the least size of an answer that is compressed for
@@ -73,7 +103,7 @@ const compressMinBytes = 1024
 // newMux mounts the Connect handlers: both services, reflection and health.
 func (s *Server) newMux() http.Handler {
 	opts := []connect.HandlerOption{
-		connect.WithInterceptors(interceptor{}),
+		connect.WithInterceptors(interceptor{}, countingInterceptor{s.counts}),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		connect.WithRecover(s.recovered),
 		connect.WithCodec(jsonCodec{name: "json"}),
@@ -88,7 +118,9 @@ func (s *Server) newMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(stockctlv1connect.NewStockServiceHandler(stockService{s}, opts...))
 	mux.Handle(stockctlv1connect.NewLockServiceHandler(lockService{s}, opts...))
-	reflector := grpcreflect.NewStaticReflector(stockctlv1connect.StockServiceName, stockctlv1connect.LockServiceName, grpchealth.HealthV1ServiceName)
+	mux.Handle(stockctlv1connect.NewInspectServiceHandler(inspectService{s}, opts...))
+	reflector := grpcreflect.NewStaticReflector(stockctlv1connect.StockServiceName, stockctlv1connect.LockServiceName,
+		stockctlv1connect.InspectServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 	mux.Handle(grpchealth.NewHandler(healthChecker{s}, opts...))
@@ -105,11 +137,15 @@ func (s *Server) newFront(next http.Handler) *front {
 		procs: map[string]procInfo{},
 		short: make(chan struct{}, s.cfg.MaxInflight),
 		long:  make(chan struct{}, s.cfg.MaxStreams),
+
+		reading:  make(chan struct{}, s.cfg.MaxInflight+s.cfg.MaxStreams),
+		perToken: make([]atomic.Int64, len(s.cfg.Tokens)),
+		perConn:  map[string]int{},
 	}
 	for _, t := range s.cfg.Tokens {
 		f.tokens = append(f.tokens, sha256.Sum256([]byte(t)))
 	}
-	for _, fd := range []protoreflect.FileDescriptor{stockctlv1.File_stockctl_v1_stock_service_proto, stockctlv1.File_stockctl_v1_lock_service_proto} {
+	for _, fd := range []protoreflect.FileDescriptor{stockctlv1.File_stockctl_v1_stock_service_proto, stockctlv1.File_stockctl_v1_lock_service_proto, stockctlv1.File_stockctl_v1_inspect_service_proto} {
 		for i := range fd.Services().Len() {
 			sd := fd.Services().Get(i)
 			for j := range sd.Methods().Len() {
@@ -117,7 +153,7 @@ func (s *Server) newFront(next http.Handler) *front {
 				path := "/" + string(sd.FullName()) + "/" + string(md.Name())
 				// Acquire waits for the lock as long as its caller allows.
 				long := md.IsStreamingClient() || md.IsStreamingServer() || path == stockctlv1connect.LockServiceAcquireProcedure
-				f.procs[path] = procInfo{long: long}
+				f.procs[path] = procInfo{long: long, readBody: !md.IsStreamingClient()}
 			}
 		}
 	}

@@ -57,39 +57,47 @@ func (h stockService) CreateSKU(ctx context.Context, req *connect.Request[stockc
 }
 
 func (h stockService) Allocate(ctx context.Context, req *connect.Request[stockctlv1.AllocateRequest]) (*connect.Response[stockctlv1.AllocateResponse], error) {
-	m := req.Msg
 	return unary(ctx, h.s, opOrder, stockctlv1connect.StockServiceAllocateProcedure, func(ctx context.Context) (*stockctlv1.AllocateResponse, error) {
-		a, err := h.s.c.Allocate(ctx, m.Sku, m.Order, m.Qty, m.RouteKey, buyerOpts(m.Buyer)...)
-		if err != nil {
-			return nil, err
-		}
-		return &stockctlv1.AllocateResponse{
-			Sku: a.SKU, Order: a.Order, Qty: a.Qty, Parts: parts(a.Parts), Revision: a.Revision,
-			Replayed: a.Replayed, Released: a.Released, Buyer: a.Buyer,
-		}, nil
+		return h.s.allocate(ctx, req.Msg)
 	})
 }
 
+// allocate is Allocate's work, shared with OrderStream.
+func (s *Server) allocate(ctx context.Context, m *stockctlv1.AllocateRequest) (*stockctlv1.AllocateResponse, error) {
+	a, err := s.c.Allocate(ctx, m.Sku, m.Order, m.Qty, m.RouteKey, buyerOpts(m.Buyer)...)
+	if err != nil {
+		return nil, err
+	}
+	return &stockctlv1.AllocateResponse{
+		Sku: a.SKU, Order: a.Order, Qty: a.Qty, Parts: parts(a.Parts), Revision: a.Revision,
+		Replayed: a.Replayed, Released: a.Released, Buyer: a.Buyer,
+	}, nil
+}
+
 func (h stockService) Reserve(ctx context.Context, req *connect.Request[stockctlv1.ReserveRequest]) (*connect.Response[stockctlv1.ReserveResponse], error) {
-	m := req.Msg
 	return unary(ctx, h.s, opOrder, stockctlv1connect.StockServiceReserveProcedure, func(ctx context.Context) (*stockctlv1.ReserveResponse, error) {
-		ttl, set, err := duration("ttl", m.Ttl)
-		if err != nil {
-			return nil, err
-		}
-		if !set {
-			return nil, badField("ttl", "is required: how long the reservation waits for Confirm, e.g. \"900s\"")
-		}
-		a, err := h.s.c.Reserve(ctx, m.Sku, m.Order, m.Qty, m.RouteKey, ttl, buyerOpts(m.Buyer)...)
-		if err != nil {
-			return nil, err
-		}
-		return &stockctlv1.ReserveResponse{
-			Sku: a.SKU, Order: a.Order, Qty: a.Qty, Parts: parts(a.Parts), Revision: a.Revision,
-			Replayed: a.Replayed, Released: a.Released, Buyer: a.Buyer, State: orderState(a.State),
-			Deadline: timestamp(a.Deadline),
-		}, nil
+		return h.s.reserve(ctx, req.Msg)
 	})
+}
+
+// reserve is Reserve's work, shared with OrderStream.
+func (s *Server) reserve(ctx context.Context, m *stockctlv1.ReserveRequest) (*stockctlv1.ReserveResponse, error) {
+	ttl, set, err := duration("ttl", m.Ttl)
+	if err != nil {
+		return nil, err
+	}
+	if !set {
+		return nil, badField("ttl", "is required: how long the reservation waits for Confirm, e.g. \"900s\"")
+	}
+	a, err := s.c.Reserve(ctx, m.Sku, m.Order, m.Qty, m.RouteKey, ttl, buyerOpts(m.Buyer)...)
+	if err != nil {
+		return nil, err
+	}
+	return &stockctlv1.ReserveResponse{
+		Sku: a.SKU, Order: a.Order, Qty: a.Qty, Parts: parts(a.Parts), Revision: a.Revision,
+		Replayed: a.Replayed, Released: a.Released, Buyer: a.Buyer, State: orderState(a.State),
+		Deadline: timestamp(a.Deadline),
+	}, nil
 }
 
 func (h stockService) Confirm(ctx context.Context, req *connect.Request[stockctlv1.ConfirmRequest]) (*connect.Response[stockctlv1.ConfirmResponse], error) {

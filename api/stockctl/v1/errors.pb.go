@@ -243,6 +243,9 @@ const (
 	LostReason_LOST_REASON_KEEPALIVE_TIMEOUT LostReason = 2
 	// The server shut down and released the lock.
 	LostReason_LOST_REASON_SERVER_SHUTDOWN LostReason = 3
+	// An Acquire's caller went away (its deadline, a reset) before its answer
+	// was sent: nobody knew of the hold, so the server released it.
+	LostReason_LOST_REASON_CALLER_GONE LostReason = 4
 )
 
 // Enum value maps for LostReason.
@@ -252,12 +255,14 @@ var (
 		1: "LOST_REASON_SESSION_LOST",
 		2: "LOST_REASON_KEEPALIVE_TIMEOUT",
 		3: "LOST_REASON_SERVER_SHUTDOWN",
+		4: "LOST_REASON_CALLER_GONE",
 	}
 	LostReason_value = map[string]int32{
 		"LOST_REASON_UNSPECIFIED":       0,
 		"LOST_REASON_SESSION_LOST":      1,
 		"LOST_REASON_KEEPALIVE_TIMEOUT": 2,
 		"LOST_REASON_SERVER_SHUTDOWN":   3,
+		"LOST_REASON_CALLER_GONE":       4,
 	}
 )
 
@@ -887,13 +892,15 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x1eERROR_REASON_DELIVERY_CONFLICT\x10\x1d\x12\x1f\n" +
 	"\x1bERROR_REASON_LIMIT_MISMATCH\x10\x1e\x12!\n" +
 	"\x1dERROR_REASON_CURSOR_COMPACTED\x10\x1f\x12\x1d\n" +
-	"\x19ERROR_REASON_CURSOR_AHEAD\x10 *\x8b\x01\n" +
+	"\x19ERROR_REASON_CURSOR_AHEAD\x10 *\xa8\x01\n" +
 	"\n" +
 	"LostReason\x12\x1b\n" +
 	"\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18LOST_REASON_SESSION_LOST\x10\x01\x12!\n" +
 	"\x1dLOST_REASON_KEEPALIVE_TIMEOUT\x10\x02\x12\x1f\n" +
-	"\x1bLOST_REASON_SERVER_SHUTDOWN\x10\x03B9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\x1bLOST_REASON_SERVER_SHUTDOWN\x10\x03\x12\x1b\n" +
+	"\x17LOST_REASON_CALLER_GONE\x10\x04BS\n" +
+	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_errors_proto_rawDescOnce sync.Once

@@ -99,7 +99,17 @@ type AcquireRequest struct {
 	// LOCK_KIND_SEMAPHORE only (and required there): the semaphore's limit,
 	// 1 to 1024. It is stored with the semaphore while anyone holds or waits
 	// for it: another limit is FAILED_PRECONDITION (LIMIT_MISMATCH).
-	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The caller's idempotency key for this acquisition, recommended: 16 to
+	// 128 bytes of printable ASCII other than space (a random ID). An Acquire
+	// whose answer the caller did not get (its deadline passed, the
+	// connection broke) may still have been granted: retry with the same
+	// request_id to get that hold (replayed, its ttl renewed), or Release with
+	// it to end the hold or withdraw the acquisition. Known to the server that
+	// answered, for the ttl of its hold and HoldRetention after; the same ID
+	// with another name, kind or limit is INVALID_ARGUMENT. Like hold_id, it
+	// is a capability: keep it secret.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -169,6 +179,13 @@ func (x *AcquireRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *AcquireRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type AcquireResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Names the hold in KeepAlive and Release. Unguessable: keep it secret.
@@ -189,7 +206,10 @@ type AcquireResponse struct {
 	// revision) in your own etcd transactions. It fences the server's tenure
 	// of the key, which it may pass between its callers: the token fences
 	// this hold.
-	Revision      int64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision int64 `protobuf:"varint,9,opt,name=revision,proto3" json:"revision,omitempty"`
+	// True when request_id named a hold this server had already granted: the
+	// same hold (hold_id, token), its ttl renewed from now.
+	Replayed      bool `protobuf:"varint,10,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -285,6 +305,13 @@ func (x *AcquireResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *AcquireResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
 }
 
 type KeepAliveRequest struct {
@@ -400,8 +427,14 @@ func (x *KeepAliveResponse) GetExpireTime() *timestamppb.Timestamp {
 }
 
 type LockServiceReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	HoldId        string                 `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The hold to release; or else request_id.
+	HoldId string `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	// The request_id of an Acquire, when its answer was lost: releases the
+	// hold it was granted, or withdraws it if nothing was granted (still
+	// waiting, failed, or not arrived yet): an Acquire with it later is
+	// refused. Exactly one of hold_id and request_id.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -443,11 +476,21 @@ func (x *LockServiceReleaseRequest) GetHoldId() string {
 	return ""
 }
 
+func (x *LockServiceReleaseRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type LockServiceReleaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	HoldId        string                 `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Token         int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	HoldId string                 `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Token  int64                  `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// True when request_id named an acquisition that held nothing: it is
+	// withdrawn (hold_id empty, token 0).
+	Withdrawn     bool `protobuf:"varint,4,opt,name=withdrawn,proto3" json:"withdrawn,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -501,6 +544,13 @@ func (x *LockServiceReleaseResponse) GetToken() int64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *LockServiceReleaseResponse) GetWithdrawn() bool {
+	if x != nil {
+		return x.Withdrawn
+	}
+	return false
 }
 
 type HoldRequest struct {
@@ -1004,13 +1054,15 @@ var File_stockctl_v1_lock_service_proto protoreflect.FileDescriptor
 
 const file_stockctl_v1_lock_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1estockctl/v1/lock_service.proto\x12\vstockctl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockctl/v1/errors.proto\"\xc1\x01\n" +
+	"\x1estockctl/v1/lock_service.proto\x12\vstockctl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockctl/v1/errors.proto\"\xe0\x01\n" +
 	"\x0eAcquireRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.stockctl.v1.LockKindR\x04kind\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\x05R\x05limit\"\xad\x02\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"\xc9\x02\n" +
 	"\x0fAcquireResponse\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
@@ -1021,7 +1073,9 @@ const file_stockctl_v1_lock_service_proto_rawDesc = "" +
 	"\vexpire_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"expireTime\x12\x14\n" +
 	"\x05limit\x18\b \x01(\x05R\x05limit\x12\x1a\n" +
-	"\brevision\x18\t \x01(\x03R\brevision\"+\n" +
+	"\brevision\x18\t \x01(\x03R\brevision\x12\x1a\n" +
+	"\breplayed\x18\n" +
+	" \x01(\bR\breplayed\"+\n" +
 	"\x10KeepAliveRequest\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\"\xac\x01\n" +
 	"\x11KeepAliveResponse\x12\x17\n" +
@@ -1029,13 +1083,16 @@ const file_stockctl_v1_lock_service_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12;\n" +
 	"\vexpire_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"expireTime\"4\n" +
+	"expireTime\"S\n" +
 	"\x19LockServiceReleaseRequest\x12\x17\n" +
-	"\ahold_id\x18\x01 \x01(\tR\x06holdId\"_\n" +
+	"\ahold_id\x18\x01 \x01(\tR\x06holdId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"}\n" +
 	"\x1aLockServiceReleaseResponse\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x03R\x05token\"\xc0\x01\n" +
+	"\x05token\x18\x03 \x01(\x03R\x05token\x12\x1c\n" +
+	"\twithdrawn\x18\x04 \x01(\bR\twithdrawn\"\xc0\x01\n" +
 	"\vHoldRequest\x124\n" +
 	"\aacquire\x18\x01 \x01(\v2\x18.stockctl.v1.HoldAcquireH\x00R\aacquire\x12;\n" +
 	"\n" +
@@ -1075,7 +1132,8 @@ const file_stockctl_v1_lock_service_proto_rawDesc = "" +
 	"\x04Hold\x12\x18.stockctl.v1.HoldRequest\x1a\x19.stockctl.v1.HoldResponse(\x010\x01\x12D\n" +
 	"\aAcquire\x12\x1b.stockctl.v1.AcquireRequest\x1a\x1c.stockctl.v1.AcquireResponse\x12J\n" +
 	"\tKeepAlive\x12\x1d.stockctl.v1.KeepAliveRequest\x1a\x1e.stockctl.v1.KeepAliveResponse\x12Z\n" +
-	"\aRelease\x12&.stockctl.v1.LockServiceReleaseRequest\x1a'.stockctl.v1.LockServiceReleaseResponseB9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\aRelease\x12&.stockctl.v1.LockServiceReleaseRequest\x1a'.stockctl.v1.LockServiceReleaseResponseBS\n" +
+	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_lock_service_proto_rawDescOnce sync.Once

@@ -20,6 +20,7 @@ package stockctlv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
@@ -1919,7 +1920,8 @@ type StockStatus struct {
 	Pool int64 `protobuf:"varint,3,opt,name=pool,proto3" json:"pool,omitempty"`
 	// What is left in the pool and every segment.
 	Remaining int64 `protobuf:"varint,4,opt,name=remaining,proto3" json:"remaining,omitempty"`
-	// What active orders hold: total − remaining.
+	// What active orders hold, live reservations included (see reserved):
+	// total − remaining.
 	Allocated int64 `protobuf:"varint,5,opt,name=allocated,proto3" json:"allocated,omitempty"`
 	// The part of allocated held by live reservations, and their count.
 	Reserved     int64 `protobuf:"varint,6,opt,name=reserved,proto3" json:"reserved,omitempty"`
@@ -1933,9 +1935,13 @@ type StockStatus struct {
 	PerUserLimit int64                  `protobuf:"varint,13,opt,name=per_user_limit,json=perUserLimit,proto3" json:"per_user_limit,omitempty"`
 	CreateTime   *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The rebalancer's last pass under the server's prefix, if one ever ran.
-	Rebalancer    *RebalancerPass `protobuf:"bytes,15,opt,name=rebalancer,proto3" json:"rebalancer,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Its leader is who made that pass, possibly a process gone since.
+	Rebalancer *RebalancerPass `protobuf:"bytes,15,opt,name=rebalancer,proto3" json:"rebalancer,omitempty"`
+	// The rebalancer elected now under the server's prefix (its identity);
+	// empty when none is.
+	RebalancerLeader string `protobuf:"bytes,16,opt,name=rebalancer_leader,json=rebalancerLeader,proto3" json:"rebalancer_leader,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StockStatus) Reset() {
@@ -2071,6 +2077,13 @@ func (x *StockStatus) GetRebalancer() *RebalancerPass {
 		return x.Rebalancer
 	}
 	return nil
+}
+
+func (x *StockStatus) GetRebalancerLeader() string {
+	if x != nil {
+		return x.RebalancerLeader
+	}
+	return ""
 }
 
 type SegmentStatus struct {
@@ -2284,8 +2297,11 @@ type AuditResponse struct {
 	// Every segment's counter and inbox together.
 	Segments int64 `protobuf:"varint,6,opt,name=segments,proto3" json:"segments,omitempty"`
 	// Units held by active orders: reserved + confirmed.
-	Allocated      int64 `protobuf:"varint,7,opt,name=allocated,proto3" json:"allocated,omitempty"`
-	Reserved       int64 `protobuf:"varint,8,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	Allocated int64 `protobuf:"varint,7,opt,name=allocated,proto3" json:"allocated,omitempty"`
+	// Units held by live reservations.
+	Reserved int64 `protobuf:"varint,8,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// Units held by final orders: plain allocations and confirmed
+	// reservations (not only confirmed reservations).
 	Confirmed      int64 `protobuf:"varint,9,opt,name=confirmed,proto3" json:"confirmed,omitempty"`
 	Orders         int64 `protobuf:"varint,10,opt,name=orders,proto3" json:"orders,omitempty"`
 	ReleasedOrders int64 `protobuf:"varint,11,opt,name=released_orders,json=releasedOrders,proto3" json:"released_orders,omitempty"`
@@ -2442,11 +2458,389 @@ func (x *AuditResponse) GetDelivered() int64 {
 	return 0
 }
 
+type OrderStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's name for this order on this stream, echoed in its answer.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Order:
+	//
+	//	*OrderStreamRequest_Allocate
+	//	*OrderStreamRequest_Reserve
+	Order         isOrderStreamRequest_Order `protobuf_oneof:"order"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderStreamRequest) Reset() {
+	*x = OrderStreamRequest{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderStreamRequest) ProtoMessage() {}
+
+func (x *OrderStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderStreamRequest.ProtoReflect.Descriptor instead.
+func (*OrderStreamRequest) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *OrderStreamRequest) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *OrderStreamRequest) GetOrder() isOrderStreamRequest_Order {
+	if x != nil {
+		return x.Order
+	}
+	return nil
+}
+
+func (x *OrderStreamRequest) GetAllocate() *AllocateRequest {
+	if x != nil {
+		if x, ok := x.Order.(*OrderStreamRequest_Allocate); ok {
+			return x.Allocate
+		}
+	}
+	return nil
+}
+
+func (x *OrderStreamRequest) GetReserve() *ReserveRequest {
+	if x != nil {
+		if x, ok := x.Order.(*OrderStreamRequest_Reserve); ok {
+			return x.Reserve
+		}
+	}
+	return nil
+}
+
+type isOrderStreamRequest_Order interface {
+	isOrderStreamRequest_Order()
+}
+
+type OrderStreamRequest_Allocate struct {
+	Allocate *AllocateRequest `protobuf:"bytes,2,opt,name=allocate,proto3,oneof"`
+}
+
+type OrderStreamRequest_Reserve struct {
+	Reserve *ReserveRequest `protobuf:"bytes,3,opt,name=reserve,proto3,oneof"`
+}
+
+func (*OrderStreamRequest_Allocate) isOrderStreamRequest_Order() {}
+
+func (*OrderStreamRequest_Reserve) isOrderStreamRequest_Order() {}
+
+type OrderStreamResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id of the request answered.
+	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*OrderStreamResponse_Allocated
+	//	*OrderStreamResponse_Reserved
+	//	*OrderStreamResponse_Error
+	Outcome       isOrderStreamResponse_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderStreamResponse) Reset() {
+	*x = OrderStreamResponse{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderStreamResponse) ProtoMessage() {}
+
+func (x *OrderStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderStreamResponse.ProtoReflect.Descriptor instead.
+func (*OrderStreamResponse) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *OrderStreamResponse) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *OrderStreamResponse) GetOutcome() isOrderStreamResponse_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *OrderStreamResponse) GetAllocated() *AllocateResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*OrderStreamResponse_Allocated); ok {
+			return x.Allocated
+		}
+	}
+	return nil
+}
+
+func (x *OrderStreamResponse) GetReserved() *ReserveResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*OrderStreamResponse_Reserved); ok {
+			return x.Reserved
+		}
+	}
+	return nil
+}
+
+func (x *OrderStreamResponse) GetError() *OrderError {
+	if x != nil {
+		if x, ok := x.Outcome.(*OrderStreamResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isOrderStreamResponse_Outcome interface {
+	isOrderStreamResponse_Outcome()
+}
+
+type OrderStreamResponse_Allocated struct {
+	Allocated *AllocateResponse `protobuf:"bytes,2,opt,name=allocated,proto3,oneof"`
+}
+
+type OrderStreamResponse_Reserved struct {
+	Reserved *ReserveResponse `protobuf:"bytes,3,opt,name=reserved,proto3,oneof"`
+}
+
+type OrderStreamResponse_Error struct {
+	// The order's error, as Allocate or Reserve would have ended with it.
+	Error *OrderError `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+func (*OrderStreamResponse_Allocated) isOrderStreamResponse_Outcome() {}
+
+func (*OrderStreamResponse_Reserved) isOrderStreamResponse_Outcome() {}
+
+func (*OrderStreamResponse_Error) isOrderStreamResponse_Outcome() {}
+
+// OrderError is one order's error in a stream that goes on: what a unary
+// call's error carries (docs/api.md#errors).
+type OrderError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The gRPC code's name as Connect spells it: "failed_precondition".
+	Code    string      `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Reason  ErrorReason `protobuf:"varint,2,opt,name=reason,proto3,enum=stockctl.v1.ErrorReason" json:"reason,omitempty"`
+	Message string      `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// The typed details (InsufficientStock, PerUserLimitExceeded, ...).
+	Details       []*anypb.Any `protobuf:"bytes,4,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderError) Reset() {
+	*x = OrderError{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderError) ProtoMessage() {}
+
+func (x *OrderError) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderError.ProtoReflect.Descriptor instead.
+func (*OrderError) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *OrderError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *OrderError) GetReason() ErrorReason {
+	if x != nil {
+		return x.Reason
+	}
+	return ErrorReason_ERROR_REASON_UNSPECIFIED
+}
+
+func (x *OrderError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *OrderError) GetDetails() []*anypb.Any {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+type ListSKUsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most SKUs in one answer: 1 to 1000; 0: 100.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Empty for the first page; else the next_page_token of the page before.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSKUsRequest) Reset() {
+	*x = ListSKUsRequest{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSKUsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSKUsRequest) ProtoMessage() {}
+
+func (x *ListSKUsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSKUsRequest.ProtoReflect.Descriptor instead.
+func (*ListSKUsRequest) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListSKUsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSKUsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListSKUsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Skus  []string               `protobuf:"bytes,1,rep,name=skus,proto3" json:"skus,omitempty"`
+	// Pass it as page_token for the next page; empty after the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSKUsResponse) Reset() {
+	*x = ListSKUsResponse{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSKUsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSKUsResponse) ProtoMessage() {}
+
+func (x *ListSKUsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSKUsResponse.ProtoReflect.Descriptor instead.
+func (*ListSKUsResponse) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListSKUsResponse) GetSkus() []string {
+	if x != nil {
+		return x.Skus
+	}
+	return nil
+}
+
+func (x *ListSKUsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_stockctl_v1_stock_service_proto protoreflect.FileDescriptor
 
 const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1fstockctl/v1/stock_service.proto\x12\vstockctl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe7\x01\n" +
+	"\x1fstockctl/v1/stock_service.proto\x12\vstockctl.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockctl/v1/errors.proto\"\xe7\x01\n" +
 	"\x10CreateSKURequest\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x1a\n" +
@@ -2582,7 +2976,7 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\vcreate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x18\n" +
-	"\aversion\x18\v \x01(\x03R\aversion\"\x99\x04\n" +
+	"\aversion\x18\v \x01(\x03R\aversion\"\xc6\x04\n" +
 	"\vStockStatus\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +
@@ -2602,7 +2996,8 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\n" +
 	"rebalancer\x18\x0f \x01(\v2\x1b.stockctl.v1.RebalancerPassR\n" +
-	"rebalancer\"Y\n" +
+	"rebalancer\x12+\n" +
+	"\x11rebalancer_leader\x18\x10 \x01(\tR\x10rebalancerLeader\"Y\n" +
 	"\rSegmentStatus\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12\x14\n" +
@@ -2638,7 +3033,31 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x0f \x01(\x03R\n" +
 	"deliveries\x12\x1c\n" +
-	"\tdelivered\x18\x10 \x01(\x03R\tdelivered*\x92\x01\n" +
+	"\tdelivered\x18\x10 \x01(\x03R\tdelivered\"\xa2\x01\n" +
+	"\x12OrderStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12:\n" +
+	"\ballocate\x18\x02 \x01(\v2\x1c.stockctl.v1.AllocateRequestH\x00R\ballocate\x127\n" +
+	"\areserve\x18\x03 \x01(\v2\x1b.stockctl.v1.ReserveRequestH\x00R\areserveB\a\n" +
+	"\x05order\"\xdc\x01\n" +
+	"\x13OrderStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12=\n" +
+	"\tallocated\x18\x02 \x01(\v2\x1d.stockctl.v1.AllocateResponseH\x00R\tallocated\x12:\n" +
+	"\breserved\x18\x03 \x01(\v2\x1c.stockctl.v1.ReserveResponseH\x00R\breserved\x12/\n" +
+	"\x05error\x18\x04 \x01(\v2\x17.stockctl.v1.OrderErrorH\x00R\x05errorB\t\n" +
+	"\aoutcome\"\x9c\x01\n" +
+	"\n" +
+	"OrderError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x120\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x18.stockctl.v1.ErrorReasonR\x06reason\x12\x18\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x12.\n" +
+	"\adetails\x18\x04 \x03(\v2\x14.google.protobuf.AnyR\adetails\"M\n" +
+	"\x0fListSKUsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"N\n" +
+	"\x10ListSKUsResponse\x12\x12\n" +
+	"\x04skus\x18\x01 \x03(\tR\x04skus\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x92\x01\n" +
 	"\n" +
 	"OrderState\x12\x1b\n" +
 	"\x17ORDER_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -2653,7 +3072,7 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x1aORDER_EVENT_KIND_CONFIRMED\x10\x03\x12\x1e\n" +
 	"\x1aORDER_EVENT_KIND_CANCELLED\x10\x04\x12\x1d\n" +
 	"\x19ORDER_EVENT_KIND_RELEASED\x10\x05\x12\x1c\n" +
-	"\x18ORDER_EVENT_KIND_EXPIRED\x10\x062\xa9\x06\n" +
+	"\x18ORDER_EVENT_KIND_EXPIRED\x10\x062\xc8\a\n" +
 	"\fStockService\x12J\n" +
 	"\tCreateSKU\x12\x1d.stockctl.v1.CreateSKURequest\x1a\x1e.stockctl.v1.CreateSKUResponse\x12G\n" +
 	"\bAllocate\x12\x1c.stockctl.v1.AllocateRequest\x1a\x1d.stockctl.v1.AllocateResponse\x12D\n" +
@@ -2665,7 +3084,10 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x06Status\x12\x1a.stockctl.v1.StatusRequest\x1a\x1b.stockctl.v1.StatusResponse\x12>\n" +
 	"\x05Audit\x12\x19.stockctl.v1.AuditRequest\x1a\x1a.stockctl.v1.AuditResponse\x12R\n" +
 	"\vWatchStatus\x12\x1f.stockctl.v1.WatchStatusRequest\x1a .stockctl.v1.WatchStatusResponse0\x01\x12R\n" +
-	"\vWatchOrders\x12\x1f.stockctl.v1.WatchOrdersRequest\x1a .stockctl.v1.WatchOrdersResponse0\x01B9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\vWatchOrders\x12\x1f.stockctl.v1.WatchOrdersRequest\x1a .stockctl.v1.WatchOrdersResponse0\x01\x12T\n" +
+	"\vOrderStream\x12\x1f.stockctl.v1.OrderStreamRequest\x1a .stockctl.v1.OrderStreamResponse(\x010\x01\x12G\n" +
+	"\bListSKUs\x12\x1c.stockctl.v1.ListSKUsRequest\x1a\x1d.stockctl.v1.ListSKUsResponseBS\n" +
+	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_stock_service_proto_rawDescOnce sync.Once
@@ -2680,7 +3102,7 @@ func file_stockctl_v1_stock_service_proto_rawDescGZIP() []byte {
 }
 
 var file_stockctl_v1_stock_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_stockctl_v1_stock_service_proto_goTypes = []any{
 	(OrderState)(0),               // 0: stockctl.v1.OrderState
 	(OrderEventKind)(0),           // 1: stockctl.v1.OrderEventKind
@@ -2711,61 +3133,79 @@ var file_stockctl_v1_stock_service_proto_goTypes = []any{
 	(*RebalancerPass)(nil),        // 26: stockctl.v1.RebalancerPass
 	(*AuditRequest)(nil),          // 27: stockctl.v1.AuditRequest
 	(*AuditResponse)(nil),         // 28: stockctl.v1.AuditResponse
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*OrderStreamRequest)(nil),    // 29: stockctl.v1.OrderStreamRequest
+	(*OrderStreamResponse)(nil),   // 30: stockctl.v1.OrderStreamResponse
+	(*OrderError)(nil),            // 31: stockctl.v1.OrderError
+	(*ListSKUsRequest)(nil),       // 32: stockctl.v1.ListSKUsRequest
+	(*ListSKUsResponse)(nil),      // 33: stockctl.v1.ListSKUsResponse
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
+	(ErrorReason)(0),              // 36: stockctl.v1.ErrorReason
+	(*anypb.Any)(nil),             // 37: google.protobuf.Any
 }
 var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
-	29, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
+	34, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
 	4,  // 1: stockctl.v1.AllocateResponse.parts:type_name -> stockctl.v1.Part
-	30, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	35, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
 	4,  // 3: stockctl.v1.ReserveResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 4: stockctl.v1.ReserveResponse.state:type_name -> stockctl.v1.OrderState
-	29, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
+	34, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 6: stockctl.v1.ConfirmResponse.parts:type_name -> stockctl.v1.Part
-	29, // 7: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
+	34, // 7: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 8: stockctl.v1.CancelResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 9: stockctl.v1.CancelResponse.state:type_name -> stockctl.v1.OrderState
 	4,  // 10: stockctl.v1.ReleaseResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 11: stockctl.v1.ReleaseResponse.state:type_name -> stockctl.v1.OrderState
 	24, // 12: stockctl.v1.StatusResponse.status:type_name -> stockctl.v1.StockStatus
-	30, // 13: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
+	35, // 13: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
 	24, // 14: stockctl.v1.WatchStatusResponse.status:type_name -> stockctl.v1.StockStatus
 	23, // 15: stockctl.v1.WatchOrdersResponse.events:type_name -> stockctl.v1.OrderEvent
 	1,  // 16: stockctl.v1.OrderEvent.event:type_name -> stockctl.v1.OrderEventKind
 	4,  // 17: stockctl.v1.OrderEvent.parts:type_name -> stockctl.v1.Part
-	29, // 18: stockctl.v1.OrderEvent.deadline:type_name -> google.protobuf.Timestamp
-	29, // 19: stockctl.v1.OrderEvent.create_time:type_name -> google.protobuf.Timestamp
+	34, // 18: stockctl.v1.OrderEvent.deadline:type_name -> google.protobuf.Timestamp
+	34, // 19: stockctl.v1.OrderEvent.create_time:type_name -> google.protobuf.Timestamp
 	25, // 20: stockctl.v1.StockStatus.segments:type_name -> stockctl.v1.SegmentStatus
-	29, // 21: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
+	34, // 21: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
 	26, // 22: stockctl.v1.StockStatus.rebalancer:type_name -> stockctl.v1.RebalancerPass
-	29, // 23: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
-	2,  // 24: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
-	5,  // 25: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
-	7,  // 26: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
-	9,  // 27: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
-	11, // 28: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
-	13, // 29: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
-	15, // 30: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
-	17, // 31: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
-	27, // 32: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
-	19, // 33: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
-	21, // 34: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
-	3,  // 35: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
-	6,  // 36: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
-	8,  // 37: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
-	10, // 38: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
-	12, // 39: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
-	14, // 40: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
-	16, // 41: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
-	18, // 42: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
-	28, // 43: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
-	20, // 44: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
-	22, // 45: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
-	35, // [35:46] is the sub-list for method output_type
-	24, // [24:35] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	34, // 23: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
+	5,  // 24: stockctl.v1.OrderStreamRequest.allocate:type_name -> stockctl.v1.AllocateRequest
+	7,  // 25: stockctl.v1.OrderStreamRequest.reserve:type_name -> stockctl.v1.ReserveRequest
+	6,  // 26: stockctl.v1.OrderStreamResponse.allocated:type_name -> stockctl.v1.AllocateResponse
+	8,  // 27: stockctl.v1.OrderStreamResponse.reserved:type_name -> stockctl.v1.ReserveResponse
+	31, // 28: stockctl.v1.OrderStreamResponse.error:type_name -> stockctl.v1.OrderError
+	36, // 29: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
+	37, // 30: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
+	2,  // 31: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
+	5,  // 32: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
+	7,  // 33: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
+	9,  // 34: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
+	11, // 35: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
+	13, // 36: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
+	15, // 37: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
+	17, // 38: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
+	27, // 39: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
+	19, // 40: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
+	21, // 41: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
+	29, // 42: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
+	32, // 43: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
+	3,  // 44: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
+	6,  // 45: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
+	8,  // 46: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
+	10, // 47: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
+	12, // 48: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
+	14, // 49: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
+	16, // 50: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
+	18, // 51: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
+	28, // 52: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
+	20, // 53: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
+	22, // 54: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
+	30, // 55: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
+	33, // 56: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
+	44, // [44:57] is the sub-list for method output_type
+	31, // [31:44] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_stockctl_v1_stock_service_proto_init() }
@@ -2773,13 +3213,23 @@ func file_stockctl_v1_stock_service_proto_init() {
 	if File_stockctl_v1_stock_service_proto != nil {
 		return
 	}
+	file_stockctl_v1_errors_proto_init()
+	file_stockctl_v1_stock_service_proto_msgTypes[27].OneofWrappers = []any{
+		(*OrderStreamRequest_Allocate)(nil),
+		(*OrderStreamRequest_Reserve)(nil),
+	}
+	file_stockctl_v1_stock_service_proto_msgTypes[28].OneofWrappers = []any{
+		(*OrderStreamResponse_Allocated)(nil),
+		(*OrderStreamResponse_Reserved)(nil),
+		(*OrderStreamResponse_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_stock_service_proto_rawDesc), len(file_stockctl_v1_stock_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

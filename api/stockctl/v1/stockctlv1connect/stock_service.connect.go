@@ -67,6 +67,11 @@ const (
 	// StockServiceWatchOrdersProcedure is the fully-qualified name of the StockService's WatchOrders
 	// RPC.
 	StockServiceWatchOrdersProcedure = "/stockctl.v1.StockService/WatchOrders"
+	// StockServiceOrderStreamProcedure is the fully-qualified name of the StockService's OrderStream
+	// RPC.
+	StockServiceOrderStreamProcedure = "/stockctl.v1.StockService/OrderStream"
+	// StockServiceListSKUsProcedure is the fully-qualified name of the StockService's ListSKUs RPC.
+	StockServiceListSKUsProcedure = "/stockctl.v1.StockService/ListSKUs"
 )
 
 // StockServiceClient is a client for the stockctl.v1.StockService service.
@@ -117,6 +122,19 @@ type StockServiceClient interface {
 	// again with snapshot. The stream lasts until the caller ends it or its
 	// deadline passes.
 	WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest]) (*connect.ServerStreamForClient[v1.WatchOrdersResponse], error)
+	// OrderStream is Allocate and Reserve for callers with many orders: each
+	// request carries one order and an id of the caller's choosing, and each
+	// order is answered on its own, as soon as it is done, with its id and
+	// its own outcome (an error is an OrderError in the answer, never the
+	// stream's end). Orders on one stream run side by side and may be
+	// answered out of order; idempotency by order ID is as for Allocate.
+	// The stream ends with an error only for the stream as a whole (the
+	// caller's deadline, SHUTTING_DOWN); orders without an answer then may or
+	// may not have been committed: retry them with the same order IDs.
+	OrderStream(context.Context) *connect.BidiStreamForClient[v1.OrderStreamRequest, v1.OrderStreamResponse]
+	// ListSKUs lists the SKUs whose creation has completed, in name order, a
+	// page at a time.
+	ListSKUs(context.Context, *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error)
 }
 
 // NewStockServiceClient constructs a client for the stockctl.v1.StockService service. By default,
@@ -196,6 +214,18 @@ func NewStockServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(stockServiceMethods.ByName("WatchOrders")),
 			connect.WithClientOptions(opts...),
 		),
+		orderStream: connect.NewClient[v1.OrderStreamRequest, v1.OrderStreamResponse](
+			httpClient,
+			baseURL+StockServiceOrderStreamProcedure,
+			connect.WithSchema(stockServiceMethods.ByName("OrderStream")),
+			connect.WithClientOptions(opts...),
+		),
+		listSKUs: connect.NewClient[v1.ListSKUsRequest, v1.ListSKUsResponse](
+			httpClient,
+			baseURL+StockServiceListSKUsProcedure,
+			connect.WithSchema(stockServiceMethods.ByName("ListSKUs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -212,6 +242,8 @@ type stockServiceClient struct {
 	audit       *connect.Client[v1.AuditRequest, v1.AuditResponse]
 	watchStatus *connect.Client[v1.WatchStatusRequest, v1.WatchStatusResponse]
 	watchOrders *connect.Client[v1.WatchOrdersRequest, v1.WatchOrdersResponse]
+	orderStream *connect.Client[v1.OrderStreamRequest, v1.OrderStreamResponse]
+	listSKUs    *connect.Client[v1.ListSKUsRequest, v1.ListSKUsResponse]
 }
 
 // CreateSKU calls stockctl.v1.StockService.CreateSKU.
@@ -269,6 +301,16 @@ func (c *stockServiceClient) WatchOrders(ctx context.Context, req *connect.Reque
 	return c.watchOrders.CallServerStream(ctx, req)
 }
 
+// OrderStream calls stockctl.v1.StockService.OrderStream.
+func (c *stockServiceClient) OrderStream(ctx context.Context) *connect.BidiStreamForClient[v1.OrderStreamRequest, v1.OrderStreamResponse] {
+	return c.orderStream.CallBidiStream(ctx)
+}
+
+// ListSKUs calls stockctl.v1.StockService.ListSKUs.
+func (c *stockServiceClient) ListSKUs(ctx context.Context, req *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error) {
+	return c.listSKUs.CallUnary(ctx, req)
+}
+
 // StockServiceHandler is an implementation of the stockctl.v1.StockService service.
 type StockServiceHandler interface {
 	// CreateSKU creates a SKU. An existing SKU is ALREADY_EXISTS (SKU_EXISTS).
@@ -317,6 +359,19 @@ type StockServiceHandler interface {
 	// again with snapshot. The stream lasts until the caller ends it or its
 	// deadline passes.
 	WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest], *connect.ServerStream[v1.WatchOrdersResponse]) error
+	// OrderStream is Allocate and Reserve for callers with many orders: each
+	// request carries one order and an id of the caller's choosing, and each
+	// order is answered on its own, as soon as it is done, with its id and
+	// its own outcome (an error is an OrderError in the answer, never the
+	// stream's end). Orders on one stream run side by side and may be
+	// answered out of order; idempotency by order ID is as for Allocate.
+	// The stream ends with an error only for the stream as a whole (the
+	// caller's deadline, SHUTTING_DOWN); orders without an answer then may or
+	// may not have been committed: retry them with the same order IDs.
+	OrderStream(context.Context, *connect.BidiStream[v1.OrderStreamRequest, v1.OrderStreamResponse]) error
+	// ListSKUs lists the SKUs whose creation has completed, in name order, a
+	// page at a time.
+	ListSKUs(context.Context, *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error)
 }
 
 // NewStockServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -392,6 +447,18 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(stockServiceMethods.ByName("WatchOrders")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stockServiceOrderStreamHandler := connect.NewBidiStreamHandler(
+		StockServiceOrderStreamProcedure,
+		svc.OrderStream,
+		connect.WithSchema(stockServiceMethods.ByName("OrderStream")),
+		connect.WithHandlerOptions(opts...),
+	)
+	stockServiceListSKUsHandler := connect.NewUnaryHandler(
+		StockServiceListSKUsProcedure,
+		svc.ListSKUs,
+		connect.WithSchema(stockServiceMethods.ByName("ListSKUs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/stockctl.v1.StockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case StockServiceCreateSKUProcedure:
@@ -416,6 +483,10 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 			stockServiceWatchStatusHandler.ServeHTTP(w, r)
 		case StockServiceWatchOrdersProcedure:
 			stockServiceWatchOrdersHandler.ServeHTTP(w, r)
+		case StockServiceOrderStreamProcedure:
+			stockServiceOrderStreamHandler.ServeHTTP(w, r)
+		case StockServiceListSKUsProcedure:
+			stockServiceListSKUsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -467,4 +538,12 @@ func (UnimplementedStockServiceHandler) WatchStatus(context.Context, *connect.Re
 
 func (UnimplementedStockServiceHandler) WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest], *connect.ServerStream[v1.WatchOrdersResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.WatchOrders is not implemented"))
+}
+
+func (UnimplementedStockServiceHandler) OrderStream(context.Context, *connect.BidiStream[v1.OrderStreamRequest, v1.OrderStreamResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.OrderStream is not implemented"))
+}
+
+func (UnimplementedStockServiceHandler) ListSKUs(context.Context, *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.ListSKUs is not implemented"))
 }

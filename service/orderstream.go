@@ -1,0 +1,214 @@
+package service
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
+	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+)
+
+// MaxStreamOrders is the most orders of one OrderStream in flight at once.
+// Beyond it the server stops reading the stream until one is answered:
+// HTTP/2 flow control then holds the caller back, and a stream never costs
+// more than this many goroutines and orders.
+const MaxStreamOrders = 1024
+
+// OrderStream runs each order of the stream (Allocate or Reserve) as its
+// own call on the coordinator, side by side, so that the orders of a busy
+// caller share the coordinator's group commits, and answers each as soon
+// as it is done, with its id and its outcome. The stream ends when the
+// caller closes its side and every order has been answered (OK), when the
+// caller goes (its deadline, a cancel: orders in flight then finish on the
+// server and are not answered), or when the server shuts down
+// (SHUTTING_DOWN once the orders in flight are answered).
+func (h stockService) OrderStream(ctx context.Context, stream *connect.BidiStream[stockctlv1.OrderStreamRequest, stockctlv1.OrderStreamResponse]) error {
+	s := h.s
+	method := methodLabel(stockctlv1connect.StockServiceOrderStreamProcedure)
+	if err := s.etcdReady(ctx); err != nil {
+		return s.fail(ctx, opOrder, method, err)
+	}
+	// Headers now: the caller's stream is open before its first answer.
+	if err := stream.Send(nil); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	defer close(done)
+	msgs := make(chan orderMsg)
+	go readOrders(stream, msgs, done)
+
+	var (
+		sendMu  sync.Mutex
+		sendErr error
+		wg      sync.WaitGroup
+		slots   = make(chan struct{}, MaxStreamOrders)
+	)
+	send := func(res *stockctlv1.OrderStreamResponse) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if sendErr == nil {
+			sendErr = stream.Send(res)
+		}
+	}
+	defer wg.Wait()
+	for {
+		// A slot first: at the bound, the stream is not read.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		case <-s.closing:
+			wg.Wait()
+			return s.fail(ctx, opOrder, method, errShuttingDown)
+		}
+		var msg orderMsg
+		select {
+		case msg = <-msgs:
+		case <-ctx.Done():
+			return nil
+		case <-s.closing:
+			wg.Wait()
+			return s.fail(ctx, opOrder, method, errShuttingDown)
+		}
+		if msg.err != nil {
+			wg.Wait()
+			if errors.Is(msg.err, io.EOF) {
+				return nil
+			}
+			return msg.err
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			send(s.streamOrder(ctx, method, msg.req))
+		})
+	}
+}
+
+// streamOrder runs one order of a stream and builds its answer.
+func (s *Server) streamOrder(ctx context.Context, method string, req *stockctlv1.OrderStreamRequest) *stockctlv1.OrderStreamResponse {
+	res := &stockctlv1.OrderStreamResponse{Id: req.Id}
+	var err error
+	switch o := req.Order.(type) {
+	case *stockctlv1.OrderStreamRequest_Allocate:
+		var a *stockctlv1.AllocateResponse
+		if a, err = s.allocate(ctx, o.Allocate); err == nil {
+			res.Outcome = &stockctlv1.OrderStreamResponse_Allocated{Allocated: a}
+		}
+	case *stockctlv1.OrderStreamRequest_Reserve:
+		var r *stockctlv1.ReserveResponse
+		if r, err = s.reserve(ctx, o.Reserve); err == nil {
+			res.Outcome = &stockctlv1.OrderStreamResponse_Reserved{Reserved: r}
+		}
+	default:
+		err = badField("order", "each OrderStream request carries one order: allocate or reserve")
+	}
+	if err != nil {
+		res.Outcome = &stockctlv1.OrderStreamResponse_Error{Error: orderError(s.fail(ctx, opOrder, method, err))}
+	}
+	return res
+}
+
+// orderError is a unary call's error as one order's answer in a stream.
+func orderError(ce *connect.Error) *stockctlv1.OrderError {
+	oe := &stockctlv1.OrderError{Code: ce.Code().String(), Message: ce.Message()}
+	for _, d := range ce.Details() {
+		if v, err := d.Value(); err == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+				oe.Reason = stockctlv1.ErrorReason(stockctlv1.ErrorReason_value["ERROR_REASON_"+info.Reason])
+			}
+		}
+		oe.Details = append(oe.Details, &anypb.Any{TypeUrl: "type.googleapis.com/" + d.Type(), Value: d.Bytes()})
+	}
+	return oe
+}
+
+type orderMsg struct {
+	req *stockctlv1.OrderStreamRequest
+	err error
+}
+
+// readOrders reads the stream until it ends, handing each request to the
+// handler; it never blocks once the handler has returned (done).
+func readOrders(stream *connect.BidiStream[stockctlv1.OrderStreamRequest, stockctlv1.OrderStreamResponse], msgs chan<- orderMsg, done <-chan struct{}) {
+	for {
+		req, err := stream.Receive()
+		select {
+		case msgs <- orderMsg{req: req, err: err}:
+		case <-done:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// ListSKUsPageSize is ListSKUs' page size when the request says 0, and
+// ListSKUsMaxPageSize its most.
+const (
+	ListSKUsPageSize    = 100
+	ListSKUsMaxPageSize = 1000
+)
+
+// ListSKUs pages through the coordinator's list of SKUs: a page token is
+// the last SKU of the page before, so a page is right whatever was created
+// or deleted since.
+func (h stockService) ListSKUs(ctx context.Context, req *connect.Request[stockctlv1.ListSKUsRequest]) (*connect.Response[stockctlv1.ListSKUsResponse], error) {
+	m := req.Msg
+	return unary(ctx, h.s, opRead, stockctlv1connect.StockServiceListSKUsProcedure, func(ctx context.Context) (*stockctlv1.ListSKUsResponse, error) {
+		size := int(m.PageSize)
+		switch {
+		case size == 0:
+			size = ListSKUsPageSize
+		case size < 0 || size > ListSKUsMaxPageSize:
+			return nil, badField("page_size", "must be 1 to "+itoa(ListSKUsMaxPageSize)+" (0: "+itoa(ListSKUsPageSize)+"), got "+itoa(int64(m.PageSize)))
+		}
+		after, err := decodePageToken(m.PageToken)
+		if err != nil {
+			return nil, err
+		}
+		all, err := h.s.c.SKUs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		i := 0
+		if after != "" {
+			for i < len(all) && all[i] <= after {
+				i++
+			}
+		}
+		page := all[i:min(len(all), i+size)]
+		res := &stockctlv1.ListSKUsResponse{Skus: append([]string{}, page...)}
+		if i+size < len(all) {
+			res.NextPageToken = encodePageToken(page[len(page)-1])
+		}
+		return res, nil
+	})
+}
+
+// A page token is "s1." and the last SKU of the page before, base64url.
+const pageTokenPrefix = "s1."
+
+func encodePageToken(last string) string {
+	return pageTokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(last))
+}
+
+func decodePageToken(t string) (string, error) {
+	if t == "" {
+		return "", nil
+	}
+	rest, ok := strings.CutPrefix(t, pageTokenPrefix)
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if !ok || err != nil || len(b) == 0 {
+		return "", badField("page_token", "must be a next_page_token a ListSKUs answered (or empty for the first page)")
+	}
+	return string(b), nil
+}
