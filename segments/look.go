@@ -51,8 +51,9 @@ func (e *Engine) look(ctx context.Context, sku *skuInfo, order string) (*snapsho
 	}
 }
 
-// selectLooks takes the oldest looks that fit one transaction: a range per
-// distinct SKU and a Get per order ID count against max-txn-ops.
+// selectLooks takes the oldest looks that fit one transaction: a range and
+// a meta read per distinct SKU and a Get per order ID count against
+// max-txn-ops.
 func (e *Engine) selectLooks(queue []*lookReq) (batch, rest []*lookReq) {
 	skus := map[string]bool{}
 	ops := 0
@@ -60,7 +61,7 @@ func (e *Engine) selectLooks(queue []*lookReq) (batch, rest []*lookReq) {
 	for _, r := range queue {
 		n := 0
 		if !skus[r.sku.name] {
-			n++
+			n += 2
 		}
 		if r.order != "" {
 			n++
