@@ -84,6 +84,7 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 		SellerIdle:    2 * o.tenureIdle,
 		MaxTxnOps:     o.maxTxnOps,
 		CommitTimeout: o.commitTimeout,
+		LazySegments:  o.lazySegments,
 		Logger:        o.logger,
 		Metrics:       sm,
 	})

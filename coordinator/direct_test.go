@@ -86,16 +86,22 @@ func TestDirectOrdersTakeNoLock(t *testing.T) {
 	}
 }
 
-// Invariant: a direct order never writes a segment another process holds.
-// A holds segment 0 of a 1-segment SKU through a long business step; B
-// orders directly meanwhile, from a cache filled before A took the lock.
-// The counter does not move during A's step, B's orders are served only
-// after A's hold ends (or refused at a true revision), and the books
-// balance.
+// Invariant: a direct order never sells from a segment another process
+// holds. A holds segment 0 of a 1-segment SKU through a long business step;
+// B orders directly meanwhile, from a segment it owns for lazy sales since
+// before A took the lock (A's taking marked its counter). The counter does
+// not move during A's step, B's direct commits are refused, its orders are
+// served only after A's hold ends (or refused at a true revision), and the
+// books balance.
 func TestDirectOrderNeverWritesAHeldSegment(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { testDirectOrderNeverWritesAHeldSegment(t) })
+	t.Run("lazy", func(t *testing.T) { testDirectOrderNeverWritesAHeldSegment(t, coordinator.WithLazySegments()) })
+}
+
+func testDirectOrderNeverWritesAHeldSegment(t *testing.T, opts ...coordinator.Option) {
 	spy := &directSpy{locks: coordinator.DefaultPrefix + "stocklocks/"}
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithGRPCServerOptions(grpc.ChainUnaryInterceptor(spy.intercept)))
-	cs := newCoordinators(t, etcd, 2)
+	cs := newCoordinators(t, etcd, 2, opts...)
 	raw := etcd.Client(t)
 	ctx := t.Context()
 	mustCreate(t, cs[0], "held", coordinator.SKUConfig{Total: 20, Segments: 1, InitialFill: 20})
@@ -170,10 +176,14 @@ func TestDirectAndHeldOrdersRace(t *testing.T) {
 		name    string
 		every   int64 // every n-th commit fails (0: none)
 		applied bool
+		lazy    bool // direct orders sold lazily (WithLazySegments)
 	}{
 		{name: "no faults"},
 		{name: "replies lost", every: 4, applied: true},
 		{name: "commits refused", every: 4},
+		{name: "lazy, no faults", lazy: true},
+		{name: "lazy, replies lost", every: 4, applied: true, lazy: true},
+		{name: "lazy, commits refused", every: 4, lazy: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := []etcdtest.Option{etcdtest.WithNoFsync()}
@@ -182,7 +192,11 @@ func TestDirectAndHeldOrdersRace(t *testing.T) {
 				opts = append(opts, etcdtest.WithGRPCServerOptions(grpc.ChainUnaryInterceptor(sab.intercept)))
 			}
 			etcd := etcdtest.NewSingle(t, opts...)
-			cs := newCoordinators(t, etcd, 3)
+			var copts []coordinator.Option
+			if tc.lazy {
+				copts = append(copts, coordinator.WithLazySegments())
+			}
+			cs := newCoordinators(t, etcd, 3, copts...)
 			raw := etcd.Client(t)
 			ctx := t.Context()
 			const sku, total = "race", 60
@@ -277,9 +291,19 @@ func (s *directSpy) intercept(ctx context.Context, req any, info *grpc.UnaryServ
 	return resp, err
 }
 
+// direct reports whether txn is a direct commit: it writes order records
+// and compares no single lock key (a held commit compares its lock key's
+// revision; a direct one that its segment's lock range is empty, or, sold
+// lazily, only the counters of segments its process owns).
 func (s *directSpy) direct(txn *pb.TxnRequest) bool {
 	for _, c := range txn.Compare {
-		if len(c.RangeEnd) > 0 && strings.HasPrefix(string(c.Key), s.locks) {
+		if strings.HasPrefix(string(c.Key), s.locks) && len(c.RangeEnd) == 0 {
+			return false // a held commit's fence: its lock key
+		}
+	}
+	orders := strings.TrimSuffix(s.locks, "stocklocks/") + "orders/"
+	for _, op := range txn.Success {
+		if put := op.GetRequestPut(); put != nil && strings.HasPrefix(string(put.Key), orders) {
 			return true
 		}
 	}

@@ -29,8 +29,8 @@
 // once this process notices; to make writes safe regardless, write in a
 // transaction fenced by the lock (Lock.Txn, or Lock.IsOwner in your own If):
 // etcd applies it only while the lock is really held. Lock.Token is a
-// fencing token for stores outside etcd, larger for every hold than for any
-// hold before it.
+// fencing token for stores outside etcd, larger for every exclusive hold
+// than for any hold before it (shared holds and permits: per key).
 //
 // # Segmented stock
 //

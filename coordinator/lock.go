@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -206,20 +207,23 @@ func (l *Lock) Bind(parent context.Context) (context.Context, context.CancelFunc
 	return l.h.Bind(parent)
 }
 
-// Token is the fencing token. Every hold of a lock (or semaphore) gets a
-// larger token than every hold before it, also when the hold was passed
-// between goroutines of this process without going back to etcd, so a
-// store outside etcd can reject writes carrying a token lower than the
-// highest it has seen. A reentrant acquisition shares its hold's token.
+// Token is the fencing token. Every exclusive hold of a lock gets a larger
+// token than every hold of the name before it, also when the hold was
+// passed between goroutines of this process without going back to etcd, so
+// a store outside etcd can reject writes carrying a token lower than the
+// highest it has seen. Shared holds and semaphore permits, several of which
+// hold at once, get tokens that grow per key (Key) instead: a store keeps
+// the highest token per key (docs/locks.md, "Fencing tokens", has the
+// proof). A reentrant acquisition shares its hold's token.
 //
 // The token is Revision()<<16 plus the number of holds the key was passed
 // through before this one (local handoffs, shared joins; WithCohort bounds
 // them below 1<<16): later keys have larger create revisions, so tokens
 // grow across keys too, as long as revisions stay below 1<<47 (89 years at
-// 50,000 writes a second). Tokens of different kinds are not comparable in
-// any useful way: a read-write lock's shared and exclusive holds share one
-// sequence; a semaphore's holds have one of their own, and several of them
-// hold at once.
+// 50,000 writes a second). A permit or a shared hold passed on under an
+// older key may get a lower token than one of a younger key that ended
+// before it began; its token is still larger than those of every hold that
+// ended before its key was created, and than every earlier hold of its key.
 func (l *Lock) Token() int64 { return l.h.Token() }
 
 // Revision is the create revision of the hold's etcd key (Key): what
@@ -249,6 +253,20 @@ func (l *Lock) Txn(ctx context.Context, cmps ...clientv3.Cmp) clientv3.Txn {
 	return l.h.Txn(ctx, cmps...)
 }
 
+// describeByte names the byte at i of s for an error: the character it
+// starts if s holds valid UTF-8 there ('É', U+00C9), else the byte in hex
+// ('\x00', 0xc3): a byte quoted as a character of its own would show 'Ã'
+// for the first byte of 'É'.
+func describeByte(s string, i int) string {
+	if r, n := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || n > 1 {
+		if n > 1 {
+			return fmt.Sprintf("the first of %d bytes of %s, %U", n, strconv.QuoteRune(r), r)
+		}
+		return strconv.QuoteRune(r)
+	}
+	return fmt.Sprintf("0x%02x", s[i])
+}
+
 // ValidateLockName checks a lock name: 1 to MaxLockNameLen bytes of
 // printable ASCII other than space and '/' (a '/' would let one lock's keys
 // fall under another's prefix).
@@ -259,7 +277,7 @@ func ValidateLockName(name string) error {
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c <= ' ' || c >= 0x7f || c == '/' {
 			return fmt.Errorf("%w: lock name %q: byte %d (%s) is not printable ASCII other than space and '/'",
-				ErrInvalidArgument, name, i, strconv.QuoteRune(rune(c)))
+				ErrInvalidArgument, name, i, describeByte(name, i))
 		}
 	}
 	return nil

@@ -102,6 +102,7 @@ type options struct {
 	tenureIdle        time.Duration
 	tenureMaxHold     time.Duration
 	lockDelay         time.Duration
+	lazySegments      bool
 	logger            *slog.Logger
 	metrics           prometheus.Registerer // nil: no metrics
 	identity          string
@@ -320,3 +321,24 @@ func WithLockDelay(d time.Duration) Option {
 
 // MaxLockDelay bounds WithLockDelay (Consul's bound too).
 const MaxLockDelay = time.Minute
+
+// WithLazySegments makes this coordinator sell the plain orders of SKUs it
+// holds no segment of (direct orders) lazily: it takes the segment it sells
+// from over once (one write: the counter names this coordinator), and from
+// then on each order writes only its record, one etcd key, instead of its
+// record and the segment's counter; the counter is written again only now
+// and then (every 64 orders, when the segment empties or falls below the
+// low watermark, when it absorbs its inbox). Over many SKUs this roughly
+// halves the keys etcd writes per order. Every reader counts such a
+// segment as its counter less the records since its base (Status, Audit,
+// the refusal's look, a lock holder taking the segment), so the books and
+// every invariant stay as they are. Experimental, off by default: a
+// database filled to its quota by live order records leaves no history
+// for compaction to free, so the reclaim-then-prune recovery of
+// docs/operations.md can find no room for prune's first write.
+func WithLazySegments() Option {
+	return func(o *options) error {
+		o.lazySegments = true
+		return nil
+	}
+}

@@ -13,8 +13,10 @@ import (
 // A permit has all of a lock's guarantees: it is held under this process's
 // lease (a crashed holder's permit comes back after the session TTL); Done
 // and Context say when it is lost; IsOwner and Txn fence etcd writes; Token
-// is a fencing token, larger for every permit than for every permit of the
-// semaphore granted before it. Processes are served in the order they
+// is a fencing token per key: larger for every permit than for every
+// earlier permit of its key (Key), and than every permit that ended before
+// its key was created; a store keeps the highest per key (see Token).
+// Processes are served in the order they
 // queued in etcd, and each waiter watches one key only. Goroutines of one
 // process queue locally, and a released permit is handed to the next of
 // them without a round trip within the bounds of WithCohort.

@@ -96,7 +96,8 @@ func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) 
 // lock is still held and that creates the order record, so it is applied
 // exactly once per order ID: calling Allocate again with the same order,
 // SKU and qty returns the first result with Replayed set, deducting nothing;
-// the same order ID with another SKU or qty is ErrConflict. After a timeout
+// the same order ID with another qty is ErrConflict. Order IDs are unique
+// per SKU: the same ID on another SKU is another order. After a timeout
 // or a lost reply, retrying with the same order ID tells the true outcome.
 //
 // Concurrent orders of this process are committed together, in one
@@ -142,8 +143,8 @@ func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty i
 // ttl must be more than 0 and at most segments.MaxReservationTTL. A retry
 // with the same order, SKU, qty and buyer returns the first result with
 // Replayed set (and the first deadline: the new ttl is ignored); an order ID
-// already used for a plain allocation, or with another SKU, qty or buyer,
-// is ErrConflict. On a SKU with a per-user limit, WithBuyer is required and
+// already used on this SKU for a plain allocation, or with another qty or
+// buyer, is ErrConflict. On a SKU with a per-user limit, WithBuyer is required and
 // the reservation counts against the buyer's limit until it expires or is
 // cancelled.
 func (c *Coordinator) Reserve(ctx context.Context, sku, order string, qty int64, routeKey string, ttl time.Duration, opts ...OrderOption) (*Allocation, error) {

@@ -159,13 +159,21 @@ func TestSaleSellsExactlyTheTotal(t *testing.T) {
 				}
 				checked++
 			}
-			// One claim per order ID.
-			ids, err := raw.Get(t.Context(), engines.Of(cs[0]).Keys.Prefix()+"orderid/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			// One record per order, and no other per-order key: the
+			// record is the order ID's claim.
+			ids, err := raw.Get(t.Context(), engines.Of(cs[0]).Keys.Orders("hot"), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if ids.Count != orders.Load() {
-				t.Fatalf("%d order claims for %d orders", ids.Count, orders.Load())
+				t.Fatalf("%d order records for %d orders", ids.Count, orders.Load())
+			}
+			legacy, err := raw.Get(t.Context(), engines.Of(cs[0]).Keys.Prefix()+"orderid/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if legacy.Count != 0 {
+				t.Fatalf("%d orderid/ claims written; an order's record is its only key", legacy.Count)
 			}
 			t.Logf("%d orders, %d audits during the sale, %d past revisions audited", orders.Load(), audits, checked)
 		})
@@ -320,13 +328,13 @@ func TestIdempotentOrders(t *testing.T) {
 	if st.Allocated != 6 {
 		t.Fatalf("allocated %d, want 6 (two orders of 3)", st.Allocated)
 	}
-	for name, try := range map[string]func() error{
-		"other qty": func() error { _, err := cs[0].Allocate(ctx, "idem", "dup-false", 4, ""); return err },
-		"other sku": func() error { _, err := cs[1].Allocate(ctx, "other", "dup-false", 3, ""); return err },
-	} {
-		if err := try(); !errors.Is(err, coordinator.ErrConflict) {
-			t.Fatalf("%s: %v, want ErrConflict", name, err)
-		}
+	if _, err := cs[0].Allocate(ctx, "idem", "dup-false", 4, ""); !errors.Is(err, coordinator.ErrConflict) {
+		t.Fatalf("other qty: %v, want ErrConflict", err)
+	}
+	// Order IDs are unique per SKU: the same ID on another SKU is another
+	// order, and it deducts there.
+	if a, err := cs[1].Allocate(ctx, "other", "dup-false", 3, ""); err != nil || a.Replayed {
+		t.Fatalf("same ID on another SKU: %+v, %v; want a new order", a, err)
 	}
 	mustAudit(t, cs[0], "idem")
 	mustAudit(t, cs[0], "other")
@@ -579,8 +587,8 @@ func TestAllocateFunc(t *testing.T) {
 	if st := mustStatus(t, cs[0], "fn"); st.Allocated != 20 {
 		t.Fatalf("allocated %d after a lost lock, want 20", st.Allocated)
 	}
-	if _, err := raw.Get(ctx, engines.Of(cs[0]).Keys.OrderID("lost")); err != nil {
-		t.Fatal(err)
+	if resp, err := raw.Get(ctx, engines.Of(cs[0]).Keys.Order("fn", "lost")); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the lost order left a record (%v): it must deduct nothing", err)
 	}
 	// The coordinator recovers on a new session.
 	if _, err := cs[0].AllocateFunc(ctx, "fn", "after", 1, "", func(context.Context) error { return nil }); err != nil {

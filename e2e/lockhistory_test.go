@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,7 +56,8 @@ func holdMarked(ctx context.Context, c *coordinator.Coordinator, kind, name stri
 	if err != nil {
 		return false, err
 	}
-	tr, err := l.Txn(ctx).Then(clientv3.OpPut(marker, kind, clientv3.WithLease(l.Lease()))).Commit()
+	val := fmt.Sprintf("%s %d %d %s", kind, l.Token(), l.Revision(), l.Key()) // parsed by parseMarker
+	tr, err := l.Txn(ctx).Then(clientv3.OpPut(marker, val, clientv3.WithLease(l.Lease()))).Commit()
 	put := err == nil && tr.Succeeded
 	if put {
 		if work != nil {
@@ -104,9 +109,26 @@ func histLoad(ctx context.Context, t *testing.T, cs []*coordinator.Coordinator, 
 
 // markerEvent is one change of a marker.
 type markerEvent struct {
-	rev  int64
-	key  string
-	kind string // "" for a deletion
+	rev     int64
+	key     string
+	kind    string // "" for a deletion
+	token   int64  // the hold's fencing token (0: not recorded)
+	keyRev  int64  // the create revision of the hold's etcd key (Lock.Revision)
+	lockKey string // the hold's etcd key
+}
+
+// parseMarker reads a marker's value: "kind token revision lockKey", or a
+// bare kind.
+func parseMarker(e *markerEvent, val string) {
+	f := strings.Fields(val)
+	if len(f) > 0 {
+		e.kind = f[0]
+	}
+	if len(f) == 4 {
+		e.token, _ = strconv.ParseInt(f[1], 10, 64)
+		e.keyRev, _ = strconv.ParseInt(f[2], 10, 64)
+		e.lockKey = f[3]
+	}
 }
 
 // checkMarkers reads the markers' history under prefix from revision from
@@ -117,7 +139,7 @@ func checkMarkers(t *testing.T, cli *clientv3.Client, prefix string, from int64,
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sentinel := prefix + "~end"
-	resp, err := cli.Put(ctx, sentinel, "")
+	_, err := cli.Put(ctx, sentinel, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,11 +157,15 @@ func checkMarkers(t *testing.T, cli *clientv3.Client, prefix string, from int64,
 			}
 			e := markerEvent{rev: ev.Kv.ModRevision, key: key}
 			if ev.Type != clientv3.EventTypeDelete {
-				e.kind = string(ev.Kv.Value)
+				parseMarker(&e, string(ev.Kv.Value))
 			}
 			evs = append(evs, e)
 		}
-		if done || wr.Header.Revision >= resp.Header.Revision {
+		// Only the sentinel ends the history: a response's header is etcd's
+		// current revision, and a watch from an old revision replays in
+		// batches (1,000 revisions each), so ending at the first header past
+		// the sentinel checked only the first batch.
+		if done {
 			break
 		}
 	}
@@ -147,7 +173,133 @@ func checkMarkers(t *testing.T, cli *clientv3.Client, prefix string, from int64,
 	if err != nil {
 		t.Fatal(err)
 	}
+	ts, err := checkTokens(evs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("tokens: %d holds, %d keys, %d local handoffs or joins; %d holds (%d exclusive) had a token lower than a hold of another key that had ended before they began (allowed for shared holds and permits: per-key tokens)",
+		ts.holds, ts.keys, ts.handedOn, ts.lowerThanEnded, ts.exclusiveLower)
+	if ts.holds == 0 {
+		t.Fatal("no hold recorded its token: the token check proved nothing")
+	}
 	return revs, most
+}
+
+// tokenHold is one hold in the markers' history: its marker was put at
+// start and deleted (by its holder, or with its lease) at end.
+type tokenHold struct {
+	start, end int64 // end: math.MaxInt64 while it lasts
+	token      int64
+	keyRev     int64
+	kind       string
+	lockKey    string
+}
+
+// tokenStats are what checkTokens counted.
+type tokenStats struct {
+	holds, keys, handedOn int
+	lowerThanEnded        int // holds with a token below one of a hold ended before they began
+	exclusiveLower        int // of which exclusive (a violation)
+}
+
+// checkTokens checks the fencing tokens of the holds in a markers' history
+// (events in revision order) against what docs/locks.md promises, and
+// returns the first violation:
+//
+//   - a token is its key's create revision << 16 | n, the key created no
+//     later than its hold began, and no two holds share a token;
+//   - per key of a permit or an exclusive lock (one holder at a time): a
+//     hold that began after another of the same key ended has the larger
+//     token (what a store that keeps the highest token per
+//     STOCKCTL_LOCK_KEY relies on); readers joined to one shared key hold
+//     together, and markers cannot tell the order of their joins;
+//   - per name: a hold's token is larger than that of every hold that had
+//     ended before its key was created;
+//   - an exclusive hold's token is larger than that of every hold, of any
+//     kind and key, that had ended before it began.
+//
+// A shared hold or a permit handed a key on locally may get a token below
+// that of a hold of a younger key that ended before it began: counted (by
+// marker order, which for readers is approximate), not a violation.
+func checkTokens(evs []markerEvent) (st tokenStats, err error) {
+	open := map[string]*tokenHold{}
+	var holds []*tokenHold
+	for _, e := range evs {
+		if e.kind == "" {
+			if h := open[e.key]; h != nil {
+				h.end = e.rev
+				delete(open, e.key)
+			}
+			continue
+		}
+		if e.token == 0 {
+			continue
+		}
+		h := &tokenHold{start: e.rev, end: math.MaxInt64, token: e.token, keyRev: e.keyRev, kind: e.kind, lockKey: e.lockKey}
+		open[e.key] = h
+		holds = append(holds, h)
+	}
+	st.holds = len(holds)
+	seen := map[int64]*tokenHold{}
+	byKey := map[string][]*tokenHold{}
+	for _, h := range holds {
+		if o := seen[h.token]; o != nil {
+			return st, fmt.Errorf("token %d given to two holds (key %s at revision %d, key %s at %d)", h.token, o.lockKey, o.start, h.lockKey, h.start)
+		}
+		seen[h.token] = h
+		if h.token>>16 != h.keyRev || h.keyRev <= 0 || h.keyRev >= h.start {
+			return st, fmt.Errorf("token %d of a hold of %s (created at revision %d) that began at revision %d: not its key's revision << 16 | n, or the key is not older than the hold", h.token, h.lockKey, h.keyRev, h.start)
+		}
+		byKey[h.lockKey] = append(byKey[h.lockKey], h)
+	}
+	st.keys = len(byKey)
+	for key, hs := range byKey {
+		st.handedOn += len(hs) - 1
+		if hs[0].kind == markShared {
+			// Readers that joined one key hold it together: a marker is put
+			// after its hold began and deleted before it ended, so a reader
+			// whose marker came after another's went may have joined first.
+			continue
+		}
+		// One holder at a time: marker order is hold order.
+		for _, b := range hs {
+			for _, a := range hs {
+				if a.end < b.start && a.token >= b.token {
+					return st, fmt.Errorf("key %s: token %d (revision %d) after a hold with token %d that ended at revision %d", key, b.token, b.start, a.token, a.end)
+				}
+			}
+		}
+	}
+	// The highest token of the holds ended by each revision.
+	ended := slices.Clone(holds)
+	slices.SortFunc(ended, func(a, b *tokenHold) int { return cmp.Compare(a.end, b.end) })
+	best := make([]*tokenHold, len(ended)) // best[i]: the highest token of ended[:i+1]
+	for i, h := range ended {
+		best[i] = h
+		if i > 0 && best[i-1].token > h.token {
+			best[i] = best[i-1]
+		}
+	}
+	highestEndedBefore := func(rev int64) *tokenHold {
+		i, _ := slices.BinarySearchFunc(ended, rev, func(h *tokenHold, rev int64) int { return cmp.Compare(h.end, rev) })
+		if i == 0 {
+			return nil
+		}
+		return best[i-1]
+	}
+	for _, b := range holds {
+		if a := highestEndedBefore(b.keyRev); a != nil && a.token >= b.token {
+			return st, fmt.Errorf("token %d of a hold of %s: a hold of %s with token %d had ended at revision %d, before the key was created", b.token, b.lockKey, a.lockKey, a.token, a.end)
+		}
+		if a := highestEndedBefore(b.start); a != nil && a.token >= b.token {
+			st.lowerThanEnded++
+			if b.kind == markExclusive {
+				st.exclusiveLower++
+				return st, fmt.Errorf("exclusive hold of %s with token %d at revision %d: a hold of %s with token %d had ended at revision %d", b.lockKey, b.token, b.start, a.lockKey, a.token, a.end)
+			}
+		}
+	}
+	return st, nil
 }
 
 // replayMarkers replays marker events (in revision order) and returns an
@@ -208,6 +360,48 @@ func TestReplayMarkers(t *testing.T) {
 		{"limit exceeded", []markerEvent{ev(1, "a", "p"), ev(2, "b", "p"), ev(3, "c", "p"), ev(4, "a", "")}, 2, true},
 	} {
 		_, _, err := replayMarkers(tc.evs, tc.limit)
+		if (err != nil) != tc.bad {
+			t.Errorf("%s: %v, want a violation: %v", tc.name, err, tc.bad)
+		}
+	}
+}
+
+// The token checker: it accepts what docs/locks.md allows (a permit handed
+// on locally with a token below a younger key's hold that ended before it)
+// and catches each broken promise.
+func TestCheckTokens(t *testing.T) {
+	tok := func(rev, n int64) int64 { return rev<<16 | n }
+	put := func(rev int64, marker, kind string, token int64, key string) markerEvent {
+		return markerEvent{rev: rev, key: marker, kind: kind, token: token, keyRev: token >> 16, lockKey: key}
+	}
+	del := func(rev int64, marker string) markerEvent { return markerEvent{rev: rev, key: marker} }
+	for _, tc := range []struct {
+		name string
+		evs  []markerEvent
+		bad  bool
+	}{
+		{"exclusive handoffs then a new key", []markerEvent{
+			put(2, "a", "x", tok(1, 0), "k1"), del(3, "a"), put(4, "b", "x", tok(1, 1), "k1"), del(5, "b"),
+			put(7, "c", "x", tok(6, 0), "k6"), del(8, "c")}, false},
+		{"permit handed on below a younger key's ended permit", []markerEvent{
+			put(2, "a", "p", tok(1, 0), "k1"), put(4, "b", "p", tok(3, 0), "k3"), del(5, "b"),
+			del(6, "a"), put(7, "c", "p", tok(1, 1), "k1"), del(8, "c")}, false},
+		{"exclusive below an ended hold", []markerEvent{
+			put(2, "a", "p", tok(1, 5), "k1"), del(3, "a"), put(5, "b", "x", tok(1, 4), "k1x"), del(6, "b")}, true},
+		{"per key going backwards", []markerEvent{
+			put(2, "a", "p", tok(1, 3), "k1"), del(3, "a"), put(4, "b", "p", tok(1, 2), "k1"), del(5, "b")}, true},
+		{"a key younger than an ended hold, token lower", []markerEvent{
+			put(2, "a", "s", tok(1, 9), "k1"), del(3, "a"),
+			{rev: 5, key: "b", kind: "s", token: tok(1, 8), keyRev: 4, lockKey: "k4"}, del(6, "b")}, true},
+		{"one token twice", []markerEvent{
+			put(2, "a", "p", tok(1, 0), "k1"), put(3, "b", "p", tok(1, 0), "k1")}, true},
+		{"a key not older than its hold", []markerEvent{put(2, "a", "p", tok(2, 0), "k2")}, true},
+		{"shared joins overlapping", []markerEvent{
+			put(2, "a", "s", tok(1, 1), "k1"), put(3, "b", "s", tok(1, 0), "k1"), del(4, "a"), del(5, "b")}, false},
+		{"a reader's marker after a later join's went", []markerEvent{
+			put(2, "a", "s", tok(1, 1), "k1"), del(3, "a"), put(4, "b", "s", tok(1, 0), "k1"), del(5, "b")}, false},
+	} {
+		_, err := checkTokens(tc.evs)
 		if (err != nil) != tc.bad {
 			t.Errorf("%s: %v, want a violation: %v", tc.name, err, tc.bad)
 		}

@@ -23,9 +23,11 @@
 // changed for IdleAfter is drained back into the pool, from where every
 // request can take it (the pool is every request's first fallback) and
 // from where it is refilled, in small batches, into segments that run dry
-// under traffic. A drained segment is parked: it is not refilled again until
-// the SKU is restocked or stock is returned to it, so stock does not bounce
-// back to where nobody buys.
+// under traffic. A drained segment is parked, and so is an idle one that is
+// dry: it is not refilled again until the SKU is restocked or its counters
+// change by others (a sale there, stock returned to it), so stock does not
+// bounce to where nobody buys. A new leader knows no parked segments: it may
+// refill a dry segment once, and drain it once IdleAfter later.
 //
 // Changes to the SKU list, restocks and watermarks are read from watches on
 // the meta records; nothing needs a restart.

@@ -63,6 +63,15 @@ func (r *Rebalancer) refill(ctx context.Context, l *leadership, v *view, pass *P
 
 // consolidate drains idle segments into the pool when the pool is empty
 // and some segment has run dry. It reports whether anything was drained.
+//
+// Idle segments that are dry are parked too, as drained ones are: nobody
+// buys there either, so the drained stock must not be refilled into them.
+// Before (issue 28), it was: the refill after the drain moved the last units
+// into the first dry segment, which went idle in turn and was drained and
+// its units refilled into the next, one segment every IdleAfter through
+// every segment of the SKU, after every election. A parked segment is
+// unparked by any change of its counters not made by this leader (view.set):
+// traffic (a seller pulling from the pool) or stock returned to it.
 func (r *Rebalancer) consolidate(ctx context.Context, l *leadership, v *view, pass *Pass) (bool, error) {
 	if v.pool > 0 {
 		return false, nil
@@ -80,7 +89,11 @@ func (r *Rebalancer) consolidate(ctx context.Context, l *leadership, v *view, pa
 	now := time.Now()
 	drained := false
 	for i := range v.seg {
-		if v.avail(i) == 0 || (!v.forceIdle && now.Sub(v.changed[i]) < r.cfg.IdleAfter) {
+		if !v.forceIdle && now.Sub(v.changed[i]) < r.cfg.IdleAfter {
+			continue
+		}
+		if v.avail(i) == 0 {
+			v.parked[i] = true
 			continue
 		}
 		moved, rev, err := l.c.stock.Drain(ctx, v.sku, i, r.cfg.DrainWait, l.fence)

@@ -417,8 +417,11 @@ func TestEndOfSaleConsolidation(t *testing.T) {
 		t.Fatalf("drained segments still hold stock: %+v", st.Segments)
 	}
 	// The stock is where orders routed to segment 0 take it: the pool, or
-	// segment 0 refilled from it.
-	etcdtest.WaitFor(t, "segment 0 to be refilled", 30*time.Second, func() bool { return status(t, c, "e").Segments[0].Remaining > 0 })
+	// segment 0 refilled from it (if segment 0 had gone idle too by the
+	// drain, it is parked, and the first order there pulls from the pool).
+	if st := status(t, c, "e"); st.Pool+st.Segments[0].Remaining != 30 {
+		t.Fatalf("after the drains: pool %d, segment 0 %d; want 30 between them", st.Pool, st.Segments[0].Remaining)
+	}
 	for i := 10; i < 40; i++ {
 		a, err := c.Allocate(ctx, "e", fmt.Sprintf("a%d", i), 1, route)
 		if err != nil {
@@ -471,4 +474,73 @@ func TestRunOnce(t *testing.T) {
 		t.Fatalf("RunOnce of an unknown SKU: %v", err)
 	}
 	audit(t, c, "o")
+}
+
+// Invariant (issue 28, item 7): at the end of a sale the last units are
+// drained to the pool once, and stay there while nobody buys: they are not
+// refilled into a dry segment nobody buys from, to be drained again
+// IdleAfter later, and so on through every segment (before the fix: one
+// drain every IdleAfter, up to one per segment, after every election). A
+// new leader, knowing nothing of the last one's parked segments, moves the
+// unit at most once each way (it may refill it into a dry segment, and
+// drain it from there IdleAfter later, or leave it there if by then every
+// dry segment is idle too).
+func TestLeftoversDoNotWanderAfterElection(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	ctx := t.Context()
+	const n, idle = 16, 100 * time.Millisecond
+	buyer := newCoordinator(t, etcd)
+	// One unit a segment, an empty pool; every segment but 0 sells out.
+	if _, err := buyer.CreateSKU(ctx, "w", coordinator.SKUConfig{Total: n, Segments: n, InitialFill: n, RefillBatch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < n; i++ {
+		if _, err := buyer.Allocate(ctx, "w", fmt.Sprintf("o%d", i), 1, routeKeyFor(t, n, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := status(t, buyer, "w"); st.Pool != 0 || st.Segments[0].Remaining != 1 {
+		t.Fatalf("setup: pool %d, segment 0 %d; want 0 and 1", st.Pool, st.Segments[0].Remaining)
+	}
+	buyer.Close() // its segment tenures go: every segment is free and idle
+	c := newCoordinator(t, etcd)
+	for term := 1; term <= 3; term++ {
+		var log moveLog
+		_, stop := startRebalancer(t, c, rebalance.Config{Identity: fmt.Sprintf("r%d", term), OnMove: log.add, IdleAfter: idle, SweepInterval: 20 * time.Millisecond})
+		from := time.Now()
+		if term == 1 {
+			// The scenario: the leftover is drained to the pool.
+			etcdtest.WaitFor(t, "the leftover to be drained to the pool", time.Minute, func() bool {
+				for _, m := range log.snapshot() {
+					if m.Kind == rebalance.Drain {
+						return true
+					}
+				}
+				return false
+			})
+			from = time.Now()
+		}
+		// A quiet while of many IdleAfters, in which the old code drained
+		// and refilled the unit through one segment after another.
+		etcdtest.WaitFor(t, "25 IdleAfters to pass", time.Minute, func() bool { return time.Since(from) > 25*idle })
+		stop()
+		drains, refills := 0, 0
+		for _, m := range log.snapshot() {
+			switch m.Kind {
+			case rebalance.Drain:
+				drains++
+			case rebalance.Refill:
+				refills++
+			}
+		}
+		t.Logf("term %d: %d drains, %d refills", term, drains, refills)
+		if drains > 1 || refills > 1 {
+			t.Fatalf("term %d: %d drains and %d refills of the last unit; want at most one each: %+v", term, drains, refills, log.snapshot())
+		}
+	}
+	// Somebody buys again: the unit sells.
+	if _, err := c.Allocate(ctx, "w", "last", 1, routeKeyFor(t, n, 5)); err != nil {
+		t.Fatal(err)
+	}
+	audit(t, c, "w")
 }

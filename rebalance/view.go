@@ -28,7 +28,7 @@ type view struct {
 	below     []bool      // the segment was below its threshold at the last look
 	crossedAt []time.Time // when it went below (zero: unknown, e.g. found by a sweep)
 	crossRev  []int64
-	parked    []bool // drained for idleness; not refilled until a restock
+	parked    []bool // drained, or dry, for idleness; not refilled until a restock or a change by others
 
 	// forceIdle counts every segment whose lock is free as idle (RunOnce,
 	// which has no history to judge idleness by).
@@ -72,6 +72,9 @@ func (v *view) set(k keys.StockKey, value, rev int64, now time.Time) {
 		}
 		v.in[k.Index], v.inRev[k.Index] = value, rev
 	}
+	// A change this leader did not make (its own moves set the revisions
+	// first): someone sells here again, or stock came back to it.
+	v.parked[k.Index] = false
 	v.changed[k.Index] = now
 	v.observe(k.Index, rev, now)
 }

@@ -7,7 +7,8 @@
 # every strategy at every shape (by default a single lock and the main
 # table: --runs 1x2,20x40,20x200,100x200) on an embedded etcd (fsync on),
 # then stockctl alone with --affinity segment, then the sale shapes (bench
-# --sale: sell-out storms, releases racing them, many SKUs) with redis-lua,
+# --sale: sell-out storms, releases racing them, 1, 1,000 and 10,000 SKUs,
+# the physical limit at 64 puts a commit) with redis-lua,
 # then the main table and the sale shapes of the etcd strategies on a
 # 3-member embedded cluster (what replication costs), and stops Redis
 # whatever happens.
@@ -15,11 +16,13 @@
 #   scripts/bench-redis.sh [stockctl bench flags...]
 #
 # Results: $BENCH_OUT (default /tmp/stockctl-bench) gets each run's JSON
-# (bench, affinity, sale, cluster3, sale-cluster3) and the Markdown tables
+# (bench, affinity, sale, sale-limits, cluster3, sale-cluster3) and the Markdown tables
 # made from it by scripts/bench-tables.py (the same names, .txt), and
 # redis.log; the plot goes to $BENCH_PLOT (default
 # docs/benchmarks.svg). BENCH_AFFINITY=0, BENCH_SALE=0 and BENCH_CLUSTER=0
-# skip those runs. The flags given are passed to the lock-shape runs only.
+# skip those runs; BENCH_LIMITS=1 adds one of the physical limit alone at
+# 1, 4, 18 and 64 puts a commit (sale-limits). The flags given are passed
+# to the lock-shape runs only.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -103,6 +106,12 @@ if [ "${BENCH_SALE:-1}" != 0 ]; then
 	echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	python3 "$tables" sale "$out/sale.json" >"$out/sale.txt" || true
 	cat "$out/sale.txt"
+fi
+
+if [ "${BENCH_LIMITS:-0}" != 0 ]; then
+	"$bin" -o json bench --sale --sale-shapes limit-1,limit-4,limit-18,limit-64 >"$out/sale-limits.json" || status=$?
+	python3 "$tables" sale "$out/sale-limits.json" >"$out/sale-limits.txt" || true
+	cat "$out/sale-limits.txt"
 fi
 
 if [ "${BENCH_CLUSTER:-1}" != 0 ]; then

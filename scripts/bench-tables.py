@@ -63,6 +63,10 @@ def lock(r):
     print(targets(r))
 
 
+def ratio(v, nd=2):
+    return "–" if v is None else f"{v:,.{nd}f}"
+
+
 def sale(r):
     head = ["shape", "strategy", "SKUs", "stock", "orders/s", "refusals/s", "served p99 ms", "refusal p50 ms",
             "refusal p99 ms", "releases", "failed", "untrue refusals", "etcd writes/order", "etcd reads/order",
@@ -74,8 +78,9 @@ def sale(r):
         w = "–" if not e or n == 0 else "%.3f" % (e["writes"] / n)
         rd = "–" if not e or n == 0 else "%.3f" % (e["reads"] / n)
         truth = "–" if x["truthChecked"] == 0 else "%d of %s" % (x["untrue"], fmt(x["truthChecked"]))
-        stock = "plenty" if x["shape"]["stock"] >= 1 << 40 else fmt(x["shape"]["stock"])
-        rows.append([x["shape"]["name"], x["strategy"], fmt(x["shape"]["skus"]), stock,
+        limit = x["shape"].get("batch", 0) > 0
+        stock = "–" if limit else "plenty" if x["shape"]["stock"] >= 1 << 40 else fmt(x["shape"]["stock"])
+        rows.append([x["shape"]["name"], x["strategy"], "–" if limit else fmt(x["shape"]["skus"]), stock,
                      "**%s**" % fmt(round(x["ordersPerSec"])), "**%s**" % fmt(round(x["refusalsPerSec"])),
                      fmt(x["servedMs"]["p99"]) if x["orders"] else "–",
                      fmt(x["refusalMs"]["p50"]) if x["refusals"] else "–",
@@ -84,6 +89,25 @@ def sale(r):
                      fmt(round(x["heapMiB"])), "ok" if x["ok"] else "FAILED"])
     print(table(head, rows, right=range(2, 16)))
     print()
+    # What a served order cost etcd: etcd's own counts (keys, deletes,
+    # applied writes) and the clients' (compares, write requests, refused).
+    head = ["shape", "strategy", "orders/s", "keys/order (etcd)", "deletes/order (etcd)", "compares/order (client)",
+            "txns/order (client)", "orders/commit (etcd)", "refused commits (client)", "etcd puts", "etcd writes",
+            "etcd_mvcc_txn_total"]
+    rows = []
+    for x in r["rows"]:
+        c, sv = x.get("costs") or {}, x.get("etcdServer")
+        if not x.get("etcd") and not sv:
+            continue
+        refused = c.get("refusedCommits")
+        rows.append([x["shape"]["name"], x["strategy"], "**%s**" % fmt(round(x["ordersPerSec"])),
+                     "**%s**" % ratio(c.get("keysPerOrder")), ratio(c.get("deletesPerOrder")),
+                     ratio(c.get("comparesPerOrder")), ratio(c.get("txnsPerOrder"), 3), ratio(c.get("ordersPerCommit"), 1),
+                     "–" if refused is None else "%.1f %%" % (100 * refused),
+                     fmt(sv["puts"]) if sv else "–", fmt(sv["writes"]) if sv else "–", fmt(sv["mvccTxns"]) if sv else "–"])
+    if rows:
+        print(table(head, rows, right=range(2, 12)))
+        print()
     print(targets(r))
 
 

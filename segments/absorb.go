@@ -94,7 +94,7 @@ func (e *Engine) refreshFrom(places []*batchPlace, rs []*pb.ResponseOp) {
 	i := 0
 	for _, bp := range places {
 		st := bp.st
-		value, mod, err := decodeCounterKV(st.key, rs[i].GetResponseRange())
+		value, mod, err := decodeHeldCounterKV(st.key, rs[i].GetResponseRange())
 		i++
 		var in, inMod int64
 		var inErr error

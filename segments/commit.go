@@ -32,16 +32,20 @@ import (
 // the lock key own of the place's queue q (and pinned there: a tenure is not
 // released while the commit is pending).
 //
-// A direct part (direct.go) holds no lock: its place's lock prefix is what
-// its commit compares empty.
+// A direct part (direct.go) holds no lock: its place is a segment this
+// process owns for lazy sales, fenced by its counter's ModRevision.
 type commitPart struct {
 	st  *placeState
 	q   *lock.Queue
 	own *lock.Ownership
 	qty int64
 
-	direct  bool
-	lockPfx string
+	direct bool
+	// lowWatermark is the SKU's, for a direct part: a lazy segment whose
+	// units fall below it has its counter written, so that the rebalancer
+	// (which reads counters) sees it run low.
+	lowWatermark int64
+	lockPfx      string // the segment's lock prefix, for a direct part
 }
 
 // reservePart reserves qty on st under own and pins own; it reports false

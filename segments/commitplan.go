@@ -9,13 +9,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Per order, a transaction needs one compare (its ID unused), two puts (the
-// ID's claim, the record) and one read in its Else (the claim); per place
+// Per order, a transaction needs one compare (its record absent), one put
+// (the record, which is its ID's claim) and one read in its Else (the
+// record); per place
 // two compares (the lock's key, the counter's revision), one put (the
 // counter) and one read (the lock's key). Inboxes are absorbed apart
 // (absorb.go).
 const (
-	orderCmps, orderPuts, orderGets = 1, 2, 1
+	orderCmps, orderPuts, orderGets = 1, 1, 1
 )
 
 // opCost is what one place costs a transaction: compares, puts, and reads
@@ -204,9 +205,9 @@ func (e *Engine) sendOrders(ctx context.Context, batch []*commitReq, users []*ba
 	partsOf = make([][]Part, len(batch))
 	for i, cr := range batch {
 		partsOf[i] = cr.segmentParts()
-		cmps = append(cmps, e.orderAbsent(cr.req.order))
+		cmps = append(cmps, e.orderAbsent(cr.req.sku.name, cr.req.order))
 		ops = append(ops, e.orderPuts(cr.req, partsOf[i])...)
-		diag = append(diag, clientv3.OpGet(e.keys.OrderID(cr.req.order)))
+		diag = append(diag, clientv3.OpGet(e.orderKey(cr.req)))
 	}
 	ucmps, uops, udiag := userCmpsOps(users)
 	cmps, ops, diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)

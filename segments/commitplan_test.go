@@ -42,19 +42,20 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	p := newTestPlace(0, 1000, 0)
 	q := newTestPlace(1, 1000, 0)
 	var queue []*commitReq
-	for i := range 100 {
+	for i := range 200 {
 		queue = append(queue, order(fmt.Sprint("o", i), p.part(1)))
 	}
-	// One place: 2 compares, 1 put and 1 read, plus per order 1, 2 and
-	// 1: the puts bound it, 2n + 1 <= 128.
+	// One place: 2 compares, 1 put and 1 read, plus per order 1, 1 and
+	// 1 (the record is the ID's claim): the compares bound it,
+	// n + 2 <= 128.
 	batch, rest := selectOrders(queue, 128, heldPlaceCost, nil)
-	if len(batch) != 63 || len(rest) != 37 {
-		t.Fatalf("one place: %d in the batch, %d left; want 63, 37", len(batch), len(rest))
+	if len(batch) != 126 || len(rest) != 74 {
+		t.Fatalf("one place: %d in the batch, %d left; want 126, 74", len(batch), len(rest))
 	}
-	if batch[0].req.order != "o0" || rest[0].req.order != "o63" {
+	if batch[0].req.order != "o0" || rest[0].req.order != "o126" {
 		t.Errorf("not in arrival order: batch starts %s, rest %s", batch[0].req.order, rest[0].req.order)
 	}
-	// A place per order (many SKUs): each costs 3 compares, 3 puts and 2
+	// A place per order (many SKUs): each costs 3 compares, 2 puts and 2
 	// reads.
 	queue = queue[:0]
 	for i := range 100 {
@@ -72,8 +73,8 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 		cr.req.userKey = fmt.Sprint("/t/users/s/b", i%2)
 		queue = append(queue, cr)
 	}
-	if batch, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 41 {
-		t.Errorf("reservations of two buyers: %d in the batch; want 41 (3n + 1 + 2 puts <= 128)", len(batch))
+	if batch, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 62 {
+		t.Errorf("reservations of two buyers: %d in the batch; want 62 (2n + 1 + 2 puts <= 128)", len(batch))
 	}
 	// The first request goes whatever its size.
 	var big []commitPart

@@ -2,9 +2,12 @@ package segments
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
 	"strconv"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Direct orders. A segment lock pays for itself when a process sells a SKU
@@ -54,24 +57,46 @@ const (
 )
 
 // directState is a place's cache for direct orders (placeState.direct):
-// its counter and inbox as last seen (from a look or this process's own
-// direct commit), each with the ModRevision it was seen at, and the units
+// its units and inbox as last seen (from a look or this process's own
+// direct commit), the counter as stored and its ModRevision, and the units
 // reserved by direct orders whose commits are pending.
+//
+// Direct orders are sold lazily (SegmentCounter): the process first takes
+// the segment over (takeDirect: its counter names this process as owner,
+// a write that ends any other owner's lazy sales), and from then on its
+// commits compare the counter's ModRevision and write only the orders'
+// records; the counter is written (settled) only now and then
+// (settleDue). owned says the counter names this process at mod.
 type directState struct {
 	known        bool
-	value, mod   int64
+	value, mod   int64 // units; the counter's ModRevision
+	raw          SegmentCounter
 	inbox, inMod int64
 	reserved     int64
 	pending      int
+	owned        bool
+	owner        int64 // the lease owned under
+	unsettled    int   // orders sold since the counter was last written
 }
 
-// seeDirectLocked records the counter and inbox as seen at their
-// ModRevisions; each is kept only if no older than what is known (a look
-// and a commit's answer may arrive out of order).
-func (st *placeState) seeDirectLocked(value, mod, in, inMod int64) {
+// seeDirectLocked records a segment as a look saw it: units value, its
+// counter raw at ModRevision mod, and its inbox. A place this process owns
+// at mod keeps its own figures (they are as new as its last commit); a
+// counter that moved ends the ownership. A look never makes a place owned,
+// even one whose counter names this process: only takeDirect does, by a
+// write that also fences any commit of this process whose outcome was
+// lost (it compares the ModRevision that lazy commits leave unchanged, so
+// without that write it could still land after the look).
+func (st *placeState) seeDirectLocked(value, mod int64, raw SegmentCounter, in, inMod int64) {
 	d := &st.direct
-	if !d.known || mod >= d.mod {
-		d.value, d.mod = value, mod
+	switch {
+	case d.known && d.owned && mod == d.mod:
+	case d.known && mod < d.mod:
+		// An older look than what this process knows.
+	default:
+		d.value, d.mod, d.raw = value, mod, raw
+		d.owned = false
+		d.unsettled = 0
 	}
 	if !d.known || inMod >= d.inMod {
 		d.inbox, d.inMod = in, inMod
@@ -110,15 +135,19 @@ func (st *placeState) unreserveDirect(qty int64) {
 }
 
 // settleDirect records a direct commit of take units (n orders) at rev:
-// the counter is now value, and the inbox 0 if it was absorbed.
-func (st *placeState) settleDirect(take int64, n int, value, rev int64, absorbed bool) {
+// the place now holds value; the counter was written (settled) or not, and
+// the inbox emptied if it was absorbed.
+func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled, absorbed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	d := &st.direct
 	d.reserved -= take
 	d.pending -= n
-	if rev >= d.mod {
-		d.value, d.mod = value, rev
+	d.value = value
+	if settled {
+		d.mod, d.raw, d.unsettled = rev, SegmentCounter{N: value, Owner: d.owner}, 0
+	} else {
+		d.unsettled += n
 	}
 	if absorbed && rev >= d.inMod {
 		d.inbox, d.inMod = 0, rev
@@ -129,7 +158,7 @@ func (st *placeState) settleDirect(take int64, n int, value, rev int64, absorbed
 // the place was taken): the next direct order needs a look first.
 func (st *placeState) forgetDirect() {
 	st.mu.Lock()
-	st.direct.known = false
+	st.direct.known, st.direct.owned = false, false
 	st.mu.Unlock()
 }
 
@@ -187,8 +216,10 @@ func (s *seller) directPlace() *placeState {
 
 // chooseDirect records a look in the direct caches of the segments
 // nobody holds or waits for (as the lock watch has it), and picks the
-// segment for direct orders: the first of those, in ring order from start,
-// that holds at least qty. It reports whether one was found.
+// segment for direct orders among those that hold at least qty, in ring
+// order from start: one this process owns already, else one nobody owns,
+// else any (taking it over ends another process's lazy sales there). It
+// reports whether one was found.
 func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 	n := len(s.sts)
 	s.mu.Lock()
@@ -197,7 +228,8 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 		free[i] = len(s.view[i]) == 0
 	}
 	s.mu.Unlock()
-	pick := -1
+	self := s.e.owner
+	pick := [3]int{-1, -1, -1} // owned here, owned by nobody, by another
 	for k := range n {
 		i := (start + k) % n
 		if !free[i] {
@@ -205,14 +237,107 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 		}
 		st := s.sts[i]
 		st.mu.Lock()
-		st.seeDirectLocked(snap.cnt[i], snap.cntMod[i], snap.inbox[i], snap.inMod[i])
+		st.seeDirectLocked(snap.cnt[i], snap.cntMod[i], snap.ctr[i], snap.inbox[i], snap.inMod[i])
 		st.mu.Unlock()
-		if pick < 0 && snap.segs[i] >= qty {
-			pick = i
+		if snap.segs[i] < qty {
+			continue
+		}
+		if !s.e.cfg.LazySegments && snap.ctr[i].Lazy() {
+			// Another process sells it lazily: a commit that writes the
+			// counter from this look could miss its latest sales. Only
+			// a lock holder (which marks it first) or a lazy seller
+			// (which takes it over) sells there.
+			continue
+		}
+		rank := 2
+		switch snap.ctr[i].Owner {
+		case self:
+			rank = 0
+		case 0:
+			rank = 1
+		}
+		if pick[rank] < 0 {
+			pick[rank] = i
 		}
 	}
-	s.directIdx.Store(int32(pick))
-	return pick >= 0
+	for _, i := range pick {
+		if i >= 0 {
+			s.directIdx.Store(int32(i))
+			return true
+		}
+	}
+	s.directIdx.Store(-1)
+	return false
+}
+
+// takeDirect makes this process the owner of st's segment for lazy direct
+// sales, unless it is already (the direct committer calls it for the
+// places of orders that passed their buyers' limits, before planning): in one transaction that compares the
+// counter's ModRevision as last seen and that the segment's lock has no
+// key, it rewrites the counter with its N and base and this process as
+// owner, and reads the records created after the base; the place then
+// holds N less their parts from it. The rewrite fails any commit of the
+// previous owner that comes after it, so none of its sales is missed.
+// Reports whether the place is owned here.
+func (e *Engine) takeDirect(ctx context.Context, st *placeState) (bool, error) {
+	st.loadMu.Lock()
+	defer st.loadMu.Unlock()
+	self := e.owner
+	st.mu.Lock()
+	d := st.direct
+	st.mu.Unlock()
+	if d.known && d.owned && d.owner == self {
+		return true, nil
+	}
+	if !d.known {
+		return false, nil
+	}
+	i := st.place.Index()
+	l := lazySeg{index: i, base: d.raw.BaseAt(d.mod), n: d.raw.N}
+	next := SegmentCounter{N: d.raw.N, Base: l.base, Owner: self}
+	then := []clientv3.Op{clientv3.OpPut(st.key, EncodeSegmentCounter(next)), clientv3.OpGet(st.inKey)}
+	if l.n > 0 {
+		then = append(then, e.unsettledRead(st.sku, 0, []lazySeg{l}))
+	}
+	resp, err := e.kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(st.key), "=", d.mod),
+		clientv3.Compare(clientv3.CreateRevision(e.keys.SegmentLock(st.sku, i)), "=", 0).WithPrefix(),
+	).Then(then...).Commit()
+	if err != nil {
+		st.forgetDirect()
+		return false, fmt.Errorf("take over %s: %w", st.key, err)
+	}
+	if !resp.Succeeded {
+		st.forgetDirect()
+		return false, nil
+	}
+	var sold map[int]int64
+	var records int
+	if l.n > 0 {
+		kvs := resp.Responses[2].GetResponseRange().GetKvs()
+		if sold, err = unsettledSales(st.sku, []lazySeg{l}, kvs); err != nil {
+			st.forgetDirect()
+			return false, err
+		}
+		records = len(kvs)
+	}
+	units := l.n - sold[i]
+	if units < 0 {
+		st.forgetDirect()
+		return false, &CorruptError{Key: st.key, Value: []byte(EncodeSegmentCounter(d.raw)),
+			Err: fmt.Errorf("orders since revision %d took %d units from a segment that held %d", l.base, sold[i], l.n)}
+	}
+	in, inMod, err := decodeCounterKV(st.inKey, resp.Responses[1].GetResponseRange())
+	if err != nil {
+		st.forgetDirect()
+		return false, err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.direct = directState{known: true, value: units, mod: resp.Header.Revision, raw: next,
+		inbox: in, inMod: inMod, reserved: st.direct.reserved, pending: st.direct.pending,
+		owned: true, owner: self, unsettled: records}
+	return true, nil
 }
 
 // freeSegment is the first segment, in ring order from start, that nobody
@@ -295,10 +420,14 @@ func (s *seller) tryDirect(ctx context.Context, req *allocReq, home int) (r plac
 		return placeResult{}, false
 	}
 	st := s.directFor(req, home)
-	if st == nil || !st.reserveDirect(req.qty) {
+	if st == nil {
 		return placeResult{}, false
 	}
-	part := commitPart{st: st, qty: req.qty, direct: true, lockPfx: s.e.keys.SegmentLock(s.sku.name, st.place.Index())}
+	if !st.reserveDirect(req.qty) {
+		return placeResult{}, false
+	}
+	part := commitPart{st: st, qty: req.qty, direct: true, lowWatermark: s.sku.lowWatermark,
+		lockPfx: s.e.keys.SegmentLock(s.sku.name, st.place.Index())}
 	r = s.e.submitDirect(ctx, req, part).wait(ctx)
 	if r.kind == resShort {
 		s.directIdx.CompareAndSwap(int32(st.place.Index()), -1)

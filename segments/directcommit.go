@@ -1,6 +1,7 @@
 package segments
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -11,24 +12,41 @@ import (
 // The direct committer (see direct.go for why). It works as the committer
 // does (commit.go): every direct order waiting at that moment, of every
 // SKU, goes in one transaction, up to two transactions in flight when
-// their places, buyers and order IDs are disjoint. Per place the
-// transaction compares that the segment's lock has no key (no holder, no
-// waiter), that the counter is at the ModRevision the place's direct cache
-// knows and, when the orders need the inbox too, the inbox's; it writes the
-// counter (and empties the inbox). Per order and per buyer it is the
-// committer's own compares and puts.
+// their places, buyers and order IDs are disjoint. Every place is a segment
+// this process owns for lazy sales (takeDirect): per place the transaction
+// compares that the counter is at the ModRevision the ownership holds at
+// (and, when the orders need the inbox too, the inbox's); it writes the
+// counter only when the place is due a settle (settleDue) or absorbs its
+// inbox. Otherwise an order costs its record alone: one key. Per order and
+// per buyer it is the committer's own compares and puts.
 //
-// A refused transaction's Else branch reads every place's counter, inbox
-// and lock keys, and every order's ID. Orders whose ID was used get the
-// first result (a replay); orders on a place that was taken, or that no
-// longer holds their units, are answered resShort (they climb the ladder:
-// nothing was deducted); the rest are sent again, on the caches refreshed
-// from what the Else branch read, while their callers' ctx lasts, up to
+// A refused transaction's Else branch reads every place's counter and
+// inbox, and every order's record. Orders whose record exists get the
+// first result (a replay); orders on a place whose counter moved (a lock
+// holder marked it, another process took it over) or that no longer holds
+// their units are answered resShort (they climb the ladder: nothing was
+// deducted); the rest are sent again, on the caches refreshed from what
+// the Else branch read, while their callers' ctx lasts, up to
 // maxCommitAttempts.
 
-// directPlaceCost is what a direct place costs a transaction: three
-// compares (the lock's range, the counter, the inbox), two puts, three
-// reads in the Else branch (the counter, the inbox, the lock's keys).
+// settleEvery is how many lazy sales a place makes before its counter is
+// written again: it bounds the records a look, a Status or a lock holder
+// taking the segment reads to count them.
+const settleEvery = 64
+
+// settleDue reports whether a direct commit writes the place's counter:
+// when it absorbs the inbox, empties the place, takes it below the SKU's
+// low watermark (so the rebalancer, which reads counters, sees it run
+// low), or ends settleEvery lazy sales.
+func (dp *directPlan) settleDue(before int64, unsettled int) bool {
+	return dp.absorb || dp.value == 0 || (before >= dp.lowWatermark && dp.value < dp.lowWatermark) ||
+		unsettled+dp.n >= settleEvery
+}
+
+// directPlaceCost is what a direct place costs a transaction: up to three
+// compares (the counter, the inbox, and the lock's range when not lazy),
+// two puts (the counter, an absorb), up to three reads in the Else branch
+// (the counter, the inbox, the lock's keys when not lazy).
 var directPlaceCost = opCost{cmps: 3, puts: 2, gets: 3}
 
 // selectDirects is the direct batcher's Select.
@@ -49,26 +67,30 @@ func (e *Engine) commitDirects(bg context.Context, batch []*commitReq) {
 
 // directPlan is one place of a direct batch.
 type directPlan struct {
-	st      *placeState
-	lockPfx string
-	take    int64
-	n       int
-	value   int64 // the counter after the batch
-	mod     int64 // the counter's expected ModRevision
-	absorb  bool
-	inMod   int64
-	short   bool // the cache does not show the batch's units there
+	st           *placeState
+	lowWatermark int64
+	take         int64
+	n            int
+	value        int64 // the place's units after the batch
+	mod          int64 // the counter's expected ModRevision
+	owner        int64
+	absorb       bool
+	inMod        int64
+	settle       bool // the batch writes the counter
+	lazy         bool // the place is sold lazily (else its counter is written with every commit, its lock's range compared empty)
+	lockPfx      string
+	short        bool // the cache does not show the batch's units there (or the place is not owned)
 }
 
 // planDirect works out each place's new counter from its direct cache.
-func planDirect(batch []*commitReq) (map[*placeState]*directPlan, []*directPlan) {
+func planDirect(batch []*commitReq, lazy bool) (map[*placeState]*directPlan, []*directPlan) {
 	places := map[*placeState]*directPlan{}
 	var order []*directPlan
 	for _, cr := range batch {
 		for _, p := range cr.parts {
 			dp := places[p.st]
 			if dp == nil {
-				dp = &directPlan{st: p.st, lockPfx: p.lockPfx}
+				dp = &directPlan{st: p.st, lowWatermark: p.lowWatermark, lockPfx: p.lockPfx}
 				places[p.st] = dp
 				order = append(order, dp)
 			}
@@ -81,9 +103,9 @@ func planDirect(batch []*commitReq) (map[*placeState]*directPlan, []*directPlan)
 		st.mu.Lock()
 		d := st.direct
 		st.mu.Unlock()
-		dp.mod = d.mod
+		dp.mod, dp.owner = d.mod, d.owner
 		switch {
-		case !d.known:
+		case !d.known || (lazy && !d.owned):
 			dp.short = true
 		case d.value >= dp.take:
 			dp.value = d.value - dp.take
@@ -93,6 +115,8 @@ func planDirect(batch []*commitReq) (map[*placeState]*directPlan, []*directPlan)
 		default:
 			dp.short = true
 		}
+		dp.settle = !lazy || (!dp.short && dp.settleDue(d.value, d.unsettled))
+		dp.lazy = lazy
 	}
 	return places, order
 }
@@ -110,7 +134,13 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 	if len(batch) == 0 {
 		return nil
 	}
-	places, order := planDirect(batch)
+	if e.cfg.LazySegments {
+		if again, taken := e.takeDirects(ctx, batch); !taken {
+			e.settleUsers(users, 0, nil)
+			return again
+		}
+	}
+	places, order := planDirect(batch, e.cfg.LazySegments)
 	keep := batch[:0:0]
 	for _, cr := range batch {
 		switch {
@@ -135,15 +165,25 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 	var ops, diag []clientv3.Op
 	for _, dp := range order {
 		st := dp.st
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dp.lockPfx), "=", 0).WithPrefix(),
-			clientv3.Compare(clientv3.ModRevision(st.key), "=", dp.mod))
-		ops = append(ops, clientv3.OpPut(st.key, EncodeCounter(dp.value)))
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.key), "=", dp.mod))
+		switch {
+		case !dp.lazy:
+			// Not lazy: the segment must have no lock key (a holder's
+			// cache is exact only while nobody else writes), and the
+			// counter is written with every commit.
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dp.lockPfx), "=", 0).WithPrefix())
+			ops = append(ops, clientv3.OpPut(st.key, EncodeCounter(dp.value)))
+		case dp.settle:
+			ops = append(ops, clientv3.OpPut(st.key, EncodeSegmentCounter(SegmentCounter{N: dp.value, Owner: dp.owner})))
+		}
 		if dp.absorb {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.inKey), "=", dp.inMod))
 			ops = append(ops, clientv3.OpPut(st.inKey, EncodeCounter(0)))
 		}
-		diag = append(diag, clientv3.OpGet(st.key), clientv3.OpGet(st.inKey),
-			clientv3.OpGet(dp.lockPfx, clientv3.WithPrefix(), clientv3.WithCountOnly()))
+		diag = append(diag, clientv3.OpGet(st.key), clientv3.OpGet(st.inKey))
+		if !dp.lazy {
+			diag = append(diag, clientv3.OpGet(dp.lockPfx, clientv3.WithPrefix(), clientv3.WithCountOnly()))
+		}
 	}
 	resp, partsOf, err := e.sendOrders(ctx, batch, users, cmps, ops, diag)
 	if err != nil {
@@ -161,7 +201,7 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 	if resp.Succeeded {
 		rev := resp.Header.Revision
 		for _, dp := range order {
-			dp.st.settleDirect(dp.take, dp.n, dp.value, rev, dp.absorb)
+			dp.st.settleDirect(dp.take, dp.n, dp.value, rev, dp.settle, dp.absorb)
 		}
 		e.settleUsers(users, rev, nil)
 		for i, cr := range batch {
@@ -174,24 +214,30 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 	rs := resp.Responses
 	e.settleUsers(users, 0, rs[len(rs)-len(users):])
 	raced := map[*placeState]bool{}
-	for i, dp := range order {
+	next := 0
+	for _, dp := range order {
 		st := dp.st
-		cnt, cntMod, err1 := decodeCounterKV(st.key, rs[3*i].GetResponseRange())
-		in, inMod, err2 := decodeCounterKV(st.inKey, rs[3*i+1].GetResponseRange())
-		if rs[3*i+2].GetResponseRange().GetCount() > 0 || err1 != nil || err2 != nil {
+		_, cntMod, err1 := decodeCounterKV(st.key, rs[next].GetResponseRange())
+		in, inMod, err2 := decodeCounterKV(st.inKey, rs[next+1].GetResponseRange())
+		next += 2
+		locked := false
+		if !dp.lazy {
+			locked = rs[next].GetResponseRange().GetCount() > 0
+			next++
+		}
+		if cntMod != dp.mod || locked || err1 != nil || err2 != nil {
+			// Somebody else wrote the counter (a lock holder marked
+			// it, another process took it over) or, not lazy, took the
+			// lock: this process's direct sales there are over; it
+			// moves elsewhere.
 			raced[st] = true
 			st.forgetDirect()
 			continue
 		}
 		st.mu.Lock()
-		moved := cntMod != dp.mod || (dp.absorb && inMod != dp.inMod)
-		st.seeDirectLocked(cnt, cntMod, in, inMod)
+		st.seeDirectInboxLocked(in, inMod)
 		st.mu.Unlock()
-		if moved {
-			raced[st] = true
-		}
 	}
-	next := 3 * len(order)
 	again := batch[:0:0]
 	for _, cr := range batch {
 		idx := rs[next].GetResponseRange().GetKvs()
@@ -218,4 +264,46 @@ func (r *commitReq) touchesDirect(places map[*placeState]*directPlan, f func(*di
 		}
 	}
 	return false
+}
+
+// takeDirects takes over the places of batch this process does not own yet
+// (takeDirect), once each, after the buyers' limits have been judged: an
+// order refused there writes nothing. Orders on a place that could not be
+// taken are answered resShort (they climb the ladder); if any was, taken
+// is false and again holds the rest, to be planned afresh.
+func (e *Engine) takeDirects(ctx context.Context, batch []*commitReq) (again []*commitReq, taken bool) {
+	lost := map[*placeState]error{}
+	seen := map[*placeState]bool{}
+	for _, cr := range batch {
+		for _, p := range cr.parts {
+			if seen[p.st] {
+				continue
+			}
+			seen[p.st] = true
+			if owned, err := e.takeDirect(ctx, p.st); err != nil || !owned {
+				lost[p.st] = err
+			}
+		}
+	}
+	if len(lost) == 0 {
+		return batch, true
+	}
+	for _, cr := range batch {
+		var hit bool
+		var err error
+		for _, p := range cr.parts {
+			if e2, ok := lost[p.st]; ok {
+				hit, err = true, cmp.Or(err, e2)
+			}
+		}
+		switch {
+		case hit && err != nil:
+			cr.finish(failed(err))
+		case hit:
+			cr.finish(placeResult{kind: resShort, raced: true})
+		default:
+			again = append(again, cr)
+		}
+	}
+	return again, false
 }

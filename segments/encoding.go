@@ -54,13 +54,33 @@ func EncodeCounter(n int64) string {
 // DecodeCounter decodes a counter stored at key. It accepts exactly the
 // bytes EncodeCounter writes: JSON, but with no freedom of spacing or order,
 // so that a hand-edited or foreign value is caught rather than guessed at.
+//
+// A segment's counter may also be in the lazy form (EncodeSegmentCounter):
+// DecodeCounter then returns its N, the segment's units as of its base
+// revision; orders sold from it since are in their records only, so N is
+// an upper bound. The exact figure is the engine's (Status, Audit).
 func DecodeCounter(key string, value []byte) (int64, error) {
+	if bytes.HasPrefix(value, []byte(lazyHead)) {
+		c, err := DecodeSegmentCounter(key, value)
+		return c.N, err
+	}
+	return decodeExact(key, value)
+}
+
+func decodeExact(key string, value []byte) (int64, error) {
 	digits, ok := bytes.CutPrefix(value, []byte(counterHead))
 	if ok {
 		digits, ok = bytes.CutSuffix(digits, []byte(counterTail))
 	}
-	if !ok || len(digits) == 0 || len(digits) > 19 || (len(digits) > 1 && digits[0] == '0') {
+	if !ok {
 		return 0, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("want %sN%s", counterHead, counterTail)}
+	}
+	return decodeDigits(key, value, digits)
+}
+
+func decodeDigits(key string, value, digits []byte) (int64, error) {
+	if len(digits) == 0 || len(digits) > 19 || (len(digits) > 1 && digits[0] == '0') {
+		return 0, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("number %q is not canonical", digits)}
 	}
 	var n int64
 	for _, c := range digits {
@@ -73,6 +93,115 @@ func DecodeCounter(key string, value []byte) (int64, error) {
 		}
 	}
 	return n, nil
+}
+
+// SegmentCounter is a segment's counter as stored. A segment is either
+// exact (its counter is its units: every commit that sells from it writes
+// it) or lazy: one process, its Owner, sells from it without writing the
+// counter, each order writing only its record. A lazy segment holds
+//
+//	N − Σ the parts taken from it by order records created after Base
+//
+// and that is what the books, Status, Audit and every look count. Its
+// owner fences its sales by comparing the counter's ModRevision: whoever
+// else writes the counter (a lock holder marking it, another process taking
+// it over, a settle) ends the owner's lazy sales at that revision, and the
+// records before it are final.
+type SegmentCounter struct {
+	// N is the segment's units as of Base.
+	N int64
+	// Base is the revision the lazy sales are counted from; 0 means the
+	// counter's own ModRevision (a counter written with its exact units).
+	Base int64
+	// Owner is the lease ID of the process that sells from the segment
+	// without its lock; 0: none.
+	Owner int64
+}
+
+// Lazy reports whether orders may have been sold from the segment since
+// its counter was written without writing it: its units are N minus those
+// orders' parts.
+func (c SegmentCounter) Lazy() bool { return c.Owner != 0 || c.Base != 0 }
+
+// BaseAt is the revision lazy sales are counted from, for a counter whose
+// ModRevision is modRev.
+func (c SegmentCounter) BaseAt(modRev int64) int64 {
+	if c.Base != 0 {
+		return c.Base
+	}
+	return modRev
+}
+
+const lazyHead = `{"v":2,"n":`
+
+// EncodeSegmentCounter encodes a segment's counter: the exact form
+// (EncodeCounter) when it is not lazy, else
+// {"v":2,"n":N[,"base":B][,"owner":"<lease hex>"]}, fields in that order.
+func EncodeSegmentCounter(c SegmentCounter) string {
+	if !c.Lazy() {
+		return EncodeCounter(c.N)
+	}
+	if c.N < 0 || c.N > MaxTotal || c.Base < 0 || c.Owner < 0 {
+		panic(fmt.Sprintf("segments: segment counter %+v out of range", c))
+	}
+	out := lazyHead + strconv.FormatInt(c.N, 10)
+	if c.Base != 0 {
+		out += `,"base":` + strconv.FormatInt(c.Base, 10)
+	}
+	if c.Owner != 0 {
+		out += `,"owner":"` + strconv.FormatInt(c.Owner, 16) + `"`
+	}
+	return out + counterTail
+}
+
+// DecodeSegmentCounter decodes a segment's counter in either form, as
+// strictly as DecodeCounter.
+func DecodeSegmentCounter(key string, value []byte) (SegmentCounter, error) {
+	rest, ok := bytes.CutPrefix(value, []byte(lazyHead))
+	if !ok {
+		n, err := decodeExact(key, value)
+		return SegmentCounter{N: n}, err
+	}
+	bad := func(why string) (SegmentCounter, error) {
+		return SegmentCounter{}, &CorruptError{Key: key, Value: value, Err: errors.New(why)}
+	}
+	rest, ok = bytes.CutSuffix(rest, []byte(counterTail))
+	if !ok {
+		return bad("a lazy segment counter must end with }")
+	}
+	num, rest, _ := bytes.Cut(rest, []byte(","))
+	var c SegmentCounter
+	var err error
+	if c.N, err = decodeDigits(key, value, num); err != nil {
+		return SegmentCounter{}, err
+	}
+	if b, ok := bytes.CutPrefix(rest, []byte(`"base":`)); ok {
+		num, rest, _ = bytes.Cut(b, []byte(","))
+		if c.Base, err = decodeDigits(key, value, num); err != nil {
+			return SegmentCounter{}, err
+		}
+		if c.Base == 0 {
+			return bad("a base of 0 is written by leaving it out")
+		}
+	}
+	if o, ok := bytes.CutPrefix(rest, []byte(`"owner":"`)); ok {
+		hex, tail, _ := bytes.Cut(o, []byte(`"`))
+		if len(tail) != 0 || len(hex) == 0 || len(hex) > 16 || (len(hex) > 1 && hex[0] == '0') {
+			return bad("owner must be a lease ID in lower-case hex")
+		}
+		u, perr := strconv.ParseUint(string(hex), 16, 63)
+		if perr != nil || strconv.FormatUint(u, 16) != string(hex) || u == 0 {
+			return bad("owner must be a lease ID in lower-case hex")
+		}
+		c.Owner, rest = int64(u), nil
+	}
+	if len(rest) != 0 {
+		return bad(`want {"v":2,"n":N[,"base":B][,"owner":"<hex>"]}`)
+	}
+	if !c.Lazy() {
+		return bad("a segment counter that is not lazy is written in the v1 form")
+	}
+	return c, nil
 }
 
 // Meta is a SKU's meta record.

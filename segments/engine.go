@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -19,6 +21,11 @@ import (
 // options, and documents each value's default and cost there.
 type Config struct {
 	Keys keys.Space
+	// LazySegments sells direct orders lazily (SegmentCounter): a process
+	// owns the segment it sells a SKU's direct orders from, and each
+	// order writes only its record. Off, every direct commit writes the
+	// segment's counter too. See coordinator.WithLazySegments.
+	LazySegments bool
 	// FallbackWait is how long an order waits for each other place's lock
 	// when its own segments cannot serve it.
 	FallbackWait time.Duration
@@ -55,6 +62,11 @@ type Engine struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
+	// owner names this process in the segment counters it owns for lazy
+	// direct sales (SegmentCounter.Owner): random, never 0, new with each
+	// engine. It needs no lease: the ownership is fenced by the counter's
+	// ModRevision, not by the process's liveness.
+	owner int64
 
 	// mu guards the maps. It is never held while taking a placeState's or a
 	// seller's mutex.
@@ -88,6 +100,7 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{
+		owner:   rand.Int64N(math.MaxInt64) + 1,
 		client:  client,
 		kv:      kv,
 		keys:    cfg.Keys,
@@ -129,6 +142,9 @@ type skuInfo struct {
 	refillBatch int64
 	// perUserLimit is the SKU's per-user limit (0: none), fixed at creation.
 	perUserLimit int64
+	// lowWatermark is the policy's, as first read (direct.go settles a
+	// lazy segment that falls below it).
+	lowWatermark int64
 }
 
 type placeID struct {
@@ -203,7 +219,7 @@ func (e *Engine) prefetchMetas(ctx context.Context) {
 }
 
 func infoOf(name string, m Meta) *skuInfo {
-	return &skuInfo{name: name, segments: m.Segments, refillBatch: m.RefillBatch, perUserLimit: m.PerUserLimit}
+	return &skuInfo{name: name, segments: m.Segments, refillBatch: m.RefillBatch, perUserLimit: m.PerUserLimit, lowWatermark: m.LowWatermark}
 }
 
 // Meta reads sku's meta record and its mod revision. A SKU still being

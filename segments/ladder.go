@@ -66,12 +66,12 @@ func (e *Engine) sell(ctx context.Context, req *allocReq, home int) (*Allocation
 		// before taking any slot. A duplicate racing the first application
 		// may still run the step; the commit's order-ID compare lets only
 		// one deduct.
-		idx, err := e.kv.Get(ctx, e.keys.OrderID(req.order))
+		rec, err := e.kv.Get(ctx, e.orderKey(req))
 		if err != nil {
 			return nil, err
 		}
-		if len(idx.Kvs) > 0 {
-			return e.replay(ctx, req, idx.Kvs[0])
+		if len(rec.Kvs) > 0 {
+			return e.replay(ctx, req, rec.Kvs[0])
 		}
 	}
 	s, err := e.seller(req.sku)

@@ -93,7 +93,7 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	}
 	for _, r := range batch {
 		if r.order != "" {
-			ops = append(ops, clientv3.OpGet(e.keys.OrderID(r.order)))
+			ops = append(ops, clientv3.OpGet(e.keys.Order(r.sku.name, r.order)))
 		}
 	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
@@ -109,6 +109,7 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	for i, info := range skus {
 		snaps[info.name], errs[info.name] = e.decodeSnapshot(info, resp.Header.Revision, resp.Responses[i].GetResponseRange().Kvs)
 	}
+	e.settleLooks(ctx, skus, snaps, errs)
 	next := len(skus)
 	for _, r := range batch {
 		r.snap, r.err = snaps[r.sku.name], errs[r.sku.name]
@@ -119,5 +120,36 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 			next++
 		}
 		close(r.done)
+	}
+}
+
+// settleLooks subtracts the unsettled sales of the snapshots' lazy
+// segments, reading every SKU's in one transaction at the snapshots'
+// revision. A SKU whose read fails gets the error.
+func (e *Engine) settleLooks(ctx context.Context, skus []*skuInfo, snaps map[string]*snapshot, errs map[string]error) {
+	var ops []clientv3.Op
+	var lazy []*skuInfo
+	for _, info := range skus {
+		if s := snaps[info.name]; errs[info.name] == nil && len(s.lazy) > 0 {
+			ops = append(ops, e.unsettledRead(info.name, s.rev, s.lazy))
+			lazy = append(lazy, info)
+		}
+	}
+	if len(ops) == 0 {
+		return
+	}
+	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
+	for i, info := range lazy {
+		if err != nil {
+			errs[info.name] = fmt.Errorf("read the unsettled orders of %s: %w", info.name, err)
+			continue
+		}
+		s := snaps[info.name]
+		sold, err := unsettledSales(info.name, s.lazy, resp.Responses[i].GetResponseRange().Kvs)
+		if err != nil {
+			errs[info.name] = err
+			continue
+		}
+		s.settleLazy(sold)
 	}
 }

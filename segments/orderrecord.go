@@ -9,17 +9,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// replay answers a request whose order ID is already claimed (idx is the
-// claim): the first result if the SKU and quantity match, ErrConflict if
-// not.
-func (e *Engine) replay(ctx context.Context, req *allocReq, idx *mvccpb.KeyValue) (*Allocation, error) {
-	owner := string(idx.Value)
-	if owner != req.sku.name {
-		return nil, fmt.Errorf("%w: the order ID was already used for SKU %q", ErrConflict, owner)
-	}
-	o, kv, err := e.readOrder(ctx, owner, req.order)
+// replay answers a request whose order record exists already (kv is the
+// record, as read): the first result if the quantity, kind and buyer match,
+// ErrConflict if not. The record is the order ID's claim: an ID is unique
+// per SKU.
+func (e *Engine) replay(ctx context.Context, req *allocReq, kv *mvccpb.KeyValue) (*Allocation, error) {
+	o, err := DecodeOrder(string(kv.Key), kv.Value)
 	if err != nil {
 		return nil, err
+	}
+	if o.SKU != req.sku.name || o.ID != req.order {
+		return nil, &CorruptError{Key: string(kv.Key), Value: kv.Value,
+			Err: fmt.Errorf("record names SKU %q order %q", o.SKU, o.ID)}
 	}
 	if o.Qty != req.qty {
 		return nil, fmt.Errorf("%w: the order was already applied with qty %d, not %d", ErrConflict, o.Qty, req.qty)
@@ -62,13 +63,18 @@ func (e *Engine) readOrder(ctx context.Context, sku, order string) (Order, *mvcc
 	return o, resp.Kvs[0], nil
 }
 
-// orderAbsent is the compare that makes an allocation apply once per order ID.
-func (e *Engine) orderAbsent(order string) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(e.keys.OrderID(order)), "=", 0)
+// orderAbsent is the compare that makes an allocation apply once per order
+// ID: its record is its claim, one key per order.
+func (e *Engine) orderAbsent(sku, order string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(e.keys.Order(sku, order)), "=", 0)
 }
 
-// orderPuts are the writes that record an allocation: the global claim of
-// the order ID and the order record under its SKU.
+// orderKey is the key of an order's record, which is also its ID's claim.
+func (e *Engine) orderKey(req *allocReq) string { return e.keys.Order(req.sku.name, req.order) }
+
+// orderPuts are the writes that record an allocation: the order record
+// under its SKU, which is also the order ID's claim (and, for a
+// reservation, its index key).
 //
 // A reservation's deadline is taken here, from this process's clock as the
 // commit is built (the transaction is sent right after): the sweeper and
@@ -79,9 +85,7 @@ func (e *Engine) orderPuts(req *allocReq, parts []Part) []clientv3.Op {
 	now := time.Now().UTC()
 	rec := Order{SKU: req.sku.name, ID: req.order, Qty: req.qty, Parts: parts, Created: now,
 		Buyer: req.buyer, UserCounted: req.userKey != ""}
-	ops := []clientv3.Op{
-		clientv3.OpPut(e.keys.OrderID(req.order), req.sku.name),
-	}
+	var ops []clientv3.Op
 	if req.ttl > 0 {
 		req.deadline = now.Add(req.ttl)
 		rec.State, rec.Deadline = StateReserved, req.deadline

@@ -1,7 +1,9 @@
 package segments
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -111,11 +113,87 @@ func (st *placeState) ensure(ctx context.Context, e *Engine, own *lock.Ownership
 	if ok, err := check(); ok || err != nil {
 		return err
 	}
-	resp, err := e.kv.Txn(ctx).Then(st.reads()...).Commit()
-	if err != nil {
-		return fmt.Errorf("read %s: %w", st.key, err)
+	for attempt := 0; ; attempt++ {
+		resp, err := e.kv.Txn(ctx).Then(st.reads()...).Commit()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", st.key, err)
+		}
+		err = st.fill(own, resp.Responses)
+		if !errors.Is(err, errLazyCounter) {
+			return err
+		}
+		// Another process sold from the segment without its lock: end
+		// that and count its sales (markLazy). A counter that moved
+		// meanwhile is read again.
+		kv := resp.Responses[0].GetResponseRange().GetKvs()[0]
+		if done, err := st.markLazy(ctx, e, own, kv.Value, kv.ModRevision); done || err != nil {
+			return err
+		}
+		if attempt >= 8 {
+			return fmt.Errorf("mark %s: its counter kept moving: %w", st.key, ErrContention)
+		}
 	}
-	return st.fill(own, resp.Responses)
+}
+
+// errLazyCounter: a segment's counter is lazy (SegmentCounter) and may have
+// unsettled sales, so its units need the order records: the holder of its
+// lock marks it first (markLazy).
+var errLazyCounter = errors.New("the segment's counter is lazy")
+
+// markLazy ends the lazy sales of a segment whose lock own holds, and
+// fills the cache with its units: in one transaction fenced by the lock
+// key and the counter's ModRevision as read (value at mod), it rewrites the
+// counter with its N and base and no owner (which fails the owner's next
+// commit, as it compares the ModRevision), and reads the records created
+// after the base: every sale the owner made is among them, and none can
+// follow. done is false when the counter moved since it was read.
+func (st *placeState) markLazy(ctx context.Context, e *Engine, own *lock.Ownership, value []byte, mod int64) (done bool, err error) {
+	c, err := DecodeSegmentCounter(st.key, value)
+	if err != nil {
+		return false, err
+	}
+	l := lazySeg{index: st.place.Index(), base: c.BaseAt(mod), n: c.N}
+	resp, err := e.kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(own.Key()), "=", own.Rev()),
+		clientv3.Compare(clientv3.ModRevision(st.key), "=", mod),
+	).Then(
+		clientv3.OpPut(st.key, EncodeSegmentCounter(SegmentCounter{N: c.N, Base: l.base})),
+		clientv3.OpGet(st.inKey),
+		e.unsettledRead(st.sku, 0, []lazySeg{l}),
+	).Else(clientv3.OpGet(own.Key(), clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return false, fmt.Errorf("mark %s: %w", st.key, err)
+	}
+	if !resp.Succeeded {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].CreateRevision != own.Rev() {
+			return false, lock.ErrLost
+		}
+		return false, nil
+	}
+	sold, err := unsettledSales(st.sku, []lazySeg{l}, resp.Responses[2].GetResponseRange().GetKvs())
+	if err != nil {
+		return false, err
+	}
+	units := c.N - sold[l.index]
+	if units < 0 {
+		return false, &CorruptError{Key: st.key, Value: value,
+			Err: fmt.Errorf("orders since revision %d took %d units from a segment that held %d", l.base, sold[l.index], c.N)}
+	}
+	in, inMod, err := decodeCounterKV(st.inKey, resp.Responses[1].GetResponseRange())
+	if err != nil {
+		return false, err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token > own.Rev() {
+		return false, lock.ErrLost
+	}
+	if st.token != own.Rev() {
+		st.reserved, st.pending = 0, 0
+	}
+	st.token, st.value, st.modRev, st.stale = own.Rev(), units, resp.Header.Revision, false
+	st.inKnown, st.inbox, st.inMod = true, in, inMod
+	return true, nil
 }
 
 // reads are the Gets that fill the cache: the counter, and a segment's
@@ -131,7 +209,7 @@ func (st *placeState) reads() []clientv3.Op {
 // fill makes the cache valid under own from the answers to reads, read
 // while own's key was held (or in the transaction that took it).
 func (st *placeState) fill(own *lock.Ownership, rs []*pb.ResponseOp) error {
-	v, mod, err := decodeCounterKV(st.key, rs[0].GetResponseRange())
+	v, mod, err := decodeHeldCounterKV(st.key, rs[0].GetResponseRange())
 	if err != nil {
 		return err
 	}
@@ -275,8 +353,31 @@ func (st *placeState) invalidate() {
 	st.mu.Unlock()
 }
 
+// decodeHeldCounterKV decodes a counter read by (or for) its lock's holder:
+// errLazyCounter when it is a lazy segment counter with units (they need
+// the records: markLazy), else its units.
+func decodeHeldCounterKV(key string, r *pb.RangeResponse) (value, modRev int64, err error) {
+	kvs := r.GetKvs()
+	if len(kvs) == 0 {
+		return 0, 0, nil
+	}
+	if !bytes.HasPrefix(kvs[0].Value, []byte(lazyHead)) {
+		v, err := decodeExact(key, kvs[0].Value)
+		return v, kvs[0].ModRevision, err
+	}
+	c, err := DecodeSegmentCounter(key, kvs[0].Value)
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, lazy := lazyOf(0, c, kvs[0].ModRevision); lazy {
+		return 0, 0, errLazyCounter
+	}
+	return c.N, kvs[0].ModRevision, nil
+}
+
 // decodeCounterKV decodes a counter read with a Get; a missing key is 0
-// (counters are created by their first write).
+// (counters are created by their first write). A lazy segment counter
+// gives its N, an upper bound of its units (DecodeCounter).
 func decodeCounterKV(key string, r *pb.RangeResponse) (value, modRev int64, err error) {
 	kvs := r.GetKvs()
 	if len(kvs) == 0 {

@@ -7,6 +7,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/keys"
 )
 
 // Archive is a SKU's record of its pruned orders (keys.Archive). Prune
@@ -106,6 +108,20 @@ func (e *Engine) Prune(ctx context.Context, sku string, before time.Time) (*Prun
 // prune is Prune without the checks and with errors unwrapped.
 func (e *Engine) prune(ctx context.Context, sku string, before time.Time) (*Pruned, error) {
 	out := &Pruned{SKU: sku}
+	// Segments sold lazily count their orders from the records: write
+	// them exact first (their owners take them again at their next
+	// order), so that the records are no longer needed. If that fails (a
+	// full etcd refuses the puts, deletes still pass), the records they
+	// still count are kept, the others pruned, and the error returned
+	// after: running prune again goes on.
+	settleErr := e.settleSKU(ctx, sku)
+	if settleErr != nil && ctx.Err() != nil {
+		return out, settleErr
+	}
+	keepAfter, err := e.prunable(ctx, sku)
+	if err != nil {
+		return out, err
+	}
 	from, end := e.keys.Orders(sku), clientv3.GetPrefixRangeEnd(e.keys.Orders(sku))
 	for attempts := 0; ; {
 		resp, err := e.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(prunePage))
@@ -120,7 +136,7 @@ func (e *Engine) prune(ctx context.Context, sku string, before time.Time) (*Prun
 			if err != nil {
 				return out, err
 			}
-			if !o.Reserved() && o.Created.Before(before) {
+			if !o.Reserved() && o.Created.Before(before) && kv.CreateRevision <= keepAfter {
 				batch, orders = append(batch, kv), append(orders, o)
 			}
 			last := i == len(resp.Kvs)-1
@@ -146,6 +162,9 @@ func (e *Engine) prune(ctx context.Context, sku string, before time.Time) (*Prun
 			continue
 		}
 		if !resp.More {
+			if settleErr != nil {
+				return out, fmt.Errorf("orders still counted by segments sold lazily were kept: %w", settleErr)
+			}
 			if out.Revision == 0 {
 				a, err := e.kv.Get(ctx, e.keys.Archive(sku))
 				if err != nil {
@@ -184,6 +203,13 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 	for _, k := range users {
 		reads = append(reads, clientv3.OpGet(k))
 	}
+	// The records again, in the same read as the buyers' counters: a
+	// release or a cancel between the page's read and this one lowers a
+	// counter below what the page's records say, and is a race, not
+	// corruption.
+	for _, kv := range kvs {
+		reads = append(reads, clientv3.OpGet(string(kv.Key), clientv3.WithKeysOnly()))
+	}
 	cur, err := e.kv.Txn(ctx).Then(reads...).Commit()
 	if err != nil {
 		return false, err
@@ -202,6 +228,8 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 	add := Archive{}
 	for i, o := range orders {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[i].Key)), "=", kvs[i].ModRevision))
+		// The record is the ID's claim; the orderid/ key is a legacy
+		// claim, present only on orders placed by an older stockctl.
 		ops = append(ops, clientv3.OpDelete(string(kvs[i].Key)), clientv3.OpDelete(e.keys.OrderID(o.ID)))
 		add.Orders++
 		switch {
@@ -222,7 +250,14 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 			return false, err
 		}
 		if v < take[k] {
-			return false, fmt.Errorf("%w: buyer counter %s holds %d, less than its pruned orders' %d", ErrCorrupt, k, v, take[k])
+			for j, kv := range kvs {
+				now := cur.Responses[1+len(users)+j].GetResponseRange().GetKvs()
+				if len(now) == 0 || now[0].ModRevision != kv.ModRevision {
+					return false, nil // a record moved since the page was read: read again
+				}
+			}
+			return false, fmt.Errorf("%w: buyer counter %s holds %d, less than its pruned orders' %d (read at revision %d)",
+				ErrCorrupt, k, v, take[k], cur.Header.Revision)
 		}
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", mod))
 		if v == take[k] {
@@ -253,4 +288,33 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 	out.Buyers += int64(len(users))
 	out.Archive, out.Revision = arc, resp.Header.Revision
 	return true, nil
+}
+
+// prunable is the newest creation revision of a record prune may delete:
+// the revision it reads the SKU's counters at, or the oldest base of a lazy
+// segment if older. A lazy segment's units are its N less the records
+// created after its base (SegmentCounter): those records must stay. Bases
+// only move forward, and a segment that is exact now counts no record
+// created before its counter's current revision, so what is prunable now
+// stays prunable.
+func (e *Engine) prunable(ctx context.Context, sku string) (int64, error) {
+	info, err := e.sku(ctx, sku)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := e.kv.Get(ctx, e.keys.SKUStock(sku), clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	limit := resp.Header.Revision
+	for _, kv := range resp.Kvs {
+		k, c, err := e.decodeStockKV(info, kv)
+		if err != nil {
+			return 0, err
+		}
+		if l, ok := lazyOf(k.Index, c, kv.ModRevision); ok && k.Kind == keys.KindSegment {
+			limit = min(limit, l.base)
+		}
+	}
+	return limit, nil
 }

@@ -42,8 +42,8 @@ import (
 // ttl must be more than 0 and at most MaxReservationTTL. A retry
 // with the same order, SKU, qty and buyer returns the first result with
 // Replayed set (and the first deadline: the new ttl is ignored); an order ID
-// already used for a plain allocation, or with another SKU, qty or buyer,
-// is ErrConflict. On a SKU with a per-user limit, WithBuyer is required and
+// already used on this SKU for a plain allocation, or with another qty or
+// buyer, is ErrConflict. On a SKU with a per-user limit, WithBuyer is required and
 // the reservation counts against the buyer's limit until it expires or is
 // cancelled.
 func (e *Engine) Reserve(ctx context.Context, sku, order string, qty int64, routeKey string, ttl time.Duration, opts ...OrderOption) (*Allocation, error) {

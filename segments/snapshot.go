@@ -22,7 +22,22 @@ type snapshot struct {
 	// cnt and cntMod are each segment's counter and its ModRevision, for
 	// direct orders (direct.go).
 	cnt, cntMod []int64
-	orderKV     *mvccpb.KeyValue
+	// ctr is each segment's counter as stored (cnt is what it holds: a
+	// lazy counter's N less its unsettled sales), and lazy the segments
+	// whose unsettled sales are still to be subtracted (settleLazy).
+	ctr     []SegmentCounter
+	lazy    []lazySeg
+	orderKV *mvccpb.KeyValue
+}
+
+// settleLazy subtracts the lazy segments' unsettled sales, as read at the
+// snapshot's revision.
+func (s *snapshot) settleLazy(sold map[int]int64) {
+	for i, q := range sold {
+		s.segs[i] -= q
+		s.cnt[i] -= q
+	}
+	s.lazy = nil
 }
 
 func (s *snapshot) total() int64 {
@@ -63,12 +78,12 @@ func (s *snapshot) withStock() []Place {
 	return ps
 }
 
-// snapshot reads all of sku's counters, and the claim of order (if order is
+// snapshot reads all of sku's counters, and the record of order (if order is
 // not empty), in one transaction: one revision.
 func (e *Engine) snapshot(ctx context.Context, sku *skuInfo, order string) (*snapshot, error) {
 	ops := []clientv3.Op{clientv3.OpGet(e.keys.SKUStock(sku.name), clientv3.WithPrefix())}
 	if order != "" {
-		ops = append(ops, clientv3.OpGet(e.keys.OrderID(order)))
+		ops = append(ops, clientv3.OpGet(e.keys.Order(sku.name, order)))
 	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
@@ -77,6 +92,13 @@ func (e *Engine) snapshot(ctx context.Context, sku *skuInfo, order string) (*sna
 	s, err := e.decodeSnapshot(sku, resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs)
 	if err != nil {
 		return nil, err
+	}
+	if len(s.lazy) > 0 {
+		sold, err := e.unsettled(ctx, sku.name, s.rev, s.lazy)
+		if err != nil {
+			return nil, err
+		}
+		s.settleLazy(sold)
 	}
 	if order != "" {
 		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -91,12 +113,13 @@ func (e *Engine) snapshot(ctx context.Context, sku *skuInfo, order string) (*sna
 func (e *Engine) decodeSnapshot(sku *skuInfo, rev int64, kvs []*mvccpb.KeyValue) (*snapshot, error) {
 	n := sku.segments
 	s := &snapshot{rev: rev, segs: make([]int64, n), inbox: make([]int64, n), inMod: make([]int64, n),
-		cnt: make([]int64, n), cntMod: make([]int64, n)}
+		cnt: make([]int64, n), cntMod: make([]int64, n), ctr: make([]SegmentCounter, n)}
 	for _, kv := range kvs {
-		k, v, err := e.decodeStockKV(sku, kv)
+		k, c, err := e.decodeStockKV(sku, kv)
 		if err != nil {
 			return nil, err
 		}
+		v := c.N
 		switch k.Kind {
 		case keys.KindPool:
 			s.pool = v
@@ -105,24 +128,32 @@ func (e *Engine) decodeSnapshot(sku *skuInfo, rev int64, kvs []*mvccpb.KeyValue)
 			s.inbox[k.Index], s.inMod[k.Index] = v, kv.ModRevision
 		default:
 			s.segs[k.Index] += v
-			s.cnt[k.Index], s.cntMod[k.Index] = v, kv.ModRevision
+			s.cnt[k.Index], s.cntMod[k.Index], s.ctr[k.Index] = v, kv.ModRevision, c
+			if l, ok := lazyOf(k.Index, c, kv.ModRevision); ok {
+				s.lazy = append(s.lazy, l)
+			}
 		}
 	}
 	return s, nil
 }
 
-// decodeStockKV parses a key under SKUStock and its counter value. A key
+// decodeStockKV parses a key under SKUStock and its counter value (a
+// segment's may be lazy; the pool's and inboxes' are always exact). A key
 // that is not a counter of this SKU, or a segment beyond its count, is
 // reported as corrupt: something other than stockctl wrote there.
-func (e *Engine) decodeStockKV(sku *skuInfo, kv *mvccpb.KeyValue) (keys.StockKey, int64, error) {
+func (e *Engine) decodeStockKV(sku *skuInfo, kv *mvccpb.KeyValue) (keys.StockKey, SegmentCounter, error) {
 	key := string(kv.Key)
 	k, err := e.keys.ParseStock(key)
 	if err == nil && k.SKU == sku.name && k.Index < sku.segments {
-		v, err := DecodeCounter(key, kv.Value)
-		return k, v, err
+		if k.Kind == keys.KindSegment {
+			c, err := DecodeSegmentCounter(key, kv.Value)
+			return k, c, err
+		}
+		v, err := decodeExact(key, kv.Value)
+		return k, SegmentCounter{N: v}, err
 	}
 	if err == nil {
 		err = fmt.Errorf("segment %d of a SKU with %d segments", k.Index, sku.segments)
 	}
-	return k, 0, &CorruptError{Key: key, Value: kv.Value, Err: err}
+	return k, SegmentCounter{}, &CorruptError{Key: key, Value: kv.Value, Err: err}
 }

@@ -83,20 +83,33 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 	for i := range st.Segments {
 		st.Segments[i].Index = i
 	}
+	var lazy []lazySeg
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		k, v, err := e.decodeStockKV(info, kv)
+		k, c, err := e.decodeStockKV(info, kv)
 		if err != nil {
 			return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 		}
 		switch k.Kind {
 		case keys.KindPool:
-			st.Pool = v
+			st.Pool = c.N
 		case keys.KindSegment:
-			st.Segments[k.Index].Remaining += v
+			st.Segments[k.Index].Remaining += c.N
+			if l, ok := lazyOf(k.Index, c, kv.ModRevision); ok {
+				lazy = append(lazy, l)
+			}
 		case keys.KindInbox:
-			st.Segments[k.Index].Remaining += v
-			st.Segments[k.Index].Inbox = v
+			st.Segments[k.Index].Remaining += c.N
+			st.Segments[k.Index].Inbox = c.N
 		}
+	}
+	// Segments sold lazily: their orders since the base are in their
+	// records only (SegmentCounter).
+	sold, err := e.unsettled(ctx, sku, st.Revision, lazy)
+	if err != nil {
+		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
+	}
+	for i, q := range sold {
+		st.Segments[i].Remaining -= q
 	}
 	st.Allocated = st.Total - st.Remaining()
 	st.Orders = resp.Responses[2].GetResponseRange().Count
@@ -227,16 +240,34 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 		index[string(kv.Key)] = q
 	}
 	held := map[string]int64{} // buyer → units of active counted orders
+	var lazy []lazySeg
 	for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-		k, v, err := e.decodeStockKV(info, kv)
+		k, c, err := e.decodeStockKV(info, kv)
 		if err != nil {
 			r.Problems = append(r.Problems, err.Error())
 			continue
 		}
 		if k.Kind == keys.KindPool {
-			r.Pool = v
+			r.Pool = c.N
 		} else {
-			r.Segments += v
+			r.Segments += c.N
+		}
+		if l, ok := lazyOf(k.Index, c, kv.ModRevision); ok && k.Kind == keys.KindSegment {
+			lazy = append(lazy, l)
+		}
+	}
+	// A lazy segment holds its N less the parts of the records created
+	// after its base (SegmentCounter).
+	if len(lazy) > 0 {
+		sold, err := unsettledSales(sku, lazy, resp.Responses[2].GetResponseRange().Kvs)
+		if err != nil {
+			r.Problems = append(r.Problems, err.Error())
+		}
+		for _, l := range lazy {
+			r.Segments -= sold[l.index]
+			if sold[l.index] > l.n {
+				r.Problems = append(r.Problems, fmt.Sprintf("segment %d sold %d units since revision %d, more than the %d its counter held", l.index, sold[l.index], l.base, l.n))
+			}
 		}
 	}
 	for _, kv := range resp.Responses[2].GetResponseRange().Kvs {

@@ -148,7 +148,8 @@ func (e *Engine) planUsers(ctx context.Context, batch []*commitReq) ([]*batchUse
 		if attempt == 0 {
 			// Judge again on fresh counters, and learn which of the
 			// refused orders were applied already.
-			var stale, ids []string
+			var stale []string
+			var ids []*allocReq
 			for _, cr := range over {
 				if !fresh[cr.req.userKey] {
 					fresh[cr.req.userKey] = true
@@ -157,7 +158,7 @@ func (e *Engine) planUsers(ctx context.Context, batch []*commitReq) ([]*batchUse
 			}
 			for _, cr := range batch {
 				if fresh[cr.req.userKey] {
-					ids = append(ids, cr.req.order)
+					ids = append(ids, cr.req)
 				}
 			}
 			var err error
@@ -210,15 +211,16 @@ func failTouching(batch []*commitReq, keys []string, err error) []*commitReq {
 	return keep
 }
 
-// readUsers reads buyers' counters into the cache and the claims of order
-// IDs, in one transaction, and returns the claims found and its revision.
-func (e *Engine) readUsers(ctx context.Context, userKeys, orders []string) (map[string]*mvccpb.KeyValue, int64, error) {
+// readUsers reads buyers' counters into the cache and the records of
+// orders (their IDs' claims), in one transaction, and returns the records
+// found, by order ID, and its revision.
+func (e *Engine) readUsers(ctx context.Context, userKeys []string, orders []*allocReq) (map[string]*mvccpb.KeyValue, int64, error) {
 	ops := make([]clientv3.Op, 0, len(userKeys)+len(orders))
 	for _, k := range userKeys {
 		ops = append(ops, clientv3.OpGet(k))
 	}
-	for _, id := range orders {
-		ops = append(ops, clientv3.OpGet(e.keys.OrderID(id)))
+	for _, req := range orders {
+		ops = append(ops, clientv3.OpGet(e.orderKey(req)))
 	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
@@ -231,9 +233,9 @@ func (e *Engine) readUsers(ctx context.Context, userKeys, orders []string) (map[
 		}
 	}
 	claims := map[string]*mvccpb.KeyValue{}
-	for i, id := range orders {
+	for i, req := range orders {
 		if kvs := resp.Responses[len(userKeys)+i].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			claims[id] = kvs[0]
+			claims[req.order] = kvs[0]
 		}
 	}
 	return claims, resp.Header.Revision, nil

@@ -137,6 +137,11 @@ type Config struct {
 	// DATA_LOSS, UNAVAILABLE), lost holds and shutdown; default: discarded.
 	// Tokens and request bodies are never logged.
 	Logger *slog.Logger
+	// Console, when true, serves the live sale console (package console)
+	// under /console/ beside the API, on the same listener and so with the
+	// same TLS and client certificates. Its files need no token; every API
+	// call the page makes sends the token the user enters.
+	Console bool
 }
 
 // withDefaults validates cfg and fills in its zero fields. Errors wrap

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -80,12 +81,21 @@ func auditResponse(r *coordinator.AuditReport) *stockctlv1.AuditResponse {
 // duration converts an optional duration field: set is false when the
 // field is absent. A malformed value (out of range, or seconds and nanos of
 // opposite signs) is an invalid field.
+// maxDurationSeconds is the longest duration field taken whole: a
+// time.Duration holds ~292 years.
+const maxDurationSeconds = int64(100 * 365 * 24 * 3600)
+
 func duration(field string, d *durationpb.Duration) (v time.Duration, set bool, err error) {
 	if d == nil {
 		return 0, false, nil
 	}
 	if err := d.CheckValid(); err != nil {
 		return 0, true, badField(field, err.Error())
+	}
+	// Past Go's ~292 years AsDuration saturates, and the bounds' message
+	// would echo 2562047h47m16.854775807s for what the caller sent.
+	if s := d.GetSeconds(); s > maxDurationSeconds || s < -maxDurationSeconds {
+		return 0, true, badField(field, fmt.Sprintf("%ds is far too long (at most %v)", s, time.Duration(maxDurationSeconds)*time.Second))
 	}
 	return d.AsDuration(), true, nil
 }

@@ -1,11 +1,14 @@
 // Package service is stockctl's network API: it serves the stockctl.v1
-// StockService and LockService (api/stockctl/v1) for a
+// StockService, LockService and InspectService (api/stockctl/v1) for a
 // *coordinator.Coordinator, so that services in any language can sell stock
-// and hold fenced locks through `stockctl serve`.
+// and hold fenced locks through `stockctl serve`, and anyone can see who
+// holds what (InspectService is read-only). With Config.Console it also
+// serves the sale console's page under /console/ (package console).
 //
 // One http.Handler speaks gRPC, gRPC-Web and Connect (HTTP/1.1 or HTTP/2,
-// JSON or binary protobuf) at POST /stockctl.v1.StockService/<Method> and
-// /stockctl.v1.LockService/<Method>, plus gRPC server reflection (v1 and
+// JSON or binary protobuf) at POST /stockctl.v1.StockService/<Method>,
+// /stockctl.v1.LockService/<Method> and /stockctl.v1.InspectService/<Method>,
+// plus gRPC server reflection (v1 and
 // v1alpha, for grpcurl) and grpc.health.v1 (for load balancers):
 //
 //	srv, err := service.New(coord, service.Config{Tokens: tokens, TLS: tlsConfig})

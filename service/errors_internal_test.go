@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/coordinator"
@@ -67,5 +69,24 @@ func TestErrorsOfFaultsMapToTheirReasons(t *testing.T) {
 				t.Errorf("message %q does not say %q", ce.Message(), tc.err)
 			}
 		})
+	}
+}
+
+// A duration field past what a time.Duration holds is refused with the
+// value the caller sent (issue 28, item 7: 315576000000s was echoed as
+// 2562047h47m16.854775807s), and one in range with its bounds.
+func TestDurationFieldEchoesWhatWasSent(t *testing.T) {
+	for _, tc := range []struct {
+		secs      int64
+		want, not string
+	}{
+		{315576000000, "invalid ttl: 315576000000s is far too long", "2562047h"},
+		{-315576000000, "invalid ttl: -315576000000s is far too long", "2562047h"},
+		{3600, "invalid ttl: must be between 1s and 5m0s, got 1h0m0s", "far too long"},
+	} {
+		_, err := boundedDuration("ttl", &durationpb.Duration{Seconds: tc.secs}, time.Second, time.Second, 5*time.Minute)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), tc.not) || !errors.Is(err, coordinator.ErrInvalidArgument) {
+			t.Errorf("%ds: %v, want %q", tc.secs, err, tc.want)
+		}
 	}
 }

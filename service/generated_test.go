@@ -63,6 +63,7 @@ var generatedFiles = []protoreflect.FileDescriptor{
 	stockctlv1.File_stockctl_v1_stock_service_proto,
 	stockctlv1.File_stockctl_v1_lock_service_proto,
 	stockctlv1.File_stockctl_v1_errors_proto,
+	stockctlv1.File_stockctl_v1_inspect_service_proto,
 }
 
 // normalize drops what compilers fill in differently: source info and

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+	"github.com/stockctl/stockctl/console"
 	"github.com/stockctl/stockctl/coordinator"
 )
 
@@ -32,6 +34,7 @@ type Server struct {
 	metrics *metrics
 	handler http.Handler
 	holds   *holdTable
+	counts  *orderCounts // Allocate and Reserve answers per SKU, for InspectService
 
 	closing chan struct{} // closed when shutdown begins: streams end, health says NOT_SERVING
 	// snapshotPages holds a slot per WatchOrders snapshot page in memory.
@@ -63,6 +66,7 @@ func New(c *coordinator.Coordinator, cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		metrics: newMetrics(),
 		closing: make(chan struct{}),
+		counts:  newOrderCounts(),
 
 		snapshotPages: make(chan struct{}, SnapshotPagesInFlight),
 	}
@@ -73,7 +77,23 @@ func New(c *coordinator.Coordinator, cfg Config) (*Server, error) {
 		}
 	}
 	s.handler = s.newFront(s.newMux())
+	if cfg.Console {
+		s.handler = withConsole(s.handler)
+	}
 	return s, nil
+}
+
+// withConsole serves the console's files under console.Path (and its
+// path without the slash) and everything else with api.
+func withConsole(api http.Handler) http.Handler {
+	files := console.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.Path; p == strings.TrimSuffix(console.Path, "/") || strings.HasPrefix(p, console.Path) {
+			files.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 }
 
 // compressMinBytes is the least size of an answer that is compressed for
@@ -83,7 +103,7 @@ const compressMinBytes = 1024
 // newMux mounts the Connect handlers: both services, reflection and health.
 func (s *Server) newMux() http.Handler {
 	opts := []connect.HandlerOption{
-		connect.WithInterceptors(interceptor{}),
+		connect.WithInterceptors(interceptor{}, countingInterceptor{s.counts}),
 		connect.WithReadMaxBytes(int(s.cfg.MaxBodyBytes)),
 		connect.WithRecover(s.recovered),
 		connect.WithCodec(jsonCodec{name: "json"}),
@@ -98,7 +118,9 @@ func (s *Server) newMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(stockctlv1connect.NewStockServiceHandler(stockService{s}, opts...))
 	mux.Handle(stockctlv1connect.NewLockServiceHandler(lockService{s}, opts...))
-	reflector := grpcreflect.NewStaticReflector(stockctlv1connect.StockServiceName, stockctlv1connect.LockServiceName, grpchealth.HealthV1ServiceName)
+	mux.Handle(stockctlv1connect.NewInspectServiceHandler(inspectService{s}, opts...))
+	reflector := grpcreflect.NewStaticReflector(stockctlv1connect.StockServiceName, stockctlv1connect.LockServiceName,
+		stockctlv1connect.InspectServiceName, grpchealth.HealthV1ServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 	mux.Handle(grpchealth.NewHandler(healthChecker{s}, opts...))
@@ -123,7 +145,7 @@ func (s *Server) newFront(next http.Handler) *front {
 	for _, t := range s.cfg.Tokens {
 		f.tokens = append(f.tokens, sha256.Sum256([]byte(t)))
 	}
-	for _, fd := range []protoreflect.FileDescriptor{stockctlv1.File_stockctl_v1_stock_service_proto, stockctlv1.File_stockctl_v1_lock_service_proto} {
+	for _, fd := range []protoreflect.FileDescriptor{stockctlv1.File_stockctl_v1_stock_service_proto, stockctlv1.File_stockctl_v1_lock_service_proto, stockctlv1.File_stockctl_v1_inspect_service_proto} {
 		for i := range fd.Services().Len() {
 			sd := fd.Services().Get(i)
 			for j := range sd.Methods().Len() {

@@ -21,7 +21,7 @@ import (
 // revision up to which every event has been applied.
 const schema = `
 CREATE TABLE IF NOT EXISTS orders (
-	order_id    TEXT PRIMARY KEY,
+	order_id    TEXT NOT NULL,
 	sku         TEXT NOT NULL,
 	state       TEXT NOT NULL,
 	qty         INTEGER NOT NULL,
@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS orders (
 	reservation INTEGER NOT NULL,
 	deadline    TEXT,
 	created     TEXT NOT NULL,
-	revision    INTEGER NOT NULL
+	revision    INTEGER NOT NULL,
+	PRIMARY KEY (sku, order_id) -- an order ID is unique per SKU
 );
 CREATE TABLE IF NOT EXISTS feed_cursor (
 	scope    TEXT PRIMARY KEY,
@@ -44,7 +45,7 @@ CREATE TABLE IF NOT EXISTS feed_cursor (
 const upsert = `
 INSERT INTO orders (order_id, sku, state, qty, buyer, parts, reservation, deadline, created, revision)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (order_id) DO UPDATE SET
+ON CONFLICT (sku, order_id) DO UPDATE SET
 	state = excluded.state, revision = excluded.revision
 WHERE excluded.revision > orders.revision`
 

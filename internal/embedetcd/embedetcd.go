@@ -141,7 +141,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	grpcs := new(grpcServers)
 	e, err := startEtcd(cfg, lg, grpcs)
 	if err != nil {
-		lock.Close()
+		unlockDir(lock)
 		return nil, err
 	}
 	s := &Server{
@@ -183,7 +183,7 @@ func (s *Server) Close() {
 		// embed.Etcd.Close returns only after the WAL and bbolt are closed,
 		// so unlocking now cannot let a successor open them while we still
 		// hold them.
-		s.lock.Close()
+		unlockDir(s.lock)
 	})
 }
 

@@ -13,3 +13,6 @@ import (
 func lockDir(dir string) (*os.File, error) {
 	return nil, fmt.Errorf("embedetcd: locking data dir %s: not supported on %s", dir, runtime.GOOS)
 }
+
+// unlockDir releases a lock taken by lockDir.
+func unlockDir(f *os.File) { f.Close() }

@@ -14,8 +14,12 @@
 //	                                 absorbed into the segment by its lock holder
 //	P stocklocks/<sku>/pool/<lease>  lock of the pool
 //	P stocklocks/<sku>/seg/<iiii>/<lease>  lock of segment i
-//	P orders/<sku>/<order>           order records of one SKU
-//	P orderid/<order>                global order-ID claim (value: the SKU)
+//	P orders/<sku>/<order>           order records of one SKU; a record is also
+//	                                 its order ID's claim (IDs are unique per SKU)
+//	P orderid/<order>                legacy: the global order-ID claim that
+//	                                 stockctl wrote before records were their
+//	                                 own claims; read by nothing, deleted by
+//	                                 prune and delete
 //	P rebalance/election/<lease>     rebalancer leadership (concurrency.Election)
 //	P rebalance/last                 the rebalancer's last pass
 //	P pulls/<sku>                    the last move a selling process made from the
@@ -118,7 +122,9 @@ func (s Space) Orders(sku string) string { return s.prefix + "orders/" + sku + "
 // Order is the record of order id of sku.
 func (s Space) Order(sku, id string) string { return s.Orders(sku) + id }
 
-// OrderID is the global claim of order id: order IDs are unique across SKUs.
+// OrderID is the legacy global claim of order id, written by stockctl
+// before an order's record became its own claim. Nothing writes or reads it
+// now; prune deletes those of the orders it archives.
 func (s Space) OrderID(id string) string { return s.prefix + "orderid/" + id }
 
 // Election is the prefix of the rebalancer's leadership election.

@@ -899,7 +899,8 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x18LOST_REASON_SESSION_LOST\x10\x01\x12!\n" +
 	"\x1dLOST_REASON_KEEPALIVE_TIMEOUT\x10\x02\x12\x1f\n" +
 	"\x1bLOST_REASON_SERVER_SHUTDOWN\x10\x03\x12\x1b\n" +
-	"\x17LOST_REASON_CALLER_GONE\x10\x04B9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\x17LOST_REASON_CALLER_GONE\x10\x04BS\n" +
+	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_errors_proto_rawDescOnce sync.Once

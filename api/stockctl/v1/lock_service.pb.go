@@ -1132,7 +1132,8 @@ const file_stockctl_v1_lock_service_proto_rawDesc = "" +
 	"\x04Hold\x12\x18.stockctl.v1.HoldRequest\x1a\x19.stockctl.v1.HoldResponse(\x010\x01\x12D\n" +
 	"\aAcquire\x12\x1b.stockctl.v1.AcquireRequest\x1a\x1c.stockctl.v1.AcquireResponse\x12J\n" +
 	"\tKeepAlive\x12\x1d.stockctl.v1.KeepAliveRequest\x1a\x1e.stockctl.v1.KeepAliveResponse\x12Z\n" +
-	"\aRelease\x12&.stockctl.v1.LockServiceReleaseRequest\x1a'.stockctl.v1.LockServiceReleaseResponseB9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\aRelease\x12&.stockctl.v1.LockServiceReleaseRequest\x1a'.stockctl.v1.LockServiceReleaseResponseBS\n" +
+	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_lock_service_proto_rawDescOnce sync.Once

@@ -3112,7 +3112,8 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\vWatchStatus\x12\x1f.stockctl.v1.WatchStatusRequest\x1a .stockctl.v1.WatchStatusResponse0\x01\x12R\n" +
 	"\vWatchOrders\x12\x1f.stockctl.v1.WatchOrdersRequest\x1a .stockctl.v1.WatchOrdersResponse0\x01\x12T\n" +
 	"\vOrderStream\x12\x1f.stockctl.v1.OrderStreamRequest\x1a .stockctl.v1.OrderStreamResponse(\x010\x01\x12G\n" +
-	"\bListSKUs\x12\x1c.stockctl.v1.ListSKUsRequest\x1a\x1d.stockctl.v1.ListSKUsResponseB9Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
+	"\bListSKUs\x12\x1c.stockctl.v1.ListSKUsRequest\x1a\x1d.stockctl.v1.ListSKUsResponseBS\n" +
+	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
 	file_stockctl_v1_stock_service_proto_rawDescOnce sync.Once

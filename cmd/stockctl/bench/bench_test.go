@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/stockctl/stockctl/internal/embedetcd"
 	"github.com/stockctl/stockctl/segments"
@@ -25,7 +27,7 @@ func TestMain(m *testing.M) {
 }
 
 // startEtcd starts an embedded etcd for one test and returns n clients.
-func startEtcd(t *testing.T, n int) []*clientv3.Client {
+func startEtcd(t *testing.T, n int, opts ...grpc.DialOption) []*clientv3.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -36,7 +38,7 @@ func startEtcd(t *testing.T, n int) []*clientv3.Client {
 	t.Cleanup(srv.Close)
 	cs := make([]*clientv3.Client, n)
 	for i := range cs {
-		c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		c, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(), DialOptions: opts})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -452,5 +454,189 @@ func TestWriteSVG(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A tiny bench --sale on a real etcd (a few hundred orders: SKUs of small
+// stock, and the physical limit capped at 400 puts, by 3 writers on 2
+// processes' clients): every row carries
+// the per-order costs, from etcd's own counters and the clients', and
+// they agree with each other and with what the row did.
+func TestRunSaleCosts(t *testing.T) {
+	counter := &EtcdCounter{}
+	cs := startEtcd(t, 2, grpc.WithChainUnaryInterceptor(counter.Interceptor()))
+	shapes := []SaleShape{
+		{Name: "one", SKUs: 1, Stock: 300},
+		{Name: "many", SKUs: 20, Stock: 15},
+		LimitShape(4),
+		LimitShape(1),
+	}
+	rows, err := RunSale(t.Context(), SaleConfig{Specs: []SaleSpec{StockctlSale()}, Shapes: shapes, Buyers: 8, Processes: 2, Segments: 4,
+		Duration: time.Second, Etcd: cs, Prefix: "/bench-sale-test/", TruthSample: 5, Counter: counter,
+		Server: &EtcdServerMetrics{Gatherer: prometheus.DefaultGatherer, Members: 1}, LimitMaxPuts: 400, LimitWriters: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(shapes) {
+		t.Fatalf("%d rows for %d shapes (the limit runs once, without the strategies)", len(rows), len(shapes))
+	}
+	for _, r := range rows {
+		if !r.OK || r.Orders == 0 || r.Etcd == nil || r.EtcdServer == nil {
+			t.Fatalf("%s: %+v", r.Shape.Name, r)
+		}
+		c, cl, sv := r.Costs, *r.Etcd, *r.EtcdServer
+		if c.KeysPerOrder == nil || c.DeletesPerOrder == nil || c.ComparesPerOrder == nil || c.TxnsPerOrder == nil ||
+			c.OrdersPerCommit == nil || c.RefusedCommits == nil {
+			t.Fatalf("%s: a cost missing: %+v", r.Shape.Name, c)
+		}
+		t.Logf("%s: %d orders, client %+v, server %+v", r.Shape.Name, r.Orders, cl, sv)
+		n := float64(r.Orders)
+		if *c.KeysPerOrder != float64(sv.Puts)/n || *c.TxnsPerOrder != float64(cl.Writes)/n || *c.ComparesPerOrder != float64(cl.Compares)/n ||
+			*c.OrdersPerCommit != n/float64(sv.Writes) || *c.RefusedCommits != float64(cl.Refused)/float64(cl.Writes) {
+			t.Errorf("%s: costs %+v do not follow from the counts (client %+v, server %+v)", r.Shape.Name, c, cl, sv)
+		}
+		if cl.Refused < 0 || cl.Refused > cl.Writes {
+			t.Errorf("%s: %d of %d write transactions refused", r.Shape.Name, cl.Refused, cl.Writes)
+		}
+		if r.Shape.Batch > 0 {
+			// Nothing but the writers wrote: etcd saw one key a put, and
+			// the writers' transactions, each with Batch puts.
+			b := int64(r.Shape.Batch)
+			if r.Strategy != LimitStrategy || sv.Puts != r.Orders || sv.Deletes != 0 || r.Orders%b != 0 ||
+				sv.Writes != r.Orders/b || cl.Writes != sv.Writes || cl.Puts != r.Orders || cl.Compares != 0 || cl.Refused != 0 {
+				t.Errorf("%s: %d puts; client %+v, server %+v", r.Shape.Name, r.Orders, cl, sv)
+			}
+			if r.Orders > 400 || r.Buyers != 3 {
+				t.Errorf("%s: %d puts by %d writers, capped at 400 by 3", r.Shape.Name, r.Orders, r.Buyers)
+			}
+			continue
+		}
+		// A served order writes its record at least (a key of its own),
+		// in a transaction that compares something (at least its place's
+		// fence); every write the clients sent, etcd applied, give or
+		// take the commits and moves in flight at the window's edges (a
+		// few, and a few per cent when a sell-out keeps the rebalancer
+		// busy; a count of the wrong thing, reads or every member's
+		// applies, would be far off).
+		if sv.Puts < r.Orders || cl.Compares == 0 || cl.Writes == 0 {
+			t.Errorf("%s: %d orders served; client %+v, server %+v", r.Shape.Name, r.Orders, cl, sv)
+		}
+		if d, slack := sv.Writes-cl.Writes, 4+cl.Writes/20; d < -slack || d > slack {
+			t.Errorf("%s: the clients sent %d writes, etcd applied %d", r.Shape.Name, cl.Writes, sv.Writes)
+		}
+	}
+}
+
+// The client's refused count: a write transaction whose compare fails is
+// refused (its Else branch ran), one whose compare holds is not, and
+// reads and uncounted requests are neither.
+func TestEtcdCounterRefused(t *testing.T) {
+	counter := &EtcdCounter{}
+	cs := startEtcd(t, 1, grpc.WithChainUnaryInterceptor(counter.Interceptor()))
+	ctx, cli := t.Context(), cs[0]
+	k := "/counter-test/k"
+	txn := func(ver int64) {
+		t.Helper()
+		if _, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(k), "=", ver)).Then(clientv3.OpPut(k, "v")).Else(clientv3.OpGet(k)).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	txn(0) // holds: the key is new
+	txn(0) // refused: version 1
+	txn(1) // holds
+	if _, err := cli.Get(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Txn(Uncounted(ctx)).If(clientv3.Compare(clientv3.Version(k), "=", 0)).Then(clientv3.OpPut(k, "v")).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := counter.Snapshot(), (EtcdCounts{Reads: 1, Writes: 3, Puts: 3, Compares: 3, Refused: 1}); got != want {
+		t.Fatalf("counted %+v, want %+v", got, want)
+	}
+}
+
+// EtcdServerMetrics reads etcd's counters from a registry, divided by the
+// members that each applied every write, and refuses a registry without
+// them.
+func TestEtcdServerMetricsMembers(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := (&EtcdServerMetrics{Gatherer: reg, Members: 1}).Snapshot(); err == nil {
+		t.Fatal("a registry without etcd's counters read as counts")
+	}
+	counter := func(name string, v float64) {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name})
+		c.Add(v)
+		reg.MustRegister(c)
+	}
+	counter("etcd_mvcc_put_total", 30)
+	counter("etcd_mvcc_delete_total", 6)
+	counter("etcd_mvcc_txn_total", 9)
+	counter("etcd_mvcc_range_total", 12)
+	apply := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "etcd_server_apply_duration_seconds"}, []string{"version", "op", "success"})
+	reg.MustRegister(apply)
+	for _, op := range []string{"Txn", "Txn", "Put", "DeleteRange", "LeaseGrant", "Range"} {
+		apply.WithLabelValues("v3", op, "true").Observe(0.001)
+	}
+	got, err := (&EtcdServerMetrics{Gatherer: reg, Members: 3}).Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 applied writes of 3 members: 1.33, rounded.
+	if want := (EtcdServerCounts{Puts: 10, Deletes: 2, Writes: 1, MvccTxns: 3, Ranges: 4}); got != want {
+		t.Fatalf("read %+v, want %+v", got, want)
+	}
+}
+
+// Issue 27's targets on hand-made rows: each judged from the row it names,
+// met on one side of its bound and not on the other.
+func TestSaleTargetsCosts(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	row := func(strategy, shape string, skus int, perSec, keys, cmps, refused float64) SaleRow {
+		r := SaleRow{Strategy: strategy, Shape: SaleShape{Name: shape, SKUs: skus, Stock: Plenty}, OrdersPerSec: perSec, OK: true}
+		if strategy == nameStockctl {
+			r.Costs = OrderCosts{KeysPerOrder: f(keys), ComparesPerOrder: f(cmps), RefusedCommits: f(refused)}
+		}
+		return r
+	}
+	limit := SaleRow{Strategy: LimitStrategy, Shape: LimitShape(DefaultLimitBatch), OrdersPerSec: 40_000, OK: true}
+	status := func(rows []SaleRow) map[string]string {
+		m := map[string]string{}
+		for _, tg := range SaleTargets(rows) {
+			m[tg.Name] = tg.Status + ": " + tg.Detail
+		}
+		return m
+	}
+	const (
+		keys    = "etcd keys written per served order <= 1.1 on one SKU, <= 1.3 over many (etcd's count)"
+		cmps    = "compares per served order <= 1.5"
+		refused = "commits refused by their compares <= 2 %"
+		large   = "orders/s over 10000 SKUs (many-10k) / one SKU >= 0.7"
+		ofLimit = "orders/s on one SKU / the physical limit at 64 puts a commit >= 0.5"
+		ofLuaOn = "orders/s at one / redis-lua's >= 0.8"
+		ofLuaMa = "orders/s at many / redis-lua's >= 0.5"
+	)
+	good := status([]SaleRow{row(nameStockctl, "one", 1, 20_000, 1.05, 1.2, 0.01), row(nameRedisLua, "one", 1, 24_000, 0, 0, 0),
+		row(nameStockctl, "many", 1000, 17_000, 1.25, 1.4, 0.02), row(nameRedisLua, "many", 1000, 30_000, 0, 0, 0),
+		row(nameStockctl, "many-10k", 10000, 14_500, 1.3, 1.5, 0), limit})
+	bad := status([]SaleRow{row(nameStockctl, "one", 1, 19_000, 1.15, 1.2, 0.01), row(nameRedisLua, "one", 1, 24_000, 0, 0, 0),
+		row(nameStockctl, "many", 1000, 14_000, 1.25, 1.6, 0.01), row(nameRedisLua, "many", 1000, 30_000, 0, 0, 0),
+		row(nameStockctl, "many-10k", 10000, 13_000, 1.31, 1.5, 0.03), limit})
+	for _, name := range []string{keys, cmps, refused, large, ofLimit, ofLuaOn, ofLuaMa} {
+		if !strings.HasPrefix(good[name], TargetMet+":") {
+			t.Errorf("%q on good rows: %q", name, good[name])
+		}
+		if !strings.HasPrefix(bad[name], TargetNotMet+":") {
+			t.Errorf("%q on bad rows: %q", name, bad[name])
+		}
+	}
+	if !strings.Contains(bad[keys], "one 1.15 (<= 1.1)") || !strings.Contains(bad[refused], "many-10k 3.0 %") {
+		t.Errorf("details: %q, %q", bad[keys], bad[refused])
+	}
+	// Without the rows a target needs, it is left out.
+	if m := status([]SaleRow{row(nameStockctl, "storm", 1, 200, 0, 0, 0)}); m[keys] != "" {
+		t.Errorf("keys judged without a plenty row: %q", m[keys])
+	}
+	if m := status([]SaleRow{row(nameStockctl, "one", 1, 20_000, 1, 1, 0)}); m[ofLimit] != "" || m[ofLuaOn] != "" {
+		t.Errorf("judged without limit or redis rows: %v", m)
 	}
 }

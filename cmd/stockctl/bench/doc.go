@@ -19,6 +19,12 @@
 // and N places that can each serve one order at a time, the ideal is N/s
 // orders per second; every strategy's rate is reported against it.
 //
+// RunSale runs the sale shapes (SaleShape: sell-out storms, one SKU, 1,000
+// and 10,000 SKUs) and the physical limit (the limit-N shapes: etcd alone,
+// order-sized puts of new keys, N a transaction); every row says what a
+// served order cost etcd, by etcd's own counters (EtcdServerMetrics) and
+// by the clients' (EtcdCounter).
+//
 // Nothing here mocks etcd or Redis: strategies talk to real servers, on
 // loopback.
 package bench

@@ -9,11 +9,12 @@ import (
 )
 
 // EtcdCounter counts the KV requests a run sends to etcd, as its gRPC
-// clients send them: what an order costs the store, whatever the machine's
-// speed. Give its Interceptor to the clients of the strategies under test;
-// the bench's own reads (the truth checks, the books) pass Uncounted.
+// clients send them (client side; EtcdServerMetrics reads what etcd itself
+// applied): what an order costs the store, whatever the machine's speed.
+// Give its Interceptor to the clients of the strategies under test; the
+// bench's own reads (the truth checks, the books) pass Uncounted.
 type EtcdCounter struct {
-	reads, writes, puts, cmps atomic.Int64
+	reads, writes, puts, cmps, refused atomic.Int64
 }
 
 // EtcdCounts are the requests counted, from a Snapshot to another.
@@ -27,6 +28,11 @@ type EtcdCounts struct {
 	// Compares the compares of their transactions.
 	Puts     int64 `json:"puts"`
 	Compares int64 `json:"compares"`
+	// Refused are the write transactions that etcd answered with
+	// Succeeded false: refused by their compares (their Else branch ran
+	// instead). etcd counts no such thing itself; this is the client's
+	// count of the answers it got.
+	Refused int64 `json:"refused"`
 }
 
 // Snapshot returns the counts so far.
@@ -34,12 +40,13 @@ func (c *EtcdCounter) Snapshot() EtcdCounts {
 	if c == nil {
 		return EtcdCounts{}
 	}
-	return EtcdCounts{Reads: c.reads.Load(), Writes: c.writes.Load(), Puts: c.puts.Load(), Compares: c.cmps.Load()}
+	return EtcdCounts{Reads: c.reads.Load(), Writes: c.writes.Load(), Puts: c.puts.Load(), Compares: c.cmps.Load(), Refused: c.refused.Load()}
 }
 
 // Sub returns the counts from earlier to e.
 func (e EtcdCounts) Sub(earlier EtcdCounts) EtcdCounts {
-	return EtcdCounts{Reads: e.Reads - earlier.Reads, Writes: e.Writes - earlier.Writes, Puts: e.Puts - earlier.Puts, Compares: e.Compares - earlier.Compares}
+	return EtcdCounts{Reads: e.Reads - earlier.Reads, Writes: e.Writes - earlier.Writes, Puts: e.Puts - earlier.Puts,
+		Compares: e.Compares - earlier.Compares, Refused: e.Refused - earlier.Refused}
 }
 
 type uncountedKey struct{}
@@ -49,18 +56,28 @@ func Uncounted(ctx context.Context) context.Context {
 	return context.WithValue(ctx, uncountedKey{}, true)
 }
 
-// Interceptor counts each KV request before sending it (lease and
-// watch traffic is not counted: it does not grow with the orders).
+// Interceptor counts each KV request before sending it, and each write
+// transaction answered as refused by its compares (lease and watch traffic
+// is not counted: it does not grow with the orders).
 func (c *EtcdCounter) Interceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if ctx.Value(uncountedKey{}) == nil {
-			c.count(req)
+		counted := ctx.Value(uncountedKey{}) == nil
+		writeTxn := false
+		if counted {
+			writeTxn = c.count(req)
 		}
-		return invoker(ctx, method, req, reply, cc, opts...)
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if writeTxn && err == nil {
+			if r, ok := reply.(*pb.TxnResponse); ok && !r.Succeeded {
+				c.refused.Add(1)
+			}
+		}
+		return err
 	}
 }
 
-func (c *EtcdCounter) count(req any) {
+// count counts req; it says whether req is a write transaction.
+func (c *EtcdCounter) count(req any) (writeTxn bool) {
 	switch r := req.(type) {
 	case *pb.RangeRequest:
 		c.reads.Add(1)
@@ -71,12 +88,14 @@ func (c *EtcdCounter) count(req any) {
 		puts := int64(writeOps(r.Success))
 		if puts == 0 && writeOps(r.Failure) == 0 {
 			c.reads.Add(1)
-			return
+			return false
 		}
 		c.writes.Add(1)
 		c.puts.Add(puts)
 		c.cmps.Add(int64(len(r.Compare)))
+		return true
 	}
+	return false
 }
 
 // writeOps counts the puts and deletes of a transaction branch.

@@ -22,18 +22,20 @@ type fleet struct {
 	// rebFailures counts the rebalancer's warnings (failed moves): a run
 	// whose refills fail is not the run it claims to be.
 	rebFailures warnCounter
+	// opts are the coordinators' options beyond the prefix.
+	opts []coordinator.Option
 }
 
 // open makes the coordinators, one per client of etcd, all under prefix.
 func (f *fleet) open(etcd []*clientv3.Client, processes int, prefix string) error {
 	for i := range processes {
-		c, err := coordinator.New(etcd[i], coordinator.WithPrefix(prefix))
+		c, err := coordinator.New(etcd[i], append([]coordinator.Option{coordinator.WithPrefix(prefix)}, f.opts...)...)
 		if err != nil {
 			return err
 		}
 		f.coords = append(f.coords, c)
 	}
-	reb, err := coordinator.New(etcd[0], coordinator.WithPrefix(prefix))
+	reb, err := coordinator.New(etcd[0], append([]coordinator.Option{coordinator.WithPrefix(prefix)}, f.opts...)...)
 	if err != nil {
 		return err
 	}

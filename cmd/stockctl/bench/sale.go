@@ -34,6 +34,10 @@ type SaleShape struct {
 	// Skew is the Zipf exponent of the SKUs' popularity (a few hot, a long
 	// tail); 0 is uniform.
 	Skew float64 `json:"skew"`
+	// Batch, when positive, makes the shape the physical limit instead
+	// of a sale: no SKUs, no strategy, etcd driven with order-sized puts
+	// of new keys, Batch puts a transaction (see runLimitOne).
+	Batch int `json:"batch,omitempty"`
 }
 
 // Plenty is the stock of a SKU that no run sells out: more than a run of
@@ -42,8 +46,10 @@ const Plenty = 2_000_000
 
 // Default sale-shape parameters.
 const (
-	// DefaultSaleSKUs is the SKU count of the many-SKU shapes.
-	DefaultSaleSKUs = 1000
+	// DefaultSaleSKUs is the SKU count of the many-SKU shapes
+	// (--sale-skus sets it), DefaultSaleSKUsLarge the many-10k shape's.
+	DefaultSaleSKUs      = 1000
+	DefaultSaleSKUsLarge = 10_000
 	// DefaultStormStock is the stock of a sell-out storm's SKU: it sells
 	// out within a second, and the buyers go on ordering.
 	DefaultStormStock = 1000
@@ -64,8 +70,10 @@ const (
 
 // DefaultSaleShapes are the shapes `stockctl bench --sale` runs, in order:
 // the sell-out storm, a SKU created empty, the storm with releases racing
-// it, then one SKU, many SKUs and many skewed SKUs with plenty of stock
-// (the many-SKU ratio compares the last two with "one").
+// it, then one SKU, many SKUs, many skewed SKUs and ten times as many SKUs
+// with plenty of stock (the many-SKU ratios compare the last three with
+// "one"), and last the physical limit at 64 puts a transaction (last, so
+// that its million keys at most do not weigh on the sale rows' etcd).
 func DefaultSaleShapes() []SaleShape {
 	return []SaleShape{
 		{Name: "storm", SKUs: 1, Stock: DefaultStormStock},
@@ -74,7 +82,15 @@ func DefaultSaleShapes() []SaleShape {
 		{Name: "one", SKUs: 1, Stock: Plenty},
 		{Name: "many", SKUs: DefaultSaleSKUs, Stock: Plenty},
 		{Name: "many-skewed", SKUs: DefaultSaleSKUs, Stock: Plenty, Skew: DefaultSaleSkew},
+		{Name: "many-10k", SKUs: DefaultSaleSKUsLarge, Stock: Plenty},
+		LimitShape(DefaultLimitBatch),
 	}
+}
+
+// OptionalSaleShapes are the shapes run only when named (--sale-shapes):
+// the physical limit at smaller batches, 1, 4 and 18 puts a transaction.
+func OptionalSaleShapes() []SaleShape {
+	return []SaleShape{LimitShape(1), LimitShape(4), LimitShape(18)}
 }
 
 // SelectSaleShapes returns the shapes named in names (a comma-separated

@@ -32,6 +32,16 @@ type SaleConfig struct {
 	// Counter, when set, counts the etcd requests of the clients in Etcd
 	// (their interceptor): each row reports its run's.
 	Counter *EtcdCounter
+	// Server, when set, reads etcd's own counters (the etcd of Etcd must
+	// be the one in this process): each row reports its selling window's.
+	Server *EtcdServerMetrics
+	// LimitMaxPuts bounds each physical-limit row's puts (0:
+	// LimitMaxPuts).
+	LimitMaxPuts int64
+	// LimitWriters is the physical-limit rows' writer count (0: one per
+	// process, as many as the sale's coordinators); writer i uses process
+	// i mod Processes's client.
+	LimitWriters int
 }
 
 // SaleRow is one strategy's run at one sale shape.
@@ -67,10 +77,18 @@ type SaleRow struct {
 	// Etcd are the etcd requests the strategy sent during the run (its
 	// coordinators and rebalancer, or nothing for a non-etcd strategy),
 	// when counted.
-	Etcd     *EtcdCounts `json:"etcd,omitempty"`
-	Oversold int64       `json:"oversold"`
-	OK       bool        `json:"ok"`
-	Problems []string    `json:"problems"`
+	Etcd *EtcdCounts `json:"etcd,omitempty"`
+	// EtcdServer are etcd's own counters over the selling window (from
+	// the buyers' start to the last answer), every writer included: the
+	// coordinators, the rebalancer's moves; when etcd runs in this
+	// process, and only for the rows that sell on etcd.
+	EtcdServer *EtcdServerCounts `json:"etcdServer,omitempty"`
+	// Costs are the figures per served order made from Etcd and
+	// EtcdServer.
+	Costs    OrderCosts `json:"costs"`
+	Oversold int64      `json:"oversold"`
+	OK       bool       `json:"ok"`
+	Problems []string   `json:"problems"`
 }
 
 // RunSale runs every sale strategy at every shape (shapes outside, so that
@@ -92,6 +110,13 @@ func RunSale(ctx context.Context, cfg SaleConfig) ([]SaleRow, error) {
 	}
 	var rows []SaleRow
 	for _, sh := range cfg.Shapes {
+		if sh.Batch > 0 { // the physical limit: etcd alone, once
+			if ctx.Err() != nil {
+				return rows, context.Cause(ctx)
+			}
+			rows = append(rows, runLimitOne(ctx, &cfg, sh))
+			continue
+		}
 		for _, spec := range cfg.Specs {
 			if ctx.Err() != nil {
 				return rows, context.Cause(ctx)
@@ -145,7 +170,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	tc, _ := s.(truthChecker)
 	picker := newSKUPicker(sh.SKUs, sh.Skew)
 	buyers := make([]saleBuyer, cfg.Buyers)
-	counted := cfg.Counter.Snapshot()
+	w := startWindow(cfg, tc != nil)
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	var wg sync.WaitGroup
@@ -201,10 +226,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	wg.Wait()
 	elapsed := time.Since(start)
 	row.Seconds = elapsed.Seconds()
-	if cfg.Counter != nil && tc != nil {
-		c := cfg.Counter.Snapshot().Sub(counted)
-		row.Etcd = &c
-	}
+	w.end(&row)
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -238,6 +260,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	slices.Sort(refusals)
 	row.ServedMs, row.RefusalMs = latencyOf(served), latencyOf(refusals)
 	row.OrdersPerSec = float64(row.Orders) / elapsed.Seconds()
+	row.Costs = orderCosts(row.Orders, row.Etcd, row.EtcdServer)
 	if row.Refusals > 0 {
 		row.RefusalsPerSec = float64(row.Refusals) / time.Since(first).Seconds()
 	}
@@ -303,4 +326,52 @@ func saleAttempts(ctx context.Context, cfg *SaleConfig, sb *saleBuyer, f func(co
 		}
 	}
 	return OrderOutcome{}, false
+}
+
+// window counts etcd's requests over a row's selling window.
+type window struct {
+	cfg      *SaleConfig
+	counted  bool
+	client   EtcdCounts
+	server   EtcdServerCounts
+	serverOK bool
+	err      error
+}
+
+// startWindow snapshots the counters at a window's start; counted is
+// false for a row that does not sell on etcd (nothing is reported).
+func startWindow(cfg *SaleConfig, counted bool) *window {
+	w := &window{cfg: cfg, counted: counted}
+	if !counted {
+		return w
+	}
+	w.client = cfg.Counter.Snapshot()
+	if cfg.Server != nil {
+		w.server, w.err = cfg.Server.Snapshot()
+		w.serverOK = w.err == nil
+	}
+	return w
+}
+
+// end puts the counts from the window's start into row; a server count
+// that failed is a problem of the row.
+func (w *window) end(row *SaleRow) {
+	if !w.counted {
+		return
+	}
+	if w.cfg.Counter != nil {
+		c := w.cfg.Counter.Snapshot().Sub(w.client)
+		row.Etcd = &c
+	}
+	if w.serverOK {
+		now, err := w.cfg.Server.Snapshot()
+		if err == nil {
+			c := now.Sub(w.server)
+			row.EtcdServer = &c
+		}
+		w.err = err
+	}
+	if w.err != nil {
+		row.Problems = append(row.Problems, "read etcd's counters: "+w.err.Error())
+	}
 }

@@ -22,6 +22,15 @@ func StockctlSale() SaleSpec {
 	return SaleSpec{Name: "stockctl", Title: "stockctl Allocate, no step", New: func() SaleStrategy { return &stockctlSale{} }}
 }
 
+// StockctlLazySale is StockctlSale with coordinator.WithLazySegments: the
+// direct orders of SKUs a process holds no segment of write only their
+// records.
+func StockctlLazySale() SaleSpec {
+	return SaleSpec{Name: "stockctl-lazy", Title: "stockctl Allocate, no step, lazy segments", New: func() SaleStrategy {
+		return &stockctlSale{fleet: fleet{opts: []coordinator.Option{coordinator.WithLazySegments()}}}
+	}}
+}
+
 // setupWorkers is how many SKUs are created (and audited) at once.
 const setupWorkers = 16
 

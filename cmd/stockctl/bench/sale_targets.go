@@ -11,6 +11,15 @@ const (
 	targetRefusalsPerSec = 50_000
 	targetRefusalP99Ms   = 10
 	targetManySKURatio   = 0.8
+	// Issue 27's: one key per order.
+	targetManySKURatioLarge = 0.7  // 10,000 SKUs ÷ one SKU
+	targetKeysOneSKU        = 1.1  // etcd keys per served order, one SKU
+	targetKeysManySKUs      = 1.3  // and over many SKUs
+	targetComparesPerOrder  = 1.5  // the clients' compares per served order
+	targetRefusedCommits    = 0.02 // commits refused by their compares
+	targetOfRedisOne        = 0.8  // one SKU ÷ redis-lua's
+	targetOfRedisMany       = 0.5  // 1,000 SKUs ÷ redis-lua's
+	targetOfLimit           = 0.5  // one SKU ÷ the physical limit (limit-64)
 )
 
 // SaleTargets judges the rows of bench --sale:
@@ -22,7 +31,18 @@ const (
 //   - no sampled refusal is untrue in the storm-release shape;
 //   - no order fails with anything but a refusal, in any stockctl row;
 //   - orders/s over many SKUs (uniform and skewed) ÷ orders/s on one SKU
-//     is at least 0.8.
+//     is at least 0.8, and over 10,000 SKUs at least 0.7;
+//
+// and issue 27's (one key per order), on the stockctl rows with plenty of
+// stock (one, many, many-skewed, many-10k):
+//
+//   - etcd keys written per served order, by etcd's own count, at most 1.1
+//     on one SKU and 1.3 over many SKUs;
+//   - the clients' compares per served order at most 1.5;
+//   - at most 2 % of the clients' commits refused by their compares;
+//   - one SKU at least 0.8× redis-lua's orders/s and 1,000 SKUs (many) at
+//     least 0.5× redis-lua's, when redis-lua ran;
+//   - one SKU at least 0.5× the physical limit at 64 puts a commit.
 //
 // Targets whose rows did not run are left out.
 func SaleTargets(rows []SaleRow) []Target {
@@ -77,14 +97,72 @@ func SaleTargets(rows []SaleRow) []Target {
 		judge("no order fails with anything but a refusal", errs == 0 && unresolved == 0,
 			fmt.Sprintf("%d failed attempts, %d orders unresolved", errs, unresolved))
 	}
-	if one := find(nameStockctl, "one"); one != nil && one.OrdersPerSec > 0 {
-		for _, shape := range []string{"many", "many-skewed"} {
+	one := find(nameStockctl, "one")
+	if one != nil && one.OrdersPerSec > 0 {
+		for _, shape := range []string{"many", "many-skewed", "many-10k"} {
 			if m := find(nameStockctl, shape); m != nil {
+				want := targetManySKURatio
+				if shape == "many-10k" {
+					want = targetManySKURatioLarge
+				}
 				ratio := m.OrdersPerSec / one.OrdersPerSec
-				judge(fmt.Sprintf("orders/s over %d SKUs (%s) / one SKU >= %.1f", m.Shape.SKUs, shape, targetManySKURatio),
-					ratio >= targetManySKURatio, fmt.Sprintf("%.0f/s / %.0f/s = %.2f", m.OrdersPerSec, one.OrdersPerSec, ratio))
+				judge(fmt.Sprintf("orders/s over %d SKUs (%s) / one SKU >= %.1f", m.Shape.SKUs, shape, want),
+					ratio >= want, fmt.Sprintf("%.0f/s / %.0f/s = %.2f", m.OrdersPerSec, one.OrdersPerSec, ratio))
 			}
 		}
+	}
+	// Issue 27's: what a served order costs etcd.
+	var keys, cmps, refused []string
+	keysMet, cmpsMet, refusedMet := true, true, true
+	for _, shape := range []string{"one", "many", "many-skewed", "many-10k"} {
+		r := find(nameStockctl, shape)
+		if r == nil {
+			continue
+		}
+		c := r.Costs
+		if c.KeysPerOrder != nil {
+			want := targetKeysManySKUs
+			if r.Shape.SKUs == 1 {
+				want = targetKeysOneSKU
+			}
+			keys = append(keys, fmt.Sprintf("%s %.2f (<= %.1f)", shape, *c.KeysPerOrder, want))
+			keysMet = keysMet && *c.KeysPerOrder <= want
+		}
+		if c.ComparesPerOrder != nil {
+			cmps = append(cmps, fmt.Sprintf("%s %.2f", shape, *c.ComparesPerOrder))
+			cmpsMet = cmpsMet && *c.ComparesPerOrder <= targetComparesPerOrder
+		}
+		if c.RefusedCommits != nil {
+			refused = append(refused, fmt.Sprintf("%s %.1f %%", shape, 100**c.RefusedCommits))
+			refusedMet = refusedMet && *c.RefusedCommits <= targetRefusedCommits
+		}
+	}
+	if len(keys) > 0 {
+		judge(fmt.Sprintf("etcd keys written per served order <= %.1f on one SKU, <= %.1f over many (etcd's count)", targetKeysOneSKU, targetKeysManySKUs),
+			keysMet, strings.Join(keys, ", "))
+	}
+	if len(cmps) > 0 {
+		judge(fmt.Sprintf("compares per served order <= %.1f", targetComparesPerOrder), cmpsMet, strings.Join(cmps, ", "))
+	}
+	if len(refused) > 0 {
+		judge(fmt.Sprintf("commits refused by their compares <= %.0f %%", 100*targetRefusedCommits), refusedMet, strings.Join(refused, ", "))
+	}
+	for _, cmp := range []struct {
+		shape string
+		want  float64
+	}{{"one", targetOfRedisOne}, {"many", targetOfRedisMany}} {
+		st, lua := find(nameStockctl, cmp.shape), find(nameRedisLua, cmp.shape)
+		if st != nil && lua != nil && lua.OrdersPerSec > 0 {
+			ratio := st.OrdersPerSec / lua.OrdersPerSec
+			judge(fmt.Sprintf("orders/s at %s / redis-lua's >= %.1f", cmp.shape, cmp.want), ratio >= cmp.want,
+				fmt.Sprintf("%.0f/s / %.0f/s = %.2f", st.OrdersPerSec, lua.OrdersPerSec, ratio))
+		}
+	}
+	limit := find(LimitStrategy, LimitShape(DefaultLimitBatch).Name)
+	if one != nil && limit != nil && limit.OrdersPerSec > 0 {
+		ratio := one.OrdersPerSec / limit.OrdersPerSec
+		judge(fmt.Sprintf("orders/s on one SKU / the physical limit at %d puts a commit >= %.1f", DefaultLimitBatch, targetOfLimit),
+			ratio >= targetOfLimit, fmt.Sprintf("%.0f/s / %.0f/s = %.2f", one.OrdersPerSec, limit.OrdersPerSec, ratio))
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	ucli "github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -25,11 +26,11 @@ import (
 func saleFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.BoolFlag{Name: "sale", EnvVars: []string{"STOCKCTL_BENCH_SALE"},
-			Usage: "run the sale shapes instead of the lock shapes: sell-out storms, releases racing them, many SKUs (pure allocation)"},
+			Usage: "run the sale shapes instead of the lock shapes: sell-out storms, releases racing them, many SKUs (pure allocation); strategies stockctl, stockctl-lazy (coordinator.WithLazySegments) and, with --redis, the Redis peers"},
 		&ucli.StringFlag{Name: "sale-shapes", EnvVars: []string{"STOCKCTL_BENCH_SALE_SHAPES"},
-			Usage: "with --sale: shapes to run, comma-separated (default all: storm, zero, storm-release, one, many, many-skewed)"},
+			Usage: "with --sale: shapes to run, comma-separated (default: storm, zero, storm-release, one, many, many-skewed, many-10k, limit-64; also limit-1, limit-4, limit-18, the physical limit at smaller batches)"},
 		&ucli.IntFlag{Name: "sale-skus", Value: bench.DefaultSaleSKUs, EnvVars: []string{"STOCKCTL_BENCH_SALE_SKUS"},
-			Usage: "with --sale: SKUs of the many-SKU shapes"},
+			Usage: "with --sale: SKUs of the many and many-skewed shapes (many-10k has 10,000)"},
 		&ucli.Int64Flag{Name: "sale-stock", Value: bench.DefaultStormStock, EnvVars: []string{"STOCKCTL_BENCH_SALE_STOCK"},
 			Usage: "with --sale: units of a storm's SKU (it sells out, the buyers go on ordering)"},
 		&ucli.Float64Flag{Name: "release", Value: bench.DefaultSaleRelease, EnvVars: []string{"STOCKCTL_BENCH_RELEASE"},
@@ -38,6 +39,8 @@ func saleFlags() []ucli.Flag {
 			Usage: "with --sale: Zipf exponent of the SKUs' popularity in the many-skewed shape (a few hot, a long tail)"},
 		&ucli.IntFlag{Name: "sale-segments", Value: bench.DefaultSaleSegments, EnvVars: []string{"STOCKCTL_BENCH_SALE_SEGMENTS"},
 			Usage: "with --sale: segments of every SKU"},
+		&ucli.IntFlag{Name: "limit-writers",
+			Usage: "with --sale: concurrent writers of the physical-limit rows (limit-N; default: one per process, as many as the coordinators)"},
 		&ucli.IntFlag{Name: "truth-sample", Value: bench.DefaultTruthSample,
 			Usage: "with --sale: check one refusal in this many against the books at its revision (0: none)"},
 	}
@@ -64,6 +67,8 @@ type saleConfig struct {
 	Etcd            string            `json:"etcd"`
 	Redis           string            `json:"redis,omitempty"`
 	TruthSample     int               `json:"truthSample"`
+	// LimitWriters are the physical-limit rows' writers.
+	LimitWriters int `json:"limitWriters"`
 }
 
 func benchSaleAction(c *ucli.Context, g *globals) error {
@@ -79,9 +84,12 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 		go func() { _ = http.ListenAndServe(addr, nil) }()
 	}
 	shapes := bench.DefaultSaleShapes()
+	if strings.TrimSpace(c.String("sale-shapes")) != "" {
+		shapes = append(shapes, bench.OptionalSaleShapes()...)
+	}
 	for i := range shapes {
 		switch {
-		case shapes[i].SKUs > 1:
+		case shapes[i].SKUs == bench.DefaultSaleSKUs:
 			shapes[i].SKUs = c.Int("sale-skus")
 		case shapes[i].Stock == bench.DefaultStormStock:
 			shapes[i].Stock = c.Int64("sale-stock")
@@ -101,6 +109,10 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 	if cfg.Buyers == 0 {
 		cfg.Buyers = bench.DefaultSaleBuyers
 	}
+	cfg.LimitWriters = c.Int("limit-writers")
+	if cfg.LimitWriters == 0 {
+		cfg.LimitWriters = cfg.Processes
+	}
 	switch {
 	case cfg.Buyers < 1 || cfg.Buyers > maxBenchBuyers:
 		return usageError("invalid --buyers %d: must be between 1 and %d", cfg.Buyers, maxBenchBuyers)
@@ -114,10 +126,12 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 		return usageError("invalid --skew %v: must not be negative", c.Float64("skew"))
 	case cfg.Segments < 1 || cfg.Segments > 1024:
 		return usageError("invalid --sale-segments %d: must be between 1 and 1024", cfg.Segments)
+	case cfg.LimitWriters < 1 || cfg.LimitWriters > 1024:
+		return usageError("invalid --limit-writers %d: must be between 1 and 1024", cfg.LimitWriters)
 	case cfg.TruthSample < 0:
 		return usageError("invalid --truth-sample %d: must not be negative", cfg.TruthSample)
 	}
-	specs := []bench.SaleSpec{bench.StockctlSale()}
+	specs := []bench.SaleSpec{bench.StockctlSale(), bench.StockctlLazySale()}
 	if b.Redis != "" {
 		more, err := bench.RedisSaleSpecs(b.Redis)
 		if errors.Is(err, bench.ErrNoRedis) {
@@ -139,6 +153,11 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 	sctx, cancelSetup := g.boundedContext(ctx)
 	defer cancelSetup()
 	counter := &bench.EtcdCounter{}
+	// etcd's own counters, when its etcd runs in this process.
+	var server *bench.EtcdServerMetrics
+	if len(g.endpoints) == 0 {
+		server = &bench.EtcdServerMetrics{Gatherer: prometheus.DefaultGatherer, Members: b.cluster}
+	}
 	clients, closeEtcd, err := benchEtcd(sctx, g, b.noFsync, b.cluster, b.Processes, grpc.WithChainUnaryInterceptor(counter.Interceptor()))
 	if err != nil {
 		return err
@@ -149,11 +168,12 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 	prefix := strings.TrimSuffix(g.prefix, "/") + "/bench-" + time.Now().UTC().Format("20060102-150405") + "/"
 	report := saleReport{Config: cfg, Machine: bench.ReadMachine(), Failures: []string{}}
 	if g.output == outputTable {
-		fmt.Fprintf(c.App.Writer, "bench --sale: %s, %d buyers over %d processes, SKUs of %d segments, %v per run, etcd %s\n\n",
-			strings.Join(cfg.Strategies, ", "), cfg.Buyers, cfg.Processes, cfg.Segments, b.duration, cfg.Etcd)
+		fmt.Fprintf(c.App.Writer, "bench --sale: %s, %d buyers over %d processes, SKUs of %d segments, %v per run, etcd %s; limit rows: %d writers\n\n",
+			strings.Join(cfg.Strategies, ", "), cfg.Buyers, cfg.Processes, cfg.Segments, b.duration, cfg.Etcd, cfg.LimitWriters)
 	}
 	rows, runErr := bench.RunSale(ctx, bench.SaleConfig{Specs: specs, Shapes: shapes, Buyers: cfg.Buyers, Processes: cfg.Processes,
-		Segments: cfg.Segments, Duration: b.duration, Etcd: clients, Prefix: prefix, AttemptTimeout: b.attemptTimeout, TruthSample: cfg.TruthSample, Counter: counter})
+		Segments: cfg.Segments, Duration: b.duration, Etcd: clients, Prefix: prefix, AttemptTimeout: b.attemptTimeout, TruthSample: cfg.TruthSample, Counter: counter,
+		Server: server, LimitWriters: cfg.LimitWriters})
 	report.Machine.LoadAvgEnd = bench.LoadAvg()
 	report.Rows = rows
 	if report.Rows == nil {
@@ -185,11 +205,15 @@ func (r saleReport) table() table {
 	t.add("LOAD AVERAGE", fmt.Sprintf("%s before, %s after", m.LoadAvgStart, m.LoadAvgEnd))
 	t.add("ETCD", r.Config.Etcd)
 	t.header = []string{"SHAPE", "STRATEGY", "SKUS", "STOCK", "ORDERS/S", "REFUSALS/S", "SERVED P99", "REFUSAL P50", "REFUSAL P99",
-		"RELEASES", "ERRORS", "TRUTH", "ETCD W/ORDER", "ETCD R/ORDER", "GOROUTINES", "HEAP MiB", "CHECK"}
+		"RELEASES", "ERRORS", "TRUTH", "ETCD W/ORDER", "ETCD R/ORDER",
+		"KEYS/ORDER", "DELS/ORDER", "CMPS/ORDER", "TXNS/ORDER", "ORDERS/COMMIT", "REFUSED COMMITS", "GOROUTINES", "HEAP MiB", "CHECK"}
 	for _, row := range r.Rows {
-		stock := fmt.Sprint(row.Shape.Stock)
+		skus, stock := fmt.Sprint(row.Shape.SKUs), fmt.Sprint(row.Shape.Stock)
 		if row.Shape.Stock == bench.Plenty {
 			stock = "plenty"
+		}
+		if row.Shape.Batch > 0 {
+			skus, stock = "-", "-"
 		}
 		truth := "-"
 		if row.TruthChecked > 0 {
@@ -203,15 +227,24 @@ func (r saleReport) table() table {
 		if !row.OK {
 			check = "FAILED"
 		}
-		t.rows = append(t.rows, []string{row.Shape.Name, row.Strategy, fmt.Sprint(row.Shape.SKUs), stock,
+		co := row.Costs
+		t.rows = append(t.rows, []string{row.Shape.Name, row.Strategy, skus, stock,
 			fmt.Sprintf("%.0f", row.OrdersPerSec), fmt.Sprintf("%.0f", row.RefusalsPerSec), msText(row.ServedMs.P99),
 			msText(row.RefusalMs.P50), msText(row.RefusalMs.P99), fmt.Sprint(row.Releases), fmt.Sprint(row.Errors), truth,
-			writes, reads, fmt.Sprint(row.Goroutines), fmt.Sprintf("%.0f", row.HeapMiB), check})
+			writes, reads, ratioText(co.KeysPerOrder, 2), ratioText(co.DeletesPerOrder, 2), ratioText(co.ComparesPerOrder, 2),
+			ratioText(co.TxnsPerOrder, 3), ratioText(co.OrdersPerCommit, 1), percentText(co.RefusedCommits), fmt.Sprint(row.Goroutines), fmt.Sprintf("%.0f", row.HeapMiB), check})
 	}
 	t.notes = append(t.notes, "", "REFUSALS/S: from the first refusal to the end of the run (the storm after the sell-out);",
 		"TRUTH: sampled refusals checked against the books at their revision, which must be at or after the order's start;",
 		"ETCD W/ORDER, R/ORDER: etcd write requests (each an fsynced transaction when it commits) and read requests the",
 		"  strategy's coordinators and rebalancer sent during the run, per order answered (served or refused);",
+		"limit-N: the physical limit, no sale: one writer per process (--limit-writers) putting N new 200-byte keys a transaction; its",
+		"  ORDERS/S is puts/s, the most orders/s this etcd could take at one key per order and N orders a commit;",
+		"KEYS/ORDER, DELS/ORDER: etcd's own count (etcd_mvcc_put_total, etcd_mvcc_delete_total) over the selling",
+		"  window, every writer included (rebalancer moves), per served order; '-' when etcd is not in this process;",
+		"CMPS/ORDER, TXNS/ORDER: the clients' count of compares and write requests, per served order;",
+		"ORDERS/COMMIT: served orders per write request etcd applied (etcd_server_apply_duration_seconds' count);",
+		"REFUSED COMMITS: the clients' write transactions answered as refused by their compares, of all they sent;",
 		"GOROUTINES, HEAP: the whole bench process at the end of the run (its coordinators, etcd and buyers).")
 	for _, row := range r.Rows {
 		if row.FirstError != "" {
@@ -225,6 +258,22 @@ func (r saleReport) table() table {
 		t.notes = append(t.notes, "FAILED: "+f)
 	}
 	return t
+}
+
+// ratioText writes a ratio with nd decimals, or "-" when there is none.
+func ratioText(v *float64, nd int) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", nd, *v)
+}
+
+// percentText writes a share as a percentage, or "-".
+func percentText(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100**v)
 }
 
 // benchEtcd connects one client per process (as separate processes would

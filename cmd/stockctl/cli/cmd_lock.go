@@ -22,10 +22,27 @@ const (
 	// DefaultLockTTL is the lease TTL of the lock: if stockctl dies or is
 	// cut off, the lock is free again after at most this long.
 	DefaultLockTTL = coordinator.DefaultSessionTTL
-	// DefaultLockGrace is how long CMD gets to stop after SIGTERM when the
-	// lock is lost, before SIGKILL.
+	// DefaultLockGrace is how long CMD gets to stop after SIGTERM, before
+	// SIGKILL, unless MaxLockGrace of the TTL is less: then that.
 	DefaultLockGrace = 5 * time.Second
 )
+
+// keepAliveTick is how often etcd's client looks for leases due for a
+// keepalive (internal/lock's clientKeepAliveTick): it renews a lease at the
+// first tick after a third of its TTL has passed since the last answer.
+const keepAliveTick = 500 * time.Millisecond
+
+// MaxLockGrace is the longest --grace a TTL allows. If stockctl is
+// SIGKILLed, its watcher stops CMD (SIGTERM, SIGKILL after --grace) while
+// the lease still runs: a healthy client renews every ttl/3 plus at most
+// one tick of etcd's client, so the lease outlives stockctl's death by at
+// least 2·ttl/3 − 0.5s. The kill gets half of that, the other half is left
+// for a slow machine to run the watcher. So the next holder, who waits for
+// the lease to expire, never runs beside CMD or what CMD started: 3.083s
+// for the default 10s TTL, 416ms for etcd's minimum of 2s.
+func MaxLockGrace(ttl time.Duration) time.Duration {
+	return ((ttl - ttl/3 - keepAliveTick) / 2).Truncate(time.Millisecond)
+}
 
 // Environment variables lock passes to CMD.
 const (
@@ -51,8 +68,7 @@ func lockCommand() *ucli.Command {
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "ttl", Value: DefaultLockTTL, EnvVars: []string{"STOCKCTL_LOCK_TTL"},
 				Usage: "lease TTL, whole seconds: how long the lock outlives a dead or cut-off stockctl"},
-			&ucli.DurationFlag{Name: "grace", Value: DefaultLockGrace, EnvVars: []string{"STOCKCTL_LOCK_GRACE"},
-				Usage: "after a lost lock, how long CMD gets between SIGTERM and SIGKILL"},
+			graceFlag("lock"),
 			&ucli.BoolFlag{Name: "shared", EnvVars: []string{"STOCKCTL_LOCK_SHARED"},
 				Usage: "hold the lock shared (a read lock): with other shared holders, never with an exclusive one"},
 		},
@@ -99,12 +115,9 @@ func runHeld(c *ucli.Context, noun, doing string, check func() error, acquire fu
 			return err
 		}
 	}
-	ttl, grace := c.Duration("ttl"), c.Duration("grace")
-	if ttl < time.Second || ttl%time.Second != 0 {
-		return usageError("invalid --ttl %v: must be a whole number of seconds, at least 1s", ttl)
-	}
-	if grace <= 0 {
-		return usageError("invalid --grace %v: must be positive", grace)
+	ttl, grace, err := holdTimes(c)
+	if err != nil {
+		return err
 	}
 
 	// SIGHUP and SIGQUIT too: left to Go's defaults, they would end
@@ -133,6 +146,34 @@ func runHeld(c *ucli.Context, noun, doing string, check func() error, acquire fu
 	return nil
 }
 
+// graceFlag is lock's and semaphore's --grace; what (lock, permit) names
+// the hold in its usage.
+func graceFlag(what string) *ucli.DurationFlag {
+	return &ucli.DurationFlag{Name: "grace", EnvVars: []string{"STOCKCTL_LOCK_GRACE"},
+		Usage: "how long CMD gets between SIGTERM and SIGKILL when the " + what + " is lost or stockctl is stopped or killed; " +
+			"at most a third of --ttl less 250ms, so that CMD is gone before the lease can lapse (default: 5s, or that bound if less)"}
+}
+
+// holdTimes reads and checks --ttl and --grace. An unset --grace is
+// DefaultLockGrace bounded by MaxLockGrace(ttl); a set one above the bound
+// is refused: CMD could then outlive the lease of a killed stockctl and run
+// beside the next holder.
+func holdTimes(c *ucli.Context) (ttl, grace time.Duration, err error) {
+	ttl, grace = c.Duration("ttl"), c.Duration("grace")
+	if ttl < time.Second || ttl%time.Second != 0 {
+		return 0, 0, usageError("invalid --ttl %v: must be a whole number of seconds, at least 1s", ttl)
+	}
+	bound := MaxLockGrace(ttl)
+	if !c.IsSet("grace") {
+		return ttl, min(DefaultLockGrace, bound), nil
+	}
+	if grace <= 0 || grace > bound {
+		return 0, 0, usageError("invalid --grace %v: must be positive and at most %v with --ttl %v (a third of the TTL less 250ms), "+
+			"so that CMD is killed before the lease of a killed stockctl lapses and the next holder starts", grace, bound, ttl)
+	}
+	return ttl, grace, nil
+}
+
 // runLocked runs argv while l is held and returns its exit status, or an
 // error if it could not run or the lock was lost.
 func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lock, argv []string, grace time.Duration) (int, error) {
@@ -153,18 +194,20 @@ func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lo
 	// If CMD's children keep its output pipes open after it exits, Wait
 	// returns anyway after this long.
 	cmd.WaitDelay = grace
+	// Should stockctl die without stopping CMD (SIGKILL, a crash), the
+	// guard stops CMD and its group as a lost lock does. It starts first,
+	// so that CMD never runs unwatched.
+	arm, release, err := startGuard(grace)
+	if err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "stockctl: warning: %v: if stockctl is killed, what %q started may outlive the lock\n", err, argv[0])
+	}
+	defer release()
 	exited, err := startChild(cmd)
 	if err != nil {
 		unlock(l)
 		return 0, ucli.Exit(fmt.Errorf("failed to start %q under lock %s: %w", argv[0], l.Name(), err), ExitFailure)
 	}
-	// Should stockctl die without stopping CMD (SIGKILL, a crash), the
-	// guard stops CMD and its group as a lost lock does.
-	release, err := guardChild(cmd, ownGroup, grace)
-	if err != nil {
-		fmt.Fprintf(c.App.ErrWriter, "stockctl: warning: %v: if stockctl is killed, what %q started may outlive the lock\n", err, argv[0])
-	}
-	defer release()
+	arm(cmd, ownGroup)
 
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()

@@ -24,8 +24,7 @@ func semaphoreCommand() *ucli.Command {
 				Usage: "the semaphore's number of permits, 1 to 1024 (required)"},
 			&ucli.DurationFlag{Name: "ttl", Value: DefaultLockTTL, EnvVars: []string{"STOCKCTL_LOCK_TTL"},
 				Usage: "lease TTL, whole seconds: how long the permit outlives a dead or cut-off stockctl"},
-			&ucli.DurationFlag{Name: "grace", Value: DefaultLockGrace, EnvVars: []string{"STOCKCTL_LOCK_GRACE"},
-				Usage: "after a lost permit, how long CMD gets between SIGTERM and SIGKILL"},
+			graceFlag("permit"),
 		},
 		Action: semaphoreAction,
 	}

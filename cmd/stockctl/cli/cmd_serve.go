@@ -8,6 +8,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/stockctl/stockctl/console"
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/embedetcd"
 	"github.com/stockctl/stockctl/service"
@@ -179,5 +180,8 @@ func serveAction(c *ucli.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.App.ErrWriter, "api on %s (gRPC, gRPC-Web, Connect and JSON over HTTP; %s)\n", view.API, api.describe())
+	if api.cfg.Console {
+		fmt.Fprintf(c.App.ErrWriter, "console on %s%s (open it in a browser; it asks for an API token if the API needs one)\n", view.API, console.Path)
+	}
 	return runService(ctx, c, cn, apiSrv, ln, newMovePrinter(c.App.Writer, g.output), metrics.registerer())
 }

@@ -60,6 +60,11 @@ func TestBadInputsExit2AndChangeNothing(t *testing.T) {
 		{"missing cacert file", []string{"--cacert", "/nonexistent/ca.pem", "status", "shoe"}, "invalid --cacert"},
 		{"lock without command", []string{"lock", "l1"}, "missing the command to run"},
 		{"lock bad ttl", []string{"lock", "l1", "--ttl", "1500ms", "--", "true"}, "invalid --ttl 1.5s"},
+		{"lock grace as long as the ttl", []string{"lock", "l1", "--ttl", "2s", "--grace", "2s", "--", "true"}, "invalid --grace 2s: must be positive and at most 416ms with --ttl 2s"},
+		{"lock default ttl long grace", []string{"lock", "l1", "--grace", "5s", "--", "true"}, "invalid --grace 5s: must be positive and at most 3.083s with --ttl 10s"},
+		{"lock grace just past the bound", []string{"lock", "l1", "--ttl", "4s", "--grace", "1084ms", "--", "true"}, "at most 1.083s with --ttl 4s"},
+		{"lock zero grace", []string{"lock", "l1", "--grace", "0s", "--", "true"}, "invalid --grace 0s"},
+		{"semaphore grace past the bound", []string{"semaphore", "s1", "--limit", "2", "--ttl", "2s", "--grace", "5s", "--", "true"}, "invalid --grace 5s: must be positive and at most 416ms with --ttl 2s"},
 		{"lock bad name", []string{"lock", "a/b", "--", "true"}, "invalid lock NAME"},
 		{"lock child flags before --", []string{"lock", "l1", "ls", "-l"}, "put the command to run after --"},
 		{"rebalance without sku", []string{"rebalance"}, "missing SKU argument"},
@@ -128,7 +133,7 @@ func TestExitCodes(t *testing.T) {
 	// 5: conflict.
 	e.fails(ExitConflict, "the SKU already exists", "init", "hat", "--total", "3", "--segments", "2")
 	e.fails(ExitConflict, `hat order "h1": conflict: the order was already applied with qty 2, not 1`, "allocate", "hat", "--order", "h1", "--qty", "1")
-	e.fails(ExitConflict, `scarf order "h1": conflict: the order ID was already used for SKU "hat"`, "allocate", "scarf", "--order", "h1", "--qty", "1")
+	e.fails(ExitConflict, `hat order "h1": conflict: the order was already applied for buyer "", not "bo"`, "allocate", "hat", "--order", "h1", "--qty", "2", "--buyer", "bo")
 	e.ok("restock", "hat", "--delivery", "dn-1", "--qty", "4")
 	e.fails(ExitConflict, `delivery "dn-1" was already applied with qty 4, not 5`, "restock", "hat", "--delivery", "dn-1", "--qty", "5")
 }

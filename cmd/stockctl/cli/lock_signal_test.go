@@ -4,6 +4,7 @@ package cli
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,18 +30,22 @@ type lockProcess struct {
 }
 
 // startLockProcess starts `stockctl lock NAME` or, with a limit, `stockctl
-// semaphore NAME --limit N`.
-func (e *env) startLockProcess(bin, name string, limit int, extraEnv []string, script string) *lockProcess {
+// semaphore NAME --limit N`, with flags (--ttl 2s if none). prelude runs
+// before CMD starts its grandchild (a trap there is the grandchild's too).
+func (e *env) startLockProcess(bin, name string, limit int, extraEnv, flags []string, prelude, script string) *lockProcess {
 	e.t.Helper()
 	dir := e.t.TempDir()
-	full := `echo $$ > ` + dir + `/child.tmp; mv ` + dir + `/child.tmp ` + dir + `/child; ` +
+	if flags == nil {
+		flags = []string{"--ttl", "2s"}
+	}
+	full := prelude + `echo $$ > ` + dir + `/child.tmp; mv ` + dir + `/child.tmp ` + dir + `/child; ` +
 		`sleep 300 & echo $! > ` + dir + `/gc.tmp; mv ` + dir + `/gc.tmp ` + dir + `/grandchild; ` + script
 	p := &lockProcess{stderr: &syncBuffer{}, exited: make(chan error, 1), lockName: name, lockKeys: e.prefix + "locks/" + name + "/"}
-	hold := []string{"lock", name}
+	hold := append([]string{"lock", name}, flags...)
 	if limit > 0 {
-		hold, p.lockKeys = []string{"semaphore", name, "--limit", strconv.Itoa(limit)}, e.prefix+"sems/"+name+"/"
+		hold, p.lockKeys = append([]string{"semaphore", name, "--limit", strconv.Itoa(limit)}, flags...), e.prefix+"sems/"+name+"/"
 	}
-	p.cmd = exec.Command(bin, e.args(append(hold, "--ttl", "2s", "--grace", "2s", "--", "sh", "-c", full)...)...)
+	p.cmd = exec.Command(bin, e.args(append(hold, "--", "sh", "-c", full)...)...)
 	p.cmd.Env = append(os.Environ(), extraEnv...)
 	p.cmd.Stdout = p.stderr
 	p.cmd.Stderr = p.stderr
@@ -98,7 +103,7 @@ func TestLockChildDiesWithStockctl(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			p := e.startLockProcess(bin, "job", k.limit, nil, "wait")
+			p := e.startLockProcess(bin, "job", k.limit, nil, nil, "", "wait")
 			if err := p.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
@@ -156,5 +161,58 @@ func TestLockChildEnvironmentHasNoPassword(t *testing.T) {
 	}
 	if !strings.Contains(r.stdout, "user=unset ") || !strings.Contains(r.stdout, "level=warn ") || strings.Contains(r.stdout, "token= ") {
 		t.Fatalf("CMD saw %q; want no STOCKCTL_USER, the other variables, a token", r.stdout)
+	}
+}
+
+// Invariant (issue 28, item 2): when stockctl is SIGKILLed, what CMD
+// started is gone before the lease lapses, whatever --ttl and --grace: the
+// next holder, who waits for the lease, never runs beside it. CMD and its
+// grandchild ignore SIGTERM, so only the watcher's SIGKILL after --grace
+// stops the grandchild; the next holder's CMD looks at the grandchild the
+// moment it starts. Before the fix, --ttl 2s with the default --grace 5s
+// had the grandchild run ~3 s beside the next holder.
+func TestLockKillNeverOverlapsNextHolder(t *testing.T) {
+	t.Parallel()
+	bin := buildStockctl(t)
+	for _, tc := range []struct {
+		name  string
+		limit int      // > 0: semaphore
+		flags []string // the first holder's
+	}{
+		{"lock ttl 2s default grace", 0, []string{"--ttl", "2s"}},
+		{"lock ttl 2s grace at the bound", 0, []string{"--ttl", "2s", "--grace", "416ms"}},
+		{"lock ttl 3s short grace", 0, []string{"--ttl", "3s", "--grace", "100ms"}},
+		{"shared ttl 2s default grace", 0, []string{"--shared", "--ttl", "2s"}},
+		{"semaphore ttl 2s default grace", 1, []string{"--ttl", "2s"}},
+		{"semaphore ttl 4s grace at the bound", 1, []string{"--ttl", "4s", "--grace", "1083ms"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			p := e.startLockProcess(bin, "job", tc.limit, nil, tc.flags, `trap "" TERM; `, "wait")
+			if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			// The first hold outlives stockctl (its lease runs on), so the
+			// next holder below has to wait for it: else the check would
+			// prove nothing.
+			if resp, err := shared.client.Get(t.Context(), p.lockKeys, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count == 0 {
+				t.Fatalf("the first hold's key right after the kill: %v, %v; want it still there", resp, err)
+			}
+			next := []string{"--timeout", "60s", "lock", "job"}
+			if tc.limit > 0 {
+				next = []string{"--timeout", "60s", "semaphore", "job", "--limit", strconv.Itoa(tc.limit)}
+			}
+			look := fmt.Sprintf("cat /proc/%d/stat /proc/%d/stat 2>/dev/null; true", p.child, p.grandchild)
+			r := e.run(append(next, "--", "sh", "-c", look)...)
+			if r.code != 0 {
+				t.Fatalf("the next holder: exit %d, stderr %q", r.code, r.stderr)
+			}
+			for line := range strings.Lines(r.stdout) {
+				// pid (comm) state …: a zombie is dead.
+				if i := strings.LastIndex(line, ")"); i > 0 && i+2 < len(line) && line[i+2] != 'Z' {
+					t.Fatalf("the next holder started while the first one's process ran: %q", line)
+				}
+			}
+		})
 	}
 }

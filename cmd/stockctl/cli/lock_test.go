@@ -120,6 +120,7 @@ func alive(pid int) bool {
 
 func await(t *testing.T, done <-chan result, within time.Duration) result {
 	t.Helper()
+	within = etcdtest.HangLimit(within)
 	select {
 	case r := <-done:
 		return r

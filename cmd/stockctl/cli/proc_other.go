@@ -25,7 +25,7 @@ func signalChild(cmd *exec.Cmd, ownGroup bool, sig syscall.Signal) {
 	_ = cmd.Process.Signal(sig)
 }
 
-// guardChild has no watcher here: CMD may outlive a stockctl that is killed.
-func guardChild(cmd *exec.Cmd, ownGroup bool, grace time.Duration) (release func(), err error) {
-	return func() {}, nil
+// startGuard has no watcher here: CMD may outlive a stockctl that is killed.
+func startGuard(grace time.Duration) (arm func(cmd *exec.Cmd, ownGroup bool), release func(), err error) {
+	return func(*exec.Cmd, bool) {}, func() {}, nil
 }

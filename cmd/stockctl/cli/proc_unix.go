@@ -33,45 +33,62 @@ func signalChild(cmd *exec.Cmd, ownGroup bool, sig syscall.Signal) {
 }
 
 // guardScript is the watcher's: it waits on a pipe whose only writer is
-// stockctl. A line means stockctl is done with CMD (it stopped it, or CMD
-// exited): nothing to do. End of file without one means stockctl died
-// without stopping CMD (SIGKILL, a crash): the kernel closed the pipe. Then
-// it stops $1 (CMD's process group, or CMD) as a lost lock does: SIGTERM,
-// then SIGKILL when it still runs after $2 tenths of a second.
-const guardScript = `read -r _ && exit 0
-kill -s TERM -- "$1" 2>/dev/null || exit 0
+// stockctl. stockctl starts it before CMD, so that no kill of stockctl
+// finds CMD running unwatched, and then writes CMD's target (its process
+// group, or CMD) as the first line. A second line means stockctl is done
+// with CMD (it stopped it, or CMD exited): nothing to do. End of file
+// without one means stockctl died without stopping CMD (SIGKILL, a crash):
+// the kernel closed the pipe. Then it stops the target as a lost lock does:
+// SIGTERM, then SIGKILL $1 seconds later. The SIGKILL is timed by one sleep
+// started at once, not by counting polls, which a busy machine would slow
+// down: the lease lapses on time whatever the load, and the kill must come
+// first. The poll (at most $2 times, more than $1 seconds) only ends the
+// watcher, and the timer, early when the target is gone.
+const guardScript = `read -r t || exit 0
+read -r _ && exit 0
+kill -s TERM -- "$t" 2>/dev/null || exit 0
+{ sleep "$1"; kill -s KILL -- "$t" 2>/dev/null; } &
+k=$!
 i=0
-while [ "$i" -lt "$2" ] && kill -s 0 -- "$1" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
-kill -s KILL -- "$1" 2>/dev/null
+while [ "$i" -lt "$2" ] && kill -s 0 -- "$t" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+kill -s 0 -- "$t" 2>/dev/null || kill "$k" 2>/dev/null
+wait
 exit 0`
 
-// guardChild starts a watcher process that stops cmd (its process group
-// when it has its own, so that what CMD started goes too) if stockctl dies
-// without doing so: a parent-death signal reaches only CMD itself, and only
-// on Linux. The watcher is /bin/sh, in a process group of its own so that
-// signals meant for CMD's group or the terminal's do not reach it. Call
-// release on every path where stockctl has dealt with CMD; it tells the
-// watcher to exit, and waits for it.
-func guardChild(cmd *exec.Cmd, ownGroup bool, grace time.Duration) (release func(), err error) {
-	target := strconv.Itoa(cmd.Process.Pid)
-	if ownGroup {
-		target = "-" + target
-	}
+// startGuard starts a watcher process that will stop CMD (its process
+// group when it has its own, so that what CMD started goes too) if
+// stockctl dies without doing so: a parent-death signal reaches only CMD
+// itself, and only on Linux. Call it before CMD starts, then arm with CMD
+// once it runs, and release on every path where stockctl has dealt with
+// CMD (or could not start it); release tells the watcher to exit, and
+// waits for it. The watcher is /bin/sh, in a process group of its own so
+// that signals meant for CMD's group or the terminal's do not reach it.
+func startGuard(grace time.Duration) (arm func(cmd *exec.Cmd, ownGroup bool), release func(), err error) {
 	r, w, err := os.Pipe() // close-on-exec: CMD never holds the write end
 	if err != nil {
-		return func() {}, err
+		return func(*exec.Cmd, bool) {}, func() {}, err
 	}
-	tenths := strconv.FormatInt(int64((grace+99*time.Millisecond)/(100*time.Millisecond)), 10)
-	g := exec.Command("/bin/sh", "-c", guardScript, "stockctl-lock-guard", target, tenths)
+	ms := grace.Milliseconds()
+	secs := fmt.Sprintf("%d.%03d", ms/1000, ms%1000)
+	polls := strconv.FormatInt(ms/100+10, 10)
+	g := exec.Command("/bin/sh", "-c", guardScript, "stockctl-lock-guard", secs, polls)
 	g.Stdin = r
 	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = g.Start()
 	r.Close()
 	if err != nil {
 		w.Close()
-		return func() {}, fmt.Errorf("start the watcher of %q: %w", cmd.Path, err)
+		return func(*exec.Cmd, bool) {}, func() {}, fmt.Errorf("start the watcher of CMD: %w", err)
 	}
-	return func() {
+	arm = func(cmd *exec.Cmd, ownGroup bool) {
+		target := strconv.Itoa(cmd.Process.Pid)
+		if ownGroup {
+			target = "-" + target
+		}
+		_, _ = w.Write([]byte(target + "\n"))
+	}
+	return arm, func() {
+		// A line after the target says done; before it, end of file does.
 		_, _ = w.Write([]byte("done\n"))
 		w.Close()
 		_ = g.Wait()

@@ -36,6 +36,9 @@ func apiFlags() []ucli.Flag {
 		&ucli.IntFlag{Name: "api-max-inflight", Value: service.DefaultMaxInflight, EnvVars: []string{"STOCKCTL_API_MAX_INFLIGHT"},
 			Usage: "short API calls (unary, but lock Acquire) running at once; beyond it calls are refused at once " +
 				"with RESOURCE_EXHAUSTED (OVERLOADED), never queued"},
+		&ucli.BoolFlag{Name: "console", EnvVars: []string{"STOCKCTL_CONSOLE"},
+			Usage: "serve the live sale console (a web page) under /console/ on the API's address, with the API's TLS; " +
+				"it reads through the API with the token the user enters"},
 	}
 }
 
@@ -60,6 +63,7 @@ func readAPIFlags(c *ucli.Context) (apiSettings, error) {
 		return a, usageError("invalid --api-max-inflight %d: must be at least 1", n)
 	}
 	a.cfg.MaxInflight = n
+	a.cfg.Console = c.Bool("console")
 	cert, key := c.String("api-cert"), c.String("api-key")
 	switch {
 	case (cert == "") != (key == ""):

@@ -33,10 +33,17 @@ type saleState struct {
 	meta    segments.Meta
 	total   int64
 	pool    int64
-	counter []int64 // each segment's own counter; its remaining is counter + inbox
+	counter []int64 // each segment's own units; its remaining is counter + inbox
 	inbox   []int64
-	orders  int64 // order records, released ones included
-	pass    *segments.RebalancePass
+	// counterRev is, per segment, the revision its units were last known
+	// exactly at: a counter written with its units (not a lazy one's
+	// takeover or mark, which leave them as they were), or the load. An
+	// order record created after it takes its parts off the segment's
+	// units: a segment sold lazily (segments.SegmentCounter) is written
+	// only now and then.
+	counterRev []int64
+	orders     int64 // order records, released ones included
+	pass       *segments.RebalancePass
 	// reservations maps each live reservation's index key to its units;
 	// sawReservations says the SKU had one since the watch began, and
 	// from then on frames carry reserved and confirmed figures.
@@ -98,8 +105,9 @@ func (s *saleState) load(ctx context.Context, c *coordinator.Coordinator) error 
 	}
 	s.meta, s.total, s.pool, s.orders, s.pass = st.Meta, st.Total, st.Pool, st.Orders, st.Rebalancer
 	s.counter, s.inbox = make([]int64, len(st.Segments)), make([]int64, len(st.Segments))
+	s.counterRev = make([]int64, len(st.Segments))
 	for i, seg := range st.Segments {
-		s.counter[i], s.inbox[i] = seg.Remaining-seg.Inbox, seg.Inbox
+		s.counter[i], s.inbox[i], s.counterRev[i] = seg.Remaining-seg.Inbox, seg.Inbox, st.Revision
 	}
 	s.locks, s.idents = map[int]map[int64]int64{}, map[int64]string{}
 	for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
@@ -202,8 +210,17 @@ func (s *saleState) applyStock(evs []*clientv3.Event, now time.Time) error {
 			continue // not one of the SKU's counters (status would fail on it; a view can go on)
 		}
 		var v int64 // a deleted counter holds nothing
+		exact := true
 		if ev.Type == mvccpb.PUT {
-			if v, err = segments.DecodeCounter(key, ev.Kv.Value); err != nil {
+			if k.Kind == keys.KindSegment {
+				c, err := segments.DecodeSegmentCounter(key, ev.Kv.Value)
+				if err != nil {
+					return err
+				}
+				// A lazy counter rewritten with an explicit base (taken
+				// over, or marked by a lock holder) holds what it held.
+				v, exact = c.N, c.Base == 0
+			} else if v, err = segments.DecodeCounter(key, ev.Kv.Value); err != nil {
 				return err
 			}
 		}
@@ -211,7 +228,9 @@ func (s *saleState) applyStock(evs []*clientv3.Event, now time.Time) error {
 		case keys.KindPool:
 			s.pool = v
 		case keys.KindSegment:
-			s.counter[k.Index] = v
+			if exact {
+				s.counter[k.Index], s.counterRev[k.Index] = v, ev.Kv.ModRevision
+			}
 		case keys.KindInbox:
 			if v > s.inbox[k.Index] {
 				refills++
@@ -237,10 +256,27 @@ func (s *saleState) applyOrders(evs []*clientv3.Event, now time.Time) {
 		case ev.Kv.CreateRevision == ev.Kv.ModRevision:
 			created++
 			s.orders++
+			s.takeParts(ev.Kv)
 		}
 		s.rev = max(s.rev, ev.Kv.ModRevision)
 	}
 	s.ordersW.add(now, created)
+}
+
+// takeParts takes a new order's parts off the segments it was sold from,
+// unless their units were known exactly at or after its revision (a
+// counter written in the same transaction already counts it). A record
+// that does not decode is left to status and audit to report.
+func (s *saleState) takeParts(kv *mvccpb.KeyValue) {
+	o, err := segments.DecodeOrder(string(kv.Key), kv.Value)
+	if err != nil {
+		return
+	}
+	for _, p := range o.Parts {
+		if i := p.Place.Index(); !p.Place.IsPool() && i < len(s.counter) && kv.CreateRevision > s.counterRev[i] {
+			s.counter[i] -= p.Qty
+		}
+	}
 }
 
 // applyLocks applies events under the SKU's lock prefix.

@@ -1,0 +1,396 @@
+package com.github.stockctl.client;
+
+import com.github.stockctl.v1.AcquireRequest;
+import com.github.stockctl.v1.AcquireResponse;
+import com.github.stockctl.v1.AllocateRequest;
+import com.github.stockctl.v1.AllocateResponse;
+import com.github.stockctl.v1.AuditRequest;
+import com.github.stockctl.v1.AuditResponse;
+import com.github.stockctl.v1.CancelRequest;
+import com.github.stockctl.v1.CancelResponse;
+import com.github.stockctl.v1.ConfirmRequest;
+import com.github.stockctl.v1.ConfirmResponse;
+import com.github.stockctl.v1.CreateSKURequest;
+import com.github.stockctl.v1.CreateSKUResponse;
+import com.github.stockctl.v1.HoldAcquire;
+import com.github.stockctl.v1.KeepAliveRequest;
+import com.github.stockctl.v1.KeepAliveResponse;
+import com.github.stockctl.v1.LockKind;
+import com.github.stockctl.v1.LockServiceGrpc;
+import com.github.stockctl.v1.LockServiceReleaseRequest;
+import com.github.stockctl.v1.LockServiceReleaseResponse;
+import com.github.stockctl.v1.ReleaseRequest;
+import com.github.stockctl.v1.ReleaseResponse;
+import com.github.stockctl.v1.ReserveRequest;
+import com.github.stockctl.v1.ReserveResponse;
+import com.github.stockctl.v1.RestockRequest;
+import com.github.stockctl.v1.RestockResponse;
+import com.github.stockctl.v1.StatusRequest;
+import com.github.stockctl.v1.StockServiceGrpc;
+import com.github.stockctl.v1.StockStatus;
+import com.github.stockctl.v1.WatchOrdersRequest;
+import com.github.stockctl.v1.WatchOrdersResponse;
+import com.github.stockctl.v1.WatchStatusRequest;
+import com.github.stockctl.v1.WatchStatusResponse;
+import io.grpc.CallOptions;
+import io.grpc.Channel;
+import io.grpc.ClientCall;
+import io.grpc.ClientInterceptor;
+import io.grpc.ClientInterceptors;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.Metadata;
+import io.grpc.MethodDescriptor;
+import io.grpc.StatusRuntimeException;
+import io.grpc.stub.ClientCalls;
+import io.grpc.stub.MetadataUtils;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.NoSuchElementException;
+import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
+
+/**
+ * A client of one or more {@code stockctl serve} processes sharing an etcd.
+ *
+ * <p>Calls go to the first target; a call that fails with UNAVAILABLE, CANCELLED or
+ * DEADLINE_EXCEEDED (or is refused with OVERLOADED or CONTENTION) is retried with the <b>same
+ * request</b> on the next target, up to {@code attempts} times with exponential backoff: orders,
+ * reservations, confirms, cancels, releases and restocks are idempotent by their IDs, so a retry
+ * whose first attempt landed answers {@code replayed = true} and deducts nothing. CreateSKU and the
+ * unary lock calls are not retried. Answers are the API's messages ({@code com.github.stockctl.v1});
+ * errors are {@link StockctlException}'s nested classes, one per reason.
+ */
+public final class StockctlClient implements AutoCloseable {
+  final List<String> targets;
+  final Duration timeout;
+  final int attempts;
+  final Duration backoff;
+  final Duration maxBackoff;
+  private final List<ManagedChannel> channels = new ArrayList<>();
+  private final List<Channel> wrapped = new ArrayList<>();
+  private int current;
+
+  /** A builder of a client. */
+  public static final class Builder {
+    private final List<String> targets = new ArrayList<>();
+    private String token;
+    private boolean plaintext = true;
+    private Duration timeout = Duration.ofSeconds(10);
+    private int attempts = 5;
+    private Duration backoff = Duration.ofMillis(50);
+    private Duration maxBackoff = Duration.ofSeconds(2);
+    private final List<ClientInterceptor> interceptors = new ArrayList<>();
+
+    /** Adds a serve's host:port; retries go on to the next. */
+    public Builder target(String hostPort) {
+      targets.add(hostPort);
+      return this;
+    }
+
+    /** The bearer token. */
+    public Builder token(String token) {
+      this.token = token;
+      return this;
+    }
+
+    /** TLS (with the JVM's trust store) instead of cleartext HTTP/2, which only loopback allows. */
+    public Builder useTransportSecurity() {
+      this.plaintext = false;
+      return this;
+    }
+
+    /** Each attempt's deadline (10s). */
+    public Builder timeout(Duration timeout) {
+      this.timeout = timeout;
+      return this;
+    }
+
+    /** Attempts of a retried call (5). */
+    public Builder attempts(int attempts) {
+      this.attempts = Math.max(1, attempts);
+      return this;
+    }
+
+    /** The first backoff (50ms), doubled per attempt up to max (2s), with jitter. */
+    public Builder backoff(Duration first, Duration max) {
+      this.backoff = first;
+      this.maxBackoff = max;
+      return this;
+    }
+
+    /** A gRPC interceptor on every channel. */
+    public Builder interceptor(ClientInterceptor i) {
+      interceptors.add(i);
+      return this;
+    }
+
+    public StockctlClient build() {
+      if (targets.isEmpty()) {
+        throw new IllegalArgumentException("no target");
+      }
+      return new StockctlClient(this);
+    }
+  }
+
+  public static Builder builder() {
+    return new Builder();
+  }
+
+  private StockctlClient(Builder b) {
+    this.targets = List.copyOf(b.targets);
+    this.timeout = b.timeout;
+    this.attempts = b.attempts;
+    this.backoff = b.backoff;
+    this.maxBackoff = b.maxBackoff;
+    Metadata md = new Metadata();
+    if (b.token != null) {
+      md.put(Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER), "Bearer " + b.token);
+    }
+    for (String t : targets) {
+      ManagedChannelBuilder<?> cb = ManagedChannelBuilder.forTarget(t)
+          // keepalive pings find a dead server under a quiet stream (a held lock, an idle feed)
+          .keepAliveTime(10, TimeUnit.SECONDS).keepAliveTimeout(5, TimeUnit.SECONDS);
+      if (b.plaintext) {
+        cb.usePlaintext();
+      }
+      ManagedChannel ch = cb.build();
+      channels.add(ch);
+      List<ClientInterceptor> is = new ArrayList<>(b.interceptors);
+      is.add(MetadataUtils.newAttachHeadersInterceptor(md));
+      wrapped.add(ClientInterceptors.intercept(ch, is));
+    }
+  }
+
+  @Override
+  public void close() {
+    for (ManagedChannel ch : channels) {
+      ch.shutdownNow();
+    }
+  }
+
+  synchronized int target() {
+    return current;
+  }
+
+  /** The target calls go to now. */
+  public String currentTarget() {
+    return targets.get(target());
+  }
+
+  synchronized void failover(int failed) {
+    if (current == failed) {
+      current = (failed + 1) % targets.size();
+    }
+  }
+
+  Channel channel(int i) {
+    return wrapped.get(i);
+  }
+
+  long delayMillis(int attempt, StockctlException e) {
+    long d = Math.min(maxBackoff.toMillis(), backoff.toMillis() << Math.min(attempt, 20));
+    d = (long) (d * ThreadLocalRandom.current().nextDouble(0.5, 1.0));
+    if (e.retryDelay != null) {
+      d = Math.max(d, e.retryDelay.toMillis());
+    }
+    return d;
+  }
+
+  private <Q, A> A unary(MethodDescriptor<Q, A> method, Q request, boolean retry, Duration deadline) {
+    int n = retry ? attempts : 1;
+    for (int attempt = 0; ; attempt++) {
+      int i = target();
+      try {
+        CallOptions o = CallOptions.DEFAULT.withDeadlineAfter((deadline == null ? timeout : deadline).toMillis(), TimeUnit.MILLISECONDS);
+        return ClientCalls.blockingUnaryCall(channel(i), method, o, request);
+      } catch (StatusRuntimeException sre) {
+        StockctlException e = StockctlException.from(sre);
+        if (attempt + 1 >= n || !e.retryable()) {
+          throw e;
+        }
+        failover(i);
+        try {
+          Thread.sleep(delayMillis(attempt, e));
+        } catch (InterruptedException ie) {
+          Thread.currentThread().interrupt();
+          throw e;
+        }
+      }
+    }
+  }
+
+  // -- StockService ------------------------------------------------------
+
+  /** Creates a SKU. Not retried: a retry whose first attempt landed would answer SkuExists. */
+  public CreateSKUResponse createSku(CreateSKURequest request) {
+    return unary(StockServiceGrpc.getCreateSKUMethod(), request, false, null);
+  }
+
+  /** Creates a SKU of total units in segments, initialFill of them in the segments. */
+  public CreateSKUResponse createSku(String sku, long total, int segments, long initialFill) {
+    return createSku(CreateSKURequest.newBuilder().setSku(sku).setTotal(total).setSegments(segments).setInitialFill(initialFill).build());
+  }
+
+  /** Takes units for an order, final at once. Throws SoldOut, PerUserLimitExceeded, OrderConflict... */
+  public AllocateResponse allocate(AllocateRequest request) {
+    return unary(StockServiceGrpc.getAllocateMethod(), request, true, null);
+  }
+
+  public AllocateResponse allocate(String sku, String order, long qty) {
+    return allocate(AllocateRequest.newBuilder().setSku(sku).setOrder(order).setQty(qty).build());
+  }
+
+  /** Holds units until confirm, for at most the request's ttl. */
+  public ReserveResponse reserve(ReserveRequest request) {
+    return unary(StockServiceGrpc.getReserveMethod(), request, true, null);
+  }
+
+  public ReserveResponse reserve(String sku, String order, long qty, Duration ttl) {
+    return reserve(ReserveRequest.newBuilder().setSku(sku).setOrder(order).setQty(qty).setTtl(duration(ttl)).build());
+  }
+
+  /** Makes a reservation final. Throws ReservationExpired, OrderStateConflict. */
+  public ConfirmResponse confirm(String sku, String order) {
+    return unary(StockServiceGrpc.getConfirmMethod(), ConfirmRequest.newBuilder().setSku(sku).setOrder(order).build(), true, null);
+  }
+
+  /** Gives a live reservation's units back. */
+  public CancelResponse cancel(String sku, String order) {
+    return unary(StockServiceGrpc.getCancelMethod(), CancelRequest.newBuilder().setSku(sku).setOrder(order).build(), true, null);
+  }
+
+  /** Gives an order's units back. */
+  public ReleaseResponse release(String sku, String order) {
+    return unary(StockServiceGrpc.getReleaseMethod(), ReleaseRequest.newBuilder().setSku(sku).setOrder(order).build(), true, null);
+  }
+
+  /** Adds a delivery to the pool, idempotent by the delivery ID. */
+  public RestockResponse restock(String sku, long qty, String delivery) {
+    return unary(StockServiceGrpc.getRestockMethod(),
+        RestockRequest.newBuilder().setSku(sku).setQty(qty).setDelivery(delivery).build(), true, null);
+  }
+
+  /** The SKU's stock at one etcd revision. */
+  public StockStatus status(String sku) {
+    return unary(StockServiceGrpc.getStatusMethod(), StatusRequest.newBuilder().setSku(sku).build(), true, null).getStatus();
+  }
+
+  /** Checks the books; ok is false (with problems) when they do not balance. */
+  public AuditResponse audit(String sku) {
+    return unary(StockServiceGrpc.getAuditMethod(), AuditRequest.newBuilder().setSku(sku).build(), true, null);
+  }
+
+  /** The SKU's stock now, then after changes; ends (hasNext false) at the deadline. Close it to stop. */
+  public ServerStream<WatchStatusResponse> watchStatus(WatchStatusRequest request, Duration deadline) {
+    return stream(StockServiceGrpc.getWatchStatusMethod(), request, deadline);
+  }
+
+  /**
+   * The order feed's batches (events, cursor, snapshot) after request.since; ends (hasNext false) at
+   * the deadline; throws CursorCompacted, CursorAhead, Unavailable... For a consumer that stores its
+   * cursor with what it applies, use {@link OrderFeedConsumer}.
+   */
+  public ServerStream<WatchOrdersResponse> watchOrders(WatchOrdersRequest request, Duration deadline) {
+    return stream(StockServiceGrpc.getWatchOrdersMethod(), request, deadline);
+  }
+
+  private <Q, A> ServerStream<A> stream(MethodDescriptor<Q, A> method, Q request, Duration deadline) {
+    CallOptions o = CallOptions.DEFAULT;
+    if (deadline != null) {
+      o = o.withDeadlineAfter(deadline.toMillis(), TimeUnit.MILLISECONDS);
+    }
+    ClientCall<Q, A> call = channel(target()).newCall(method, o);
+    return new ServerStream<>(call, ClientCalls.blockingServerStreamingCall(call, request));
+  }
+
+  /** A server stream: an Iterator whose errors are StockctlExceptions; close() cancels it. */
+  public static final class ServerStream<A> implements Iterator<A>, AutoCloseable {
+    private final ClientCall<?, A> call;
+    private final Iterator<A> it;
+    private volatile boolean closed;
+
+    ServerStream(ClientCall<?, A> call, Iterator<A> it) {
+      this.call = call;
+      this.it = it;
+    }
+
+    @Override
+    public boolean hasNext() {
+      try {
+        return it.hasNext();
+      } catch (StatusRuntimeException sre) {
+        io.grpc.Status.Code c = sre.getStatus().getCode();
+        // the caller's deadline or close(): "no more now", as the server's OK at the deadline
+        if (c == io.grpc.Status.Code.DEADLINE_EXCEEDED || (closed && c == io.grpc.Status.Code.CANCELLED)) {
+          return false;
+        }
+        throw StockctlException.from(sre);
+      }
+    }
+
+    @Override
+    public A next() {
+      if (!hasNext()) {
+        throw new NoSuchElementException();
+      }
+      return it.next();
+    }
+
+    @Override
+    public void close() {
+      closed = true;
+      call.cancel("closed by the caller", null);
+    }
+  }
+
+  // -- LockService -------------------------------------------------------
+
+  /**
+   * A lock held over the Hold stream, kept alive in the background:
+   *
+   * <pre>{@code
+   * try (Lock held = client.lock("nightly-report", Duration.ofSeconds(30))) {
+   *   write(held.token());
+   *   held.check();   // throws LockLost if it was lost meanwhile
+   * }                 // close() releases it, or throws LockLost if it was lost
+   * }</pre>
+   */
+  public Lock lock(String name, Duration ttl) {
+    return lock(HoldAcquire.newBuilder().setName(name).setTtl(duration(ttl)).build(), null);
+  }
+
+  /** A lock, shared hold or semaphore permit (acquire's kind, limit, wait); onLost is called when it is lost. */
+  public Lock lock(HoldAcquire acquire, Consumer<StockctlException.LockLost> onLost) {
+    return Lock.acquire(this, acquire, onLost);
+  }
+
+  /** The unary shape: a hold kept by keepAlive at least every ttl, on the same server. Not retried. */
+  public AcquireResponse acquire(AcquireRequest request) {
+    Duration d = null;
+    if (request.hasWait()) {
+      d = timeout.plusSeconds(request.getWait().getSeconds());
+    }
+    return unary(LockServiceGrpc.getAcquireMethod(), request, false, d);
+  }
+
+  public AcquireResponse acquire(String name, LockKind kind, Duration ttl) {
+    return acquire(AcquireRequest.newBuilder().setName(name).setKind(kind).setTtl(duration(ttl)).build());
+  }
+
+  public KeepAliveResponse keepAlive(String holdId) {
+    return unary(LockServiceGrpc.getKeepAliveMethod(), KeepAliveRequest.newBuilder().setHoldId(holdId).build(), false, null);
+  }
+
+  public LockServiceReleaseResponse releaseHold(String holdId) {
+    return unary(LockServiceGrpc.getReleaseMethod(), LockServiceReleaseRequest.newBuilder().setHoldId(holdId).build(), false, null);
+  }
+
+  /** A google.protobuf.Duration of a java.time.Duration. */
+  public static com.google.protobuf.Duration duration(Duration d) {
+    return com.google.protobuf.Duration.newBuilder().setSeconds(d.getSeconds()).setNanos(d.getNano()).build();
+  }
+}

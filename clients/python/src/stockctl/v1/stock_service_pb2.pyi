@@ -1,0 +1,437 @@
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+ORDER_EVENT_KIND_ALLOCATED: OrderEventKind
+ORDER_EVENT_KIND_CANCELLED: OrderEventKind
+ORDER_EVENT_KIND_CONFIRMED: OrderEventKind
+ORDER_EVENT_KIND_EXPIRED: OrderEventKind
+ORDER_EVENT_KIND_RELEASED: OrderEventKind
+ORDER_EVENT_KIND_RESERVED: OrderEventKind
+ORDER_EVENT_KIND_UNSPECIFIED: OrderEventKind
+ORDER_STATE_ALLOCATED: OrderState
+ORDER_STATE_CONFIRMED: OrderState
+ORDER_STATE_EXPIRED: OrderState
+ORDER_STATE_RESERVED: OrderState
+ORDER_STATE_UNSPECIFIED: OrderState
+
+class AllocateRequest(_message.Message):
+    __slots__ = ["buyer", "order", "qty", "route_key", "sku"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_KEY_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    order: str
+    qty: int
+    route_key: str
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., route_key: _Optional[str] = ..., buyer: _Optional[str] = ...) -> None: ...
+
+class AllocateResponse(_message.Message):
+    __slots__ = ["buyer", "order", "parts", "qty", "released", "replayed", "revision", "sku"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    order: str
+    parts: _containers.RepeatedCompositeFieldContainer[Part]
+    qty: int
+    released: bool
+    replayed: bool
+    revision: int
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., revision: _Optional[int] = ..., replayed: bool = ..., released: bool = ..., buyer: _Optional[str] = ...) -> None: ...
+
+class AuditRequest(_message.Message):
+    __slots__ = ["sku"]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    sku: str
+    def __init__(self, sku: _Optional[str] = ...) -> None: ...
+
+class AuditResponse(_message.Message):
+    __slots__ = ["allocated", "buyers", "confirmed", "delivered", "deliveries", "expired_orders", "ok", "orders", "pool", "problems", "released_orders", "reserved", "revision", "segments", "sku", "total"]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    BUYERS_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_ORDERS_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ORDERS_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_ORDERS_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    allocated: int
+    buyers: int
+    confirmed: int
+    delivered: int
+    deliveries: int
+    expired_orders: int
+    ok: bool
+    orders: int
+    pool: int
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    released_orders: int
+    reserved: int
+    revision: int
+    segments: int
+    sku: str
+    total: int
+    def __init__(self, sku: _Optional[str] = ..., ok: bool = ..., revision: _Optional[int] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., segments: _Optional[int] = ..., allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., confirmed: _Optional[int] = ..., orders: _Optional[int] = ..., released_orders: _Optional[int] = ..., expired_orders: _Optional[int] = ..., buyers: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ..., deliveries: _Optional[int] = ..., delivered: _Optional[int] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ["order", "sku"]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    order: str
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ["buyer", "order", "parts", "qty", "replayed", "revision", "sku", "state"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    order: str
+    parts: _containers.RepeatedCompositeFieldContainer[Part]
+    qty: int
+    replayed: bool
+    revision: int
+    sku: str
+    state: OrderState
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., revision: _Optional[int] = ..., replayed: bool = ..., buyer: _Optional[str] = ..., state: _Optional[_Union[OrderState, str]] = ...) -> None: ...
+
+class ConfirmRequest(_message.Message):
+    __slots__ = ["order", "sku"]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    order: str
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ...) -> None: ...
+
+class ConfirmResponse(_message.Message):
+    __slots__ = ["buyer", "deadline", "order", "parts", "qty", "replayed", "revision", "sku"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    deadline: _timestamp_pb2.Timestamp
+    order: str
+    parts: _containers.RepeatedCompositeFieldContainer[Part]
+    qty: int
+    replayed: bool
+    revision: int
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., revision: _Optional[int] = ..., replayed: bool = ..., buyer: _Optional[str] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CreateSKURequest(_message.Message):
+    __slots__ = ["initial_fill", "low_watermark", "per_user_limit", "refill_batch", "segments", "sku", "total"]
+    INITIAL_FILL_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    PER_USER_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    REFILL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    initial_fill: int
+    low_watermark: int
+    per_user_limit: int
+    refill_batch: int
+    segments: int
+    sku: str
+    total: int
+    def __init__(self, sku: _Optional[str] = ..., total: _Optional[int] = ..., segments: _Optional[int] = ..., initial_fill: _Optional[int] = ..., low_watermark: _Optional[int] = ..., refill_batch: _Optional[int] = ..., per_user_limit: _Optional[int] = ...) -> None: ...
+
+class CreateSKUResponse(_message.Message):
+    __slots__ = ["create_time", "initial_fill", "low_watermark", "per_user_limit", "pool", "refill_batch", "segments", "sku", "total"]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_FILL_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    PER_USER_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    REFILL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    create_time: _timestamp_pb2.Timestamp
+    initial_fill: int
+    low_watermark: int
+    per_user_limit: int
+    pool: int
+    refill_batch: int
+    segments: int
+    sku: str
+    total: int
+    def __init__(self, sku: _Optional[str] = ..., total: _Optional[int] = ..., segments: _Optional[int] = ..., initial_fill: _Optional[int] = ..., pool: _Optional[int] = ..., low_watermark: _Optional[int] = ..., refill_batch: _Optional[int] = ..., per_user_limit: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class OrderEvent(_message.Message):
+    __slots__ = ["buyer", "create_time", "deadline", "event", "order", "parts", "qty", "reservation", "revision", "sku", "version"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    create_time: _timestamp_pb2.Timestamp
+    deadline: _timestamp_pb2.Timestamp
+    event: OrderEventKind
+    order: str
+    parts: _containers.RepeatedCompositeFieldContainer[Part]
+    qty: int
+    reservation: bool
+    revision: int
+    sku: str
+    version: int
+    def __init__(self, revision: _Optional[int] = ..., event: _Optional[_Union[OrderEventKind, str]] = ..., sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., buyer: _Optional[str] = ..., reservation: bool = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+
+class Part(_message.Message):
+    __slots__ = ["place", "qty"]
+    PLACE_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    place: str
+    qty: int
+    def __init__(self, place: _Optional[str] = ..., qty: _Optional[int] = ...) -> None: ...
+
+class RebalancerPass(_message.Message):
+    __slots__ = ["leader", "moved", "moves", "revision", "time", "total_moved", "total_moves"]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MOVED_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_MOVES_FIELD_NUMBER: _ClassVar[int]
+    leader: str
+    moved: int
+    moves: int
+    revision: int
+    time: _timestamp_pb2.Timestamp
+    total_moved: int
+    total_moves: int
+    def __init__(self, leader: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., moves: _Optional[int] = ..., moved: _Optional[int] = ..., revision: _Optional[int] = ..., total_moves: _Optional[int] = ..., total_moved: _Optional[int] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ["order", "sku"]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    order: str
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ["buyer", "order", "parts", "qty", "replayed", "revision", "sku", "state"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    order: str
+    parts: _containers.RepeatedCompositeFieldContainer[Part]
+    qty: int
+    replayed: bool
+    revision: int
+    sku: str
+    state: OrderState
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., revision: _Optional[int] = ..., replayed: bool = ..., buyer: _Optional[str] = ..., state: _Optional[_Union[OrderState, str]] = ...) -> None: ...
+
+class ReserveRequest(_message.Message):
+    __slots__ = ["buyer", "order", "qty", "route_key", "sku", "ttl"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    ROUTE_KEY_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    order: str
+    qty: int
+    route_key: str
+    sku: str
+    ttl: _duration_pb2.Duration
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., route_key: _Optional[str] = ..., buyer: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ReserveResponse(_message.Message):
+    __slots__ = ["buyer", "deadline", "order", "parts", "qty", "released", "replayed", "revision", "sku", "state"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    deadline: _timestamp_pb2.Timestamp
+    order: str
+    parts: _containers.RepeatedCompositeFieldContainer[Part]
+    qty: int
+    released: bool
+    replayed: bool
+    revision: int
+    sku: str
+    state: OrderState
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., revision: _Optional[int] = ..., replayed: bool = ..., released: bool = ..., buyer: _Optional[str] = ..., state: _Optional[_Union[OrderState, str]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RestockRequest(_message.Message):
+    __slots__ = ["delivery", "qty", "sku"]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    delivery: str
+    qty: int
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., qty: _Optional[int] = ..., delivery: _Optional[str] = ...) -> None: ...
+
+class RestockResponse(_message.Message):
+    __slots__ = ["delivery", "pool", "qty", "replayed", "revision", "sku", "total"]
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    delivery: str
+    pool: int
+    qty: int
+    replayed: bool
+    revision: int
+    sku: str
+    total: int
+    def __init__(self, sku: _Optional[str] = ..., qty: _Optional[int] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., revision: _Optional[int] = ..., replayed: bool = ..., delivery: _Optional[str] = ...) -> None: ...
+
+class SegmentStatus(_message.Message):
+    __slots__ = ["inbox", "index", "remaining"]
+    INBOX_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    inbox: int
+    index: int
+    remaining: int
+    def __init__(self, index: _Optional[int] = ..., remaining: _Optional[int] = ..., inbox: _Optional[int] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ["sku"]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    sku: str
+    def __init__(self, sku: _Optional[str] = ...) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ["status"]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: StockStatus
+    def __init__(self, status: _Optional[_Union[StockStatus, _Mapping]] = ...) -> None: ...
+
+class StockStatus(_message.Message):
+    __slots__ = ["allocated", "create_time", "low_watermark", "orders", "per_user_limit", "pool", "rebalancer", "refill_batch", "remaining", "reservations", "reserved", "revision", "segments", "sku", "total"]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    ORDERS_FIELD_NUMBER: _ClassVar[int]
+    PER_USER_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    REBALANCER_FIELD_NUMBER: _ClassVar[int]
+    REFILL_BATCH_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    allocated: int
+    create_time: _timestamp_pb2.Timestamp
+    low_watermark: int
+    orders: int
+    per_user_limit: int
+    pool: int
+    rebalancer: RebalancerPass
+    refill_batch: int
+    remaining: int
+    reservations: int
+    reserved: int
+    revision: int
+    segments: _containers.RepeatedCompositeFieldContainer[SegmentStatus]
+    sku: str
+    total: int
+    def __init__(self, sku: _Optional[str] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., remaining: _Optional[int] = ..., allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., reservations: _Optional[int] = ..., orders: _Optional[int] = ..., revision: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentStatus, _Mapping]]] = ..., low_watermark: _Optional[int] = ..., refill_batch: _Optional[int] = ..., per_user_limit: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., rebalancer: _Optional[_Union[RebalancerPass, _Mapping]] = ...) -> None: ...
+
+class WatchOrdersRequest(_message.Message):
+    __slots__ = ["since", "sku", "snapshot"]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    since: int
+    sku: str
+    snapshot: bool
+    def __init__(self, sku: _Optional[str] = ..., since: _Optional[int] = ..., snapshot: bool = ...) -> None: ...
+
+class WatchOrdersResponse(_message.Message):
+    __slots__ = ["cursor", "events", "snapshot"]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    cursor: int
+    events: _containers.RepeatedCompositeFieldContainer[OrderEvent]
+    snapshot: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[OrderEvent, _Mapping]]] = ..., cursor: _Optional[int] = ..., snapshot: bool = ...) -> None: ...
+
+class WatchStatusRequest(_message.Message):
+    __slots__ = ["min_interval", "sku"]
+    MIN_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    min_interval: _duration_pb2.Duration
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., min_interval: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WatchStatusResponse(_message.Message):
+    __slots__ = ["status"]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: StockStatus
+    def __init__(self, status: _Optional[_Union[StockStatus, _Mapping]] = ...) -> None: ...
+
+class OrderState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class OrderEventKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []

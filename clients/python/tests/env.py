@@ -1,0 +1,25 @@
+"""The serves a live test runs against, from the environment the Go test
+clients/TestPythonClient sets (it starts them): STOCKCTL_TARGET (serve A,
+on an embedded etcd), STOCKCTL_SPARE_TARGET and STOCKCTL_SPARE_PID (serve
+B, on A's etcd, which a test kills), STOCKCTL_TOKEN, STOCKCTL_COMPACTED (a
+revision up to which A's etcd compacted its history)."""
+
+import os
+import uuid
+
+TARGET = os.environ.get("STOCKCTL_TARGET", "")
+SPARE = os.environ.get("STOCKCTL_SPARE_TARGET", "")
+SPARE_PID = int(os.environ.get("STOCKCTL_SPARE_PID", "0"))
+TOKEN = os.environ.get("STOCKCTL_TOKEN", "")
+COMPACTED = int(os.environ.get("STOCKCTL_COMPACTED", "0"))
+
+
+def need():
+    if not TARGET:
+        raise RuntimeError("STOCKCTL_TARGET is not set: run these tests with `go test ./clients/`, "
+                           "which starts the serves they need")
+
+
+def name(prefix):
+    """A name no other test or run uses."""
+    return "%s-%s" % (prefix, uuid.uuid4().hex[:10])

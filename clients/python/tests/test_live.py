@@ -1,0 +1,337 @@
+"""The client against real stockctl serve processes (started by the Go test clients/TestPythonClient)."""
+
+import datetime
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+
+import stockctl_client as sc
+from stockctl.v1 import stock_service_pb2 as st
+
+from . import env
+
+# A bound on a wait for something the test caused (a process to die, a
+# stream to break): never a measurement.
+BOUND = 60
+
+
+def client(*targets, **kw):
+    env.need()
+    return sc.Client(list(targets) or [env.TARGET], env.TOKEN, **kw)
+
+
+class StockMethods(unittest.TestCase):
+    def test_every_stock_method(self):
+        with client() as c:
+            sku = env.name("py-stock")
+            o = lambda n: sku + "-" + n  # order IDs are unique across SKUs
+            made = c.create_sku(sku, total=100, segments=4, initial_fill=40, low_watermark=2, refill_batch=5)
+            self.assertEqual((made.sku, made.total, made.pool), (sku, 100, 60))
+            a = c.allocate(sku, o("a-1"), 2, route_key="user-1")
+            self.assertFalse(a.replayed)
+            self.assertEqual(sum(p.qty for p in a.parts), 2)
+            again = c.allocate(sku, o("a-1"), 2, route_key="user-1")
+            self.assertTrue(again.replayed)
+            self.assertEqual(again.revision, a.revision)
+            r = c.reserve(sku, o("r-1"), 3, ttl=datetime.timedelta(minutes=15), buyer="user-7")
+            self.assertEqual(r.state, st.ORDER_STATE_RESERVED)
+            self.assertTrue(r.HasField("deadline"))
+            self.assertFalse(c.confirm(sku, o("r-1")).replayed)
+            self.assertTrue(c.confirm(sku, o("r-1")).replayed)
+            c.reserve(sku, o("r-2"), 1, ttl=600)
+            self.assertEqual(c.cancel(sku, o("r-2")).state, st.ORDER_STATE_RESERVED)
+            rel = c.release(sku, o("a-1"))
+            self.assertEqual((rel.qty, rel.state, rel.replayed), (2, st.ORDER_STATE_ALLOCATED, False))
+            self.assertTrue(c.release(sku, o("a-1")).replayed)
+            rs = c.restock(sku, 50, env.name("dn"))
+            self.assertEqual((rs.total, rs.replayed), (150, False))
+            self.assertTrue(c.restock(sku, 50, rs.delivery).replayed)
+            s = c.status(sku)
+            self.assertEqual((s.total, s.remaining, s.allocated, len(s.segments)), (150, 147, 3, 4))
+            au = c.audit(sku)
+            self.assertTrue(au.ok, au.problems)
+            self.assertEqual((au.total, au.deliveries), (150, 1))
+            frames = c.watch_status(sku, min_interval=0.01, timeout=30)
+            first = next(frames)
+            self.assertEqual(first.remaining, 147)
+            frames.close()
+            batches = c.watch_orders(sku, since=made_rev(c, sku, a.revision), timeout=30)
+            events = []
+            for b in batches:
+                events += [(e.order, sc.kind(e)) for e in b.events]
+                if b.cursor >= rel.revision:  # the last order event (the restock after it is no order's)
+                    batches.cancel()
+                    break
+            self.assertEqual(events, [(o("a-1"), "allocated"), (o("r-1"), "reserved"), (o("r-1"), "confirmed"),
+                                      (o("r-2"), "reserved"), (o("r-2"), "cancelled"), (o("a-1"), "released")])
+
+
+def made_rev(c, sku, first_order_rev):
+    return first_order_rev - 1
+
+
+class ErrorReasonsLive(unittest.TestCase):
+    """Each reason a test can cause on a real serve comes back as its class."""
+
+    def test_refusals(self):
+        with client() as c:
+            sku = env.name("py-err")
+            c.create_sku(sku, total=5, segments=2, initial_fill=5)
+            with self.assertRaises(sc.InvalidArgument) as cm:
+                c.allocate(sku, "x-0", 0)
+            self.assertEqual(cm.exception.field, "qty")
+            with self.assertRaises(sc.SKUNotFound):
+                c.status(env.name("py-none"))
+            with self.assertRaises(sc.OrderNotFound):
+                c.confirm(sku, "no-such-order")
+            with self.assertRaises(sc.SKUExists):
+                c.create_sku(sku, total=5, segments=2, initial_fill=5)
+            c.allocate(sku, "x-1", 1)
+            with self.assertRaises(sc.OrderConflict):
+                c.allocate(sku, "x-1", 2)
+            with self.assertRaises(sc.OrderStateConflict):
+                c.confirm(sku, "x-1")
+            d = env.name("dn")
+            c.restock(sku, 1, d)
+            with self.assertRaises(sc.DeliveryConflict):
+                c.restock(sku, 2, d)
+            with self.assertRaises(sc.SoldOut) as cm:
+                c.allocate(sku, "x-2", 99)
+            e = cm.exception
+            self.assertEqual((e.sku, e.want, e.remaining), (sku, 99, 5))
+            self.assertGreater(e.revision, 0)
+            self.assertEqual((e.code, e.reason), (grpc.StatusCode.FAILED_PRECONDITION, "INSUFFICIENT_STOCK"))
+
+            limited = env.name("py-limit")
+            c.create_sku(limited, total=10, segments=1, initial_fill=10, per_user_limit=2)
+            c.allocate(limited, "l-1", 2, buyer="user-9")
+            with self.assertRaises(sc.PerUserLimitExceeded) as cm:
+                c.allocate(limited, "l-2", 1, buyer="user-9")
+            e = cm.exception
+            self.assertEqual((e.buyer, e.limit, e.held, e.want), ("user-9", 2, 2, 1))
+
+            r = c.reserve(sku, "x-3", 1, ttl=1)
+            deadline = r.deadline.ToDatetime().replace(tzinfo=datetime.timezone.utc)
+            # Waits for the reservation's deadline (the server's clock is this machine's).
+            time.sleep(max(0.0, (deadline - datetime.datetime.now(datetime.timezone.utc)).total_seconds()) + 0.2)
+            with self.assertRaises(sc.ReservationExpired) as cm:
+                c.confirm(sku, "x-3")
+            self.assertEqual(cm.exception.order, "x-3")
+            self.assertEqual(cm.exception.deadline, r.deadline.ToDatetime())
+
+            with self.assertRaises(sc.CursorAhead) as cm:
+                c.watch_orders(sku, since=10 ** 12).__next__()
+            self.assertEqual(cm.exception.cursor, 10 ** 12)
+            with self.assertRaises(sc.CursorCompacted) as cm:
+                next(iter(c.watch_orders("", since=1)))
+            self.assertGreaterEqual(cm.exception.compact_revision, env.COMPACTED)
+            with self.assertRaises(sc.ResourceExhausted):  # BODY_TOO_LARGE, or the transport's bound
+                c.allocate("s" * 100000, "x-4", 1)
+
+    def test_tokens(self):
+        env.need()
+        with sc.Client(env.TARGET) as anon, self.assertRaises(sc.TokenMissing):
+            anon.status("any")
+        with sc.Client(env.TARGET, "not-the-token-0123456789") as wrong, self.assertRaises(sc.TokenInvalid):
+            wrong.status("any")
+
+    def test_lock_refusals(self):
+        with client() as c:
+            name = env.name("py-busy")
+            with c.lock(name, ttl=30):
+                with self.assertRaises(sc.LockBusy) as cm:
+                    c.acquire(name, wait=0)
+                self.assertEqual(cm.exception.name, name)
+                with client(timeout=1) as short, self.assertRaises(sc.DeadlineExceeded):
+                    short.acquire(name)  # waits for the lock until the call's deadline
+            sem = env.name("py-sem")
+            with c.lock(sem, kind="semaphore", limit=2):
+                with self.assertRaises(sc.LimitMismatch) as cm:
+                    c.acquire(sem, kind="semaphore", limit=3)
+                self.assertEqual((cm.exception.limit, cm.exception.held_limit), (3, 2))
+            with self.assertRaises(sc.LockKindUnsupported):
+                c.acquire(env.name("py-kind"), kind=99)
+            with self.assertRaises(sc.HoldNotFound):
+                c.keep_alive("h_NOSUCHHOLD")
+            lapse = env.name("py-lapse")
+            held = c.acquire(lapse, ttl=1)
+            # No KeepAlive: wait until the server has let the hold go, seen as the lock being free
+            # (a KeepAlive that beat the server's own timer would extend it).
+            deadline = time.monotonic() + BOUND
+            while True:
+                try:
+                    c.release_hold(c.acquire(lapse, wait=0).hold_id)
+                    break
+                except sc.LockBusy:
+                    self.assertLess(time.monotonic(), deadline, "the server never let the hold go")
+                    time.sleep(0.1)
+            with self.assertRaises(sc.LockLost) as cm:
+                c.keep_alive(held.hold_id)
+            self.assertEqual((cm.exception.token, cm.exception.lost_reason), (held.token, "KEEPALIVE_TIMEOUT"))
+
+
+class Locks(unittest.TestCase):
+    def test_hold_stream_kept_alive(self):
+        with client() as c:
+            name = env.name("py-lock")
+            with c.lock(name, ttl=1) as held:
+                self.assertGreater(held.token, 0)
+                self.assertTrue(held.key)
+                # Three ttls without the caller doing anything: the background keep-alive holds it.
+                self.assertFalse(held.lost.wait(3))
+                held.check()
+                with self.assertRaises(sc.LockBusy):
+                    c.acquire(name, wait=0)
+            first = held.token
+            with c.lock(name, kind="shared") as a, c.lock(name, kind="shared") as b:
+                self.assertGreater(min(a.token, b.token), first)
+            u = c.acquire(name, ttl=10)
+            self.assertGreater(u.token, max(a.token, b.token))
+            self.assertEqual(c.keep_alive(u.hold_id).token, u.token)
+            self.assertEqual(c.release_hold(u.hold_id).token, u.token)
+            self.assertEqual(c.release_hold(u.hold_id).token, u.token)  # idempotent
+
+    def test_lost_when_keepalives_stop(self):
+        with client() as c:
+            held = c.lock(env.name("py-stall"), ttl=1)
+            held.acquire()
+            held._done.set()  # stops the keep-alives, as a stalled process would
+            self.assertTrue(held.lost.wait(BOUND), "the server never reported the hold lost")
+            self.assertEqual(held.lost_error.lost_reason, "KEEPALIVE_TIMEOUT")
+            with self.assertRaises(sc.LockLost):
+                held.release()
+
+
+class LoseFirstReply(grpc.UnaryUnaryClientInterceptor):
+    """Lets the first Allocate reach the server and commit, then loses its reply."""
+
+    def __init__(self):
+        self.lost = []
+
+    def intercept_unary_unary(self, continuation, details, request):
+        outcome = continuation(details, request)
+        if details.method.endswith("/Allocate") and not self.lost:
+            self.lost.append(outcome.result())
+            raise _Unavailable()
+        return outcome
+
+
+class _Unavailable(grpc.RpcError):
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self):
+        return "the reply was lost (test)"
+
+    def trailing_metadata(self):
+        return ()
+
+
+class ServeKilled(unittest.TestCase):
+    def test_retry_on_second_serve_and_lock_lost(self):
+        env.need()
+        self.assertTrue(env.SPARE and env.SPARE_PID, "no spare serve to kill")
+        with client() as a:
+            sku = env.name("py-kill")
+            a.create_sku(sku, total=10, segments=2, initial_fill=10)
+        lose = LoseFirstReply()
+        lost_calls = []
+        with client(env.SPARE, env.TARGET, interceptors=[lose]) as c, client(env.SPARE) as on_spare:
+            # An order whose reply is lost on the spare is retried on the other serve: replayed.
+            got = c.allocate(sku, "k-1", 3)
+            self.assertEqual(len(lose.lost), 1)
+            self.assertTrue(got.replayed)
+            self.assertEqual(got.revision, lose.lost[0].revision)
+            self.assertEqual(c.targets[c._target()], env.TARGET)
+            self.assertEqual(on_spare.status(sku).remaining, 7)
+
+            held = on_spare.lock(env.name("py-dropped"), ttl=60, on_lost=lost_calls.append)
+            with self.assertRaises(sc.LockLost) as cm:
+                with held:
+                    os.kill(env.SPARE_PID, signal.SIGKILL)
+                    self.assertTrue(held.lost.wait(BOUND), "the lock was not reported lost when its stream dropped")
+            e = cm.exception
+            self.assertEqual((e.name, e.token, e.lost_reason), (held.name, held.token, "STREAM_BROKEN"))
+            self.assertEqual(lost_calls, [e])
+
+        # The spare is dead: a new client's first attempt fails there and goes on to the other serve.
+        with client(env.SPARE, env.TARGET) as c:
+            self.assertFalse(c.allocate(sku, "k-2", 1).replayed)
+            self.assertEqual(c.targets[c._target()], env.TARGET)
+            self.assertEqual(c.status(sku).remaining, 6)
+        with client(env.SPARE, attempts=2) as dead, self.assertRaises(sc.Unavailable):
+            dead.status(sku)
+
+
+class FeedConsumer(unittest.TestCase):
+    def test_killed_and_resumed_exactly(self):
+        with client() as c:
+            sku = env.name("py-feed")
+            c.create_sku(sku, total=1000, segments=4, initial_fill=400)
+            start = c.status(sku).revision
+            db = os.path.join(tempfile.mkdtemp(), "feed.db")
+            script = os.path.join(os.path.dirname(__file__), "feed_consumer.py")
+
+            def place(n, tag):
+                last = 0
+                for i in range(n):
+                    o = "%s-%s-%d" % (sku, tag, i)
+                    if i % 3 == 0:
+                        last = c.reserve(sku, o, 1, ttl=600).revision
+                        if i % 2 == 0:
+                            last = c.confirm(sku, o).revision
+                        else:
+                            last = c.cancel(sku, o).revision
+                    else:
+                        last = c.allocate(sku, o, 2).revision
+                        if i % 5 == 0:
+                            last = c.release(sku, o).revision
+                return last
+
+            def consume(until, crash_after=0):
+                e = dict(os.environ, CRASH_AFTER=str(crash_after))
+                return subprocess.run([sys.executable, script, env.TARGET, env.TOKEN, db, sku, str(start), str(until)],
+                                      env=e, capture_output=True, text=True, timeout=BOUND * 5)
+
+            until = place(30, "a")
+            p = consume(until, crash_after=7)
+            self.assertEqual(p.returncode, -signal.SIGKILL, p.stdout + p.stderr)
+            until = place(30, "b")
+            p = consume(until, crash_after=25)
+            self.assertEqual(p.returncode, -signal.SIGKILL, p.stdout + p.stderr)
+            p = consume(until, crash_after=3)
+            self.assertEqual(p.returncode, -signal.SIGKILL, p.stdout + p.stderr)
+            until = place(20, "c")
+            p = consume(until)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+            # What the table holds is the feed from the start, each event once, in order.
+            want = []
+            stream = c.watch_orders(sku, since=start, timeout=BOUND)
+            for b in stream:
+                want += [(e.revision, e.order, sc.kind(e)) for e in b.events]
+                if b.cursor >= until:
+                    stream.cancel()
+                    break
+            conn = sqlite3.connect(db)
+            got = conn.execute("SELECT revision, order_id, kind FROM events ORDER BY revision, order_id").fetchall()
+            self.assertEqual(got, want)
+            self.assertGreater(len(want), 80)
+            cursor = conn.execute("SELECT revision FROM stockctl_feed_cursor WHERE scope = ?", (sku,)).fetchone()[0]
+            self.assertGreaterEqual(cursor, until)
+            states = dict(conn.execute("SELECT state, COUNT(*) FROM orders GROUP BY state").fetchall())
+            au = c.audit(sku)
+            self.assertEqual(sum(states.values()), au.orders)
+            self.assertEqual(states.get("released", 0) + states.get("cancelled", 0), au.released_orders)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,154 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/keys"
+)
+
+// Lazy segments (SegmentCounter): a segment that one process sells from
+// without its lock is not rewritten by its orders; its units are its
+// counter's N minus the parts of the order records created after its base.
+// Everything that counts a segment's units (a look, Status, Audit, a lock
+// holder taking it, another process taking it over) reads those records
+// at the revision it read the counters, and subtracts them here.
+
+// lazySeg is a segment whose counter is lazy, as read: its index and the
+// revision its unsettled sales are counted from.
+type lazySeg struct {
+	index int
+	base  int64
+	n     int64 // the counter's N
+}
+
+// lazyOf returns the segment as a lazySeg if its counter may have unsettled
+// sales. A lazy counter whose N is 0 has none: its owner sells only what N
+// holds (taking the inbox rewrites the counter).
+func lazyOf(index int, c SegmentCounter, modRev int64) (lazySeg, bool) {
+	if !c.Lazy() || c.N == 0 {
+		return lazySeg{}, false
+	}
+	return lazySeg{index: index, base: c.BaseAt(modRev), n: c.N}, true
+}
+
+// unsettledRead is the read of sku's records that lazy needs, at rev (0:
+// the transaction's own revision). It reads only the records created
+// after the oldest base.
+func (e *Engine) unsettledRead(sku string, rev int64, lazy []lazySeg) clientv3.Op {
+	minBase := lazy[0].base
+	for _, l := range lazy[1:] {
+		minBase = min(minBase, l.base)
+	}
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithMinCreateRev(minBase + 1)}
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	return clientv3.OpGet(e.keys.Orders(sku), opts...)
+}
+
+// unsettledSales sums, per lazy segment, the parts taken from it by the
+// records in kvs created after its base.
+func unsettledSales(sku string, lazy []lazySeg, kvs []*mvccpb.KeyValue) (map[int]int64, error) {
+	base := make(map[int]int64, len(lazy))
+	for _, l := range lazy {
+		base[l.index] = l.base
+	}
+	sold := make(map[int]int64, len(lazy))
+	for _, kv := range kvs {
+		o, err := DecodeOrder(string(kv.Key), kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		if o.SKU != sku {
+			return nil, &CorruptError{Key: string(kv.Key), Value: kv.Value, Err: fmt.Errorf("record names SKU %q", o.SKU)}
+		}
+		for _, p := range o.Parts {
+			if p.Place.IsPool() {
+				continue
+			}
+			if b, ok := base[p.Place.Index()]; ok && kv.CreateRevision > b {
+				sold[p.Place.Index()] += p.Qty
+			}
+		}
+	}
+	return sold, nil
+}
+
+// unsettled reads and sums sku's unsettled lazy sales at rev (see
+// unsettledSales).
+func (e *Engine) unsettled(ctx context.Context, sku string, rev int64, lazy []lazySeg) (map[int]int64, error) {
+	if len(lazy) == 0 {
+		return nil, nil
+	}
+	resp, err := e.kv.Txn(ctx).Then(e.unsettledRead(sku, rev, lazy)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("read the unsettled orders of %s: %w", sku, err)
+	}
+	return unsettledSales(sku, lazy, resp.Responses[0].GetResponseRange().Kvs)
+}
+
+// settleSKU writes every lazy segment of sku with its exact units, so that
+// no order record is needed to count them (DeleteSKU archives every record
+// first). Per segment it is two transactions: a mark that ends the owner's
+// lazy sales (it rewrites the counter, which the owner's commits compare)
+// and reads the records since the base, then the exact counter, on
+// condition that nothing wrote it in between.
+func (e *Engine) settleSKU(ctx context.Context, sku string) error {
+	info, err := e.sku(ctx, sku)
+	if err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt >= maxCommitAttempts {
+			return fmt.Errorf("settle %s: its counters kept moving: %w", sku, ErrContention)
+		}
+		resp, err := e.kv.Get(ctx, e.keys.SKUStock(sku), clientv3.WithPrefix())
+		if err != nil {
+			return fmt.Errorf("settle %s: %w", sku, err)
+		}
+		moved := false
+		for _, kv := range resp.Kvs {
+			k, c, err := e.decodeStockKV(info, kv)
+			if err != nil {
+				return fmt.Errorf("settle %s: %w", sku, err)
+			}
+			if k.Kind != keys.KindSegment || !c.Lazy() {
+				continue
+			}
+			l := lazySeg{index: k.Index, base: c.BaseAt(kv.ModRevision), n: c.N}
+			key := string(kv.Key)
+			mark, err := e.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+				Then(clientv3.OpPut(key, EncodeSegmentCounter(SegmentCounter{N: c.N, Base: l.base})), e.unsettledRead(sku, 0, []lazySeg{l})).
+				Commit()
+			if err != nil {
+				return fmt.Errorf("settle %s: %w", sku, err)
+			}
+			if !mark.Succeeded {
+				moved = true
+				continue
+			}
+			sold, err := unsettledSales(sku, []lazySeg{l}, mark.Responses[1].GetResponseRange().GetKvs())
+			if err != nil {
+				return fmt.Errorf("settle %s: %w", sku, err)
+			}
+			units := c.N - sold[l.index]
+			if units < 0 {
+				return fmt.Errorf("settle %s: %w", sku, &CorruptError{Key: key, Value: kv.Value,
+					Err: fmt.Errorf("orders since revision %d took %d units from a segment that held %d", l.base, sold[l.index], c.N)})
+			}
+			put, err := e.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", mark.Header.Revision)).
+				Then(clientv3.OpPut(key, EncodeCounter(units))).Commit()
+			if err != nil {
+				return fmt.Errorf("settle %s: %w", sku, err)
+			}
+			moved = moved || !put.Succeeded
+		}
+		if !moved {
+			return nil
+		}
+	}
+}
