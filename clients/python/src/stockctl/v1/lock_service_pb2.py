@@ -16,7 +16,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from stockctl.v1 import errors_pb2 as stockctl_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1estockctl/v1/lock_service.proto\x12\x0bstockctl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockctl/v1/errors.proto\"\xa3\x01\n\x0e\x41\x63quireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.stockctl.v1.LockKind\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05limit\x18\x05 \x01(\x05\"\xeb\x01\n\x0f\x41\x63quireResponse\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12#\n\x04kind\x18\x03 \x01(\x0e\x32\x15.stockctl.v1.LockKind\x12\r\n\x05token\x18\x04 \x01(\x03\x12\x0b\n\x03key\x18\x05 \x01(\t\x12&\n\x03ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0b\x65xpire_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\x05\x12\x10\n\x08revision\x18\t \x01(\x03\"#\n\x10KeepAliveRequest\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\"\x8c\x01\n\x11KeepAliveResponse\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0b\x65xpire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\",\n\x19LockServiceReleaseRequest\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\"J\n\x1aLockServiceReleaseResponse\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x03\"\xa3\x01\n\x0bHoldRequest\x12+\n\x07\x61\x63quire\x18\x01 \x01(\x0b\x32\x18.stockctl.v1.HoldAcquireH\x00\x12\x30\n\nkeep_alive\x18\x02 \x01(\x0b\x32\x1a.stockctl.v1.HoldKeepAliveH\x00\x12+\n\x07release\x18\x03 \x01(\x0b\x32\x18.stockctl.v1.HoldReleaseH\x00\x42\x08\n\x06\x61\x63tion\"\xa0\x01\n\x0bHoldAcquire\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.stockctl.v1.LockKind\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05limit\x18\x05 \x01(\x05\"\x0f\n\rHoldKeepAlive\"\r\n\x0bHoldRelease\"\x9c\x01\n\x0cHoldResponse\x12-\n\x08\x61\x63quired\x18\x01 \x01(\x0b\x32\x19.stockctl.v1.HoldAcquiredH\x00\x12-\n\x08released\x18\x02 \x01(\x0b\x32\x19.stockctl.v1.HoldReleasedH\x00\x12%\n\x04lost\x18\x03 \x01(\x0b\x32\x15.stockctl.v1.LockLostH\x00\x42\x07\n\x05\x65vent\"\xa6\x01\n\x0cHoldAcquired\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.stockctl.v1.LockKind\x12\r\n\x05token\x18\x03 \x01(\x03\x12\x0b\n\x03key\x18\x04 \x01(\t\x12&\n\x03ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05limit\x18\x06 \x01(\x05\x12\x10\n\x08revision\x18\x07 \x01(\x03\"+\n\x0cHoldReleased\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03*m\n\x08LockKind\x12\x19\n\x15LOCK_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13LOCK_KIND_EXCLUSIVE\x10\x01\x12\x14\n\x10LOCK_KIND_SHARED\x10\x02\x12\x17\n\x13LOCK_KIND_SEMAPHORE\x10\x03\x32\xbc\x02\n\x0bLockService\x12?\n\x04Hold\x12\x18.stockctl.v1.HoldRequest\x1a\x19.stockctl.v1.HoldResponse(\x01\x30\x01\x12\x44\n\x07\x41\x63quire\x12\x1b.stockctl.v1.AcquireRequest\x1a\x1c.stockctl.v1.AcquireResponse\x12J\n\tKeepAlive\x12\x1d.stockctl.v1.KeepAliveRequest\x1a\x1e.stockctl.v1.KeepAliveResponse\x12Z\n\x07Release\x12&.stockctl.v1.LockServiceReleaseRequest\x1a\'.stockctl.v1.LockServiceReleaseResponseBS\n\x16\x63om.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1estockctl/v1/lock_service.proto\x12\x0bstockctl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18stockctl/v1/errors.proto\"\xb7\x01\n\x0e\x41\x63quireRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.stockctl.v1.LockKind\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x12\n\nrequest_id\x18\x06 \x01(\t\"\xfd\x01\n\x0f\x41\x63quireResponse\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12#\n\x04kind\x18\x03 \x01(\x0e\x32\x15.stockctl.v1.LockKind\x12\r\n\x05token\x18\x04 \x01(\x03\x12\x0b\n\x03key\x18\x05 \x01(\t\x12&\n\x03ttl\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0b\x65xpire_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x08 \x01(\x05\x12\x10\n\x08revision\x18\t \x01(\x03\x12\x10\n\x08replayed\x18\n \x01(\x08\"#\n\x10KeepAliveRequest\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\"\x8c\x01\n\x11KeepAliveResponse\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12/\n\x0b\x65xpire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"@\n\x19LockServiceReleaseRequest\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"]\n\x1aLockServiceReleaseResponse\x12\x0f\n\x07hold_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05token\x18\x03 \x01(\x03\x12\x11\n\twithdrawn\x18\x04 \x01(\x08\"\xa3\x01\n\x0bHoldRequest\x12+\n\x07\x61\x63quire\x18\x01 \x01(\x0b\x32\x18.stockctl.v1.HoldAcquireH\x00\x12\x30\n\nkeep_alive\x18\x02 \x01(\x0b\x32\x1a.stockctl.v1.HoldKeepAliveH\x00\x12+\n\x07release\x18\x03 \x01(\x0b\x32\x18.stockctl.v1.HoldReleaseH\x00\x42\x08\n\x06\x61\x63tion\"\xa0\x01\n\x0bHoldAcquire\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.stockctl.v1.LockKind\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\'\n\x04wait\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05limit\x18\x05 \x01(\x05\"\x0f\n\rHoldKeepAlive\"\r\n\x0bHoldRelease\"\x9c\x01\n\x0cHoldResponse\x12-\n\x08\x61\x63quired\x18\x01 \x01(\x0b\x32\x19.stockctl.v1.HoldAcquiredH\x00\x12-\n\x08released\x18\x02 \x01(\x0b\x32\x19.stockctl.v1.HoldReleasedH\x00\x12%\n\x04lost\x18\x03 \x01(\x0b\x32\x15.stockctl.v1.LockLostH\x00\x42\x07\n\x05\x65vent\"\xa6\x01\n\x0cHoldAcquired\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.stockctl.v1.LockKind\x12\r\n\x05token\x18\x03 \x01(\x03\x12\x0b\n\x03key\x18\x04 \x01(\t\x12&\n\x03ttl\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05limit\x18\x06 \x01(\x05\x12\x10\n\x08revision\x18\x07 \x01(\x03\"+\n\x0cHoldReleased\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03*m\n\x08LockKind\x12\x19\n\x15LOCK_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13LOCK_KIND_EXCLUSIVE\x10\x01\x12\x14\n\x10LOCK_KIND_SHARED\x10\x02\x12\x17\n\x13LOCK_KIND_SEMAPHORE\x10\x03\x32\xbc\x02\n\x0bLockService\x12?\n\x04Hold\x12\x18.stockctl.v1.HoldRequest\x1a\x19.stockctl.v1.HoldResponse(\x01\x30\x01\x12\x44\n\x07\x41\x63quire\x12\x1b.stockctl.v1.AcquireRequest\x1a\x1c.stockctl.v1.AcquireResponse\x12J\n\tKeepAlive\x12\x1d.stockctl.v1.KeepAliveRequest\x1a\x1e.stockctl.v1.KeepAliveResponse\x12Z\n\x07Release\x12&.stockctl.v1.LockServiceReleaseRequest\x1a\'.stockctl.v1.LockServiceReleaseResponseBS\n\x16\x63om.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stockctl.v1.lock_service_pb2', globals())
@@ -24,34 +24,34 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'\n\026com.github.stockctl.v1P\001Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1'
-  _LOCKKIND._serialized_start=1578
-  _LOCKKIND._serialized_end=1687
+  _LOCKKIND._serialized_start=1655
+  _LOCKKIND._serialized_end=1764
   _ACQUIREREQUEST._serialized_start=139
-  _ACQUIREREQUEST._serialized_end=302
-  _ACQUIRERESPONSE._serialized_start=305
-  _ACQUIRERESPONSE._serialized_end=540
-  _KEEPALIVEREQUEST._serialized_start=542
-  _KEEPALIVEREQUEST._serialized_end=577
-  _KEEPALIVERESPONSE._serialized_start=580
-  _KEEPALIVERESPONSE._serialized_end=720
-  _LOCKSERVICERELEASEREQUEST._serialized_start=722
-  _LOCKSERVICERELEASEREQUEST._serialized_end=766
-  _LOCKSERVICERELEASERESPONSE._serialized_start=768
-  _LOCKSERVICERELEASERESPONSE._serialized_end=842
-  _HOLDREQUEST._serialized_start=845
-  _HOLDREQUEST._serialized_end=1008
-  _HOLDACQUIRE._serialized_start=1011
-  _HOLDACQUIRE._serialized_end=1171
-  _HOLDKEEPALIVE._serialized_start=1173
-  _HOLDKEEPALIVE._serialized_end=1188
-  _HOLDRELEASE._serialized_start=1190
-  _HOLDRELEASE._serialized_end=1203
-  _HOLDRESPONSE._serialized_start=1206
-  _HOLDRESPONSE._serialized_end=1362
-  _HOLDACQUIRED._serialized_start=1365
-  _HOLDACQUIRED._serialized_end=1531
-  _HOLDRELEASED._serialized_start=1533
-  _HOLDRELEASED._serialized_end=1576
-  _LOCKSERVICE._serialized_start=1690
-  _LOCKSERVICE._serialized_end=2006
+  _ACQUIREREQUEST._serialized_end=322
+  _ACQUIRERESPONSE._serialized_start=325
+  _ACQUIRERESPONSE._serialized_end=578
+  _KEEPALIVEREQUEST._serialized_start=580
+  _KEEPALIVEREQUEST._serialized_end=615
+  _KEEPALIVERESPONSE._serialized_start=618
+  _KEEPALIVERESPONSE._serialized_end=758
+  _LOCKSERVICERELEASEREQUEST._serialized_start=760
+  _LOCKSERVICERELEASEREQUEST._serialized_end=824
+  _LOCKSERVICERELEASERESPONSE._serialized_start=826
+  _LOCKSERVICERELEASERESPONSE._serialized_end=919
+  _HOLDREQUEST._serialized_start=922
+  _HOLDREQUEST._serialized_end=1085
+  _HOLDACQUIRE._serialized_start=1088
+  _HOLDACQUIRE._serialized_end=1248
+  _HOLDKEEPALIVE._serialized_start=1250
+  _HOLDKEEPALIVE._serialized_end=1265
+  _HOLDRELEASE._serialized_start=1267
+  _HOLDRELEASE._serialized_end=1280
+  _HOLDRESPONSE._serialized_start=1283
+  _HOLDRESPONSE._serialized_end=1439
+  _HOLDACQUIRED._serialized_start=1442
+  _HOLDACQUIRED._serialized_end=1608
+  _HOLDRELEASED._serialized_start=1610
+  _HOLDRELEASED._serialized_end=1653
+  _LOCKSERVICE._serialized_start=1767
+  _LOCKSERVICE._serialized_end=2083
 # @@protoc_insertion_point(module_scope)

@@ -13,27 +13,30 @@ LOCK_KIND_SHARED: LockKind
 LOCK_KIND_UNSPECIFIED: LockKind
 
 class AcquireRequest(_message.Message):
-    __slots__ = ["kind", "limit", "name", "ttl", "wait"]
+    __slots__ = ["kind", "limit", "name", "request_id", "ttl", "wait"]
     KIND_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     WAIT_FIELD_NUMBER: _ClassVar[int]
     kind: LockKind
     limit: int
     name: str
+    request_id: str
     ttl: _duration_pb2.Duration
     wait: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[LockKind, str]] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., limit: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[LockKind, str]] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., wait: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., limit: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class AcquireResponse(_message.Message):
-    __slots__ = ["expire_time", "hold_id", "key", "kind", "limit", "name", "revision", "token", "ttl"]
+    __slots__ = ["expire_time", "hold_id", "key", "kind", "limit", "name", "replayed", "revision", "token", "ttl"]
     EXPIRE_TIME_FIELD_NUMBER: _ClassVar[int]
     HOLD_ID_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
@@ -43,10 +46,11 @@ class AcquireResponse(_message.Message):
     kind: LockKind
     limit: int
     name: str
+    replayed: bool
     revision: int
     token: int
     ttl: _duration_pb2.Duration
-    def __init__(self, hold_id: _Optional[str] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[LockKind, str]] = ..., token: _Optional[int] = ..., key: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., expire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
+    def __init__(self, hold_id: _Optional[str] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[LockKind, str]] = ..., token: _Optional[int] = ..., key: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., expire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., limit: _Optional[int] = ..., revision: _Optional[int] = ..., replayed: bool = ...) -> None: ...
 
 class HoldAcquire(_message.Message):
     __slots__ = ["kind", "limit", "name", "ttl", "wait"]
@@ -135,20 +139,24 @@ class KeepAliveResponse(_message.Message):
     def __init__(self, hold_id: _Optional[str] = ..., token: _Optional[int] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., expire_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LockServiceReleaseRequest(_message.Message):
-    __slots__ = ["hold_id"]
+    __slots__ = ["hold_id", "request_id"]
     HOLD_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     hold_id: str
-    def __init__(self, hold_id: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, hold_id: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class LockServiceReleaseResponse(_message.Message):
-    __slots__ = ["hold_id", "name", "token"]
+    __slots__ = ["hold_id", "name", "token", "withdrawn"]
     HOLD_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAWN_FIELD_NUMBER: _ClassVar[int]
     hold_id: str
     name: str
     token: int
-    def __init__(self, hold_id: _Optional[str] = ..., name: _Optional[str] = ..., token: _Optional[int] = ...) -> None: ...
+    withdrawn: bool
+    def __init__(self, hold_id: _Optional[str] = ..., name: _Optional[str] = ..., token: _Optional[int] = ..., withdrawn: bool = ...) -> None: ...
 
 class LockKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -1,5 +1,7 @@
+from google.protobuf import any_pb2 as _any_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from stockctl.v1 import errors_pb2 as _errors_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -192,6 +194,34 @@ class CreateSKUResponse(_message.Message):
     total: int
     def __init__(self, sku: _Optional[str] = ..., total: _Optional[int] = ..., segments: _Optional[int] = ..., initial_fill: _Optional[int] = ..., pool: _Optional[int] = ..., low_watermark: _Optional[int] = ..., refill_batch: _Optional[int] = ..., per_user_limit: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
+class ListSKUsRequest(_message.Message):
+    __slots__ = ["page_size", "page_token"]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListSKUsResponse(_message.Message):
+    __slots__ = ["next_page_token", "skus"]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SKUS_FIELD_NUMBER: _ClassVar[int]
+    next_page_token: str
+    skus: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, skus: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class OrderError(_message.Message):
+    __slots__ = ["code", "details", "message", "reason"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    details: _containers.RepeatedCompositeFieldContainer[_any_pb2.Any]
+    message: str
+    reason: _errors_pb2.ErrorReason
+    def __init__(self, code: _Optional[str] = ..., reason: _Optional[_Union[_errors_pb2.ErrorReason, str]] = ..., message: _Optional[str] = ..., details: _Optional[_Iterable[_Union[_any_pb2.Any, _Mapping]]] = ...) -> None: ...
+
 class OrderEvent(_message.Message):
     __slots__ = ["buyer", "create_time", "deadline", "event", "order", "parts", "qty", "reservation", "revision", "sku", "version"]
     BUYER_FIELD_NUMBER: _ClassVar[int]
@@ -217,6 +247,32 @@ class OrderEvent(_message.Message):
     sku: str
     version: int
     def __init__(self, revision: _Optional[int] = ..., event: _Optional[_Union[OrderEventKind, str]] = ..., sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., buyer: _Optional[str] = ..., reservation: bool = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+
+class OrderStreamRequest(_message.Message):
+    __slots__ = ["allocate", "id", "more", "reserve"]
+    ALLOCATE_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_FIELD_NUMBER: _ClassVar[int]
+    allocate: AllocateRequest
+    id: int
+    more: _containers.RepeatedCompositeFieldContainer[OrderStreamRequest]
+    reserve: ReserveRequest
+    def __init__(self, id: _Optional[int] = ..., allocate: _Optional[_Union[AllocateRequest, _Mapping]] = ..., reserve: _Optional[_Union[ReserveRequest, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamRequest, _Mapping]]] = ...) -> None: ...
+
+class OrderStreamResponse(_message.Message):
+    __slots__ = ["allocated", "error", "id", "more", "reserved"]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    allocated: AllocateResponse
+    error: OrderError
+    id: int
+    more: _containers.RepeatedCompositeFieldContainer[OrderStreamResponse]
+    reserved: ReserveResponse
+    def __init__(self, id: _Optional[int] = ..., allocated: _Optional[_Union[AllocateResponse, _Mapping]] = ..., reserved: _Optional[_Union[ReserveResponse, _Mapping]] = ..., error: _Optional[_Union[OrderError, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamResponse, _Mapping]]] = ...) -> None: ...
 
 class Part(_message.Message):
     __slots__ = ["place", "qty"]
@@ -363,7 +419,7 @@ class StatusResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StockStatus, _Mapping]] = ...) -> None: ...
 
 class StockStatus(_message.Message):
-    __slots__ = ["allocated", "create_time", "low_watermark", "orders", "per_user_limit", "pool", "rebalancer", "refill_batch", "remaining", "reservations", "reserved", "revision", "segments", "sku", "total"]
+    __slots__ = ["allocated", "create_time", "low_watermark", "orders", "per_user_limit", "pool", "rebalancer", "rebalancer_leader", "refill_batch", "remaining", "reservations", "reserved", "revision", "segments", "sku", "total"]
     ALLOCATED_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
@@ -371,6 +427,7 @@ class StockStatus(_message.Message):
     PER_USER_LIMIT_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     REBALANCER_FIELD_NUMBER: _ClassVar[int]
+    REBALANCER_LEADER_FIELD_NUMBER: _ClassVar[int]
     REFILL_BATCH_FIELD_NUMBER: _ClassVar[int]
     REMAINING_FIELD_NUMBER: _ClassVar[int]
     RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
@@ -386,6 +443,7 @@ class StockStatus(_message.Message):
     per_user_limit: int
     pool: int
     rebalancer: RebalancerPass
+    rebalancer_leader: str
     refill_batch: int
     remaining: int
     reservations: int
@@ -394,7 +452,7 @@ class StockStatus(_message.Message):
     segments: _containers.RepeatedCompositeFieldContainer[SegmentStatus]
     sku: str
     total: int
-    def __init__(self, sku: _Optional[str] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., remaining: _Optional[int] = ..., allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., reservations: _Optional[int] = ..., orders: _Optional[int] = ..., revision: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentStatus, _Mapping]]] = ..., low_watermark: _Optional[int] = ..., refill_batch: _Optional[int] = ..., per_user_limit: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., rebalancer: _Optional[_Union[RebalancerPass, _Mapping]] = ...) -> None: ...
+    def __init__(self, sku: _Optional[str] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., remaining: _Optional[int] = ..., allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., reservations: _Optional[int] = ..., orders: _Optional[int] = ..., revision: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentStatus, _Mapping]]] = ..., low_watermark: _Optional[int] = ..., refill_batch: _Optional[int] = ..., per_user_limit: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., rebalancer: _Optional[_Union[RebalancerPass, _Mapping]] = ..., rebalancer_leader: _Optional[str] = ...) -> None: ...
 
 class WatchOrdersRequest(_message.Message):
     __slots__ = ["since", "sku", "snapshot"]

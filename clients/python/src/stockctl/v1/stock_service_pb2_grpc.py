@@ -73,6 +73,16 @@ class StockServiceStub(object):
         request_serializer=stockctl_dot_v1_dot_stock__service__pb2.WatchOrdersRequest.SerializeToString,
         response_deserializer=stockctl_dot_v1_dot_stock__service__pb2.WatchOrdersResponse.FromString,
         )
+    self.OrderStream = channel.stream_stream(
+        '/stockctl.v1.StockService/OrderStream',
+        request_serializer=stockctl_dot_v1_dot_stock__service__pb2.OrderStreamRequest.SerializeToString,
+        response_deserializer=stockctl_dot_v1_dot_stock__service__pb2.OrderStreamResponse.FromString,
+        )
+    self.ListSKUs = channel.unary_unary(
+        '/stockctl.v1.StockService/ListSKUs',
+        request_serializer=stockctl_dot_v1_dot_stock__service__pb2.ListSKUsRequest.SerializeToString,
+        response_deserializer=stockctl_dot_v1_dot_stock__service__pb2.ListSKUsResponse.FromString,
+        )
 
 
 class StockServiceServicer(object):
@@ -184,6 +194,29 @@ class StockServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def OrderStream(self, request_iterator, context):
+    """OrderStream is Allocate and Reserve for callers with many orders: each
+    request carries one order and an id of the caller's choosing, and each
+    order is answered on its own, as soon as it is done, with its id and
+    its own outcome (an error is an OrderError in the answer, never the
+    stream's end). Orders on one stream run side by side and may be
+    answered out of order; idempotency by order ID is as for Allocate.
+    The stream ends with an error only for the stream as a whole (the
+    caller's deadline, SHUTTING_DOWN); orders without an answer then may or
+    may not have been committed: retry them with the same order IDs.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
+  def ListSKUs(self, request, context):
+    """ListSKUs lists the SKUs whose creation has completed, in name order, a
+    page at a time.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_StockServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -241,6 +274,16 @@ def add_StockServiceServicer_to_server(servicer, server):
           servicer.WatchOrders,
           request_deserializer=stockctl_dot_v1_dot_stock__service__pb2.WatchOrdersRequest.FromString,
           response_serializer=stockctl_dot_v1_dot_stock__service__pb2.WatchOrdersResponse.SerializeToString,
+      ),
+      'OrderStream': grpc.stream_stream_rpc_method_handler(
+          servicer.OrderStream,
+          request_deserializer=stockctl_dot_v1_dot_stock__service__pb2.OrderStreamRequest.FromString,
+          response_serializer=stockctl_dot_v1_dot_stock__service__pb2.OrderStreamResponse.SerializeToString,
+      ),
+      'ListSKUs': grpc.unary_unary_rpc_method_handler(
+          servicer.ListSKUs,
+          request_deserializer=stockctl_dot_v1_dot_stock__service__pb2.ListSKUsRequest.FromString,
+          response_serializer=stockctl_dot_v1_dot_stock__service__pb2.ListSKUsResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(
