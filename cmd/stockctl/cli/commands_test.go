@@ -38,7 +38,7 @@ func TestHappyPathsAndJSONShapes(t *testing.T) {
 	}
 
 	out = e.ok("-o", "json", "status", "iphone")
-	checkShape(t, "status", out, "sku", "total", "pool", "allocated", "reserved", "reservations", "perUserLimit", "orders", "revision", "lowWatermark", "refillBatch", "segments", "rebalancer", "archived", "archivedOrders", "etcd")
+	checkShape(t, "status", out, "sku", "total", "pool", "allocated", "reserved", "reservations", "perUserLimit", "orders", "revision", "lowWatermark", "refillBatch", "segments", "leader", "rebalancer", "archived", "archivedOrders", "etcd")
 	var st statusView
 	decode(t, out, &st)
 	if st.Total != 100 || st.Pool != 60 || st.Allocated != 2 || st.Orders != 1 || len(st.Segments) != 4 || st.Rebalancer != nil {
