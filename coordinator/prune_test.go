@@ -318,3 +318,39 @@ func TestPruneRacingReleases(t *testing.T) {
 		mustAudit(t, cs[0], "lim")
 	}
 }
+
+// A retried Reserve racing prune never answers "order not found": the
+// order's record is its ID's claim and the replay reads it in the same
+// read that finds it, so a prune between the two cannot pull it away. (The
+// retry of an order prune archived first is a new order: prune forgets
+// IDs, docs/operations.md.)
+func TestRetriedReserveRacingPrune(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	cs := newCoordinators(t, etcd, 2)
+	ctx := t.Context()
+	mustCreate(t, cs[0], "rp", coordinator.SKUConfig{Total: 1000, Segments: 2, InitialFill: 1000, PerUserLimit: 1000})
+	for round := range 40 {
+		id := fmt.Sprintf("r%d", round)
+		if _, err := cs[0].Reserve(ctx, "rp", id, 1, "", time.Hour, coordinator.WithBuyer("amy")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs[0].Confirm(ctx, "rp", id); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := cs[0].Prune(ctx, "rp", time.Now().Add(time.Hour)); err != nil && !errors.Is(err, coordinator.ErrContention) {
+				t.Errorf("round %d: prune: %v", round, err)
+			}
+		})
+		_, err := cs[1].Reserve(ctx, "rp", id, 1, "", time.Hour, coordinator.WithBuyer("amy"))
+		wg.Wait()
+		if errors.Is(err, coordinator.ErrOrderNotFound) {
+			t.Fatalf("round %d: a retried Reserve racing prune: %v", round, err)
+		}
+		if err != nil && !errors.Is(err, coordinator.ErrConflict) {
+			t.Fatalf("round %d: retried Reserve: %v", round, err)
+		}
+	}
+	mustAudit(t, cs[0], "rp")
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -282,27 +283,17 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 func (e *Engine) takeDirect(ctx context.Context, st *placeState) (bool, error) {
 	st.loadMu.Lock()
 	defer st.loadMu.Unlock()
-	self := e.owner
 	st.mu.Lock()
 	d := st.direct
 	st.mu.Unlock()
-	if d.known && d.owned && d.owner == self {
+	if d.known && d.owned && d.owner == e.owner {
 		return true, nil
 	}
 	if !d.known {
 		return false, nil
 	}
-	i := st.place.Index()
-	l := lazySeg{index: i, base: d.raw.BaseAt(d.mod), n: d.raw.N}
-	next := SegmentCounter{N: d.raw.N, Base: l.base, Owner: self}
-	then := []clientv3.Op{clientv3.OpPut(st.key, EncodeSegmentCounter(next)), clientv3.OpGet(st.inKey)}
-	if l.n > 0 {
-		then = append(then, e.unsettledRead(st.sku, 0, []lazySeg{l}))
-	}
-	resp, err := e.kv.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(st.key), "=", d.mod),
-		clientv3.Compare(clientv3.CreateRevision(e.keys.SegmentLock(st.sku, i)), "=", 0).WithPrefix(),
-	).Then(then...).Commit()
+	t := e.newTakeover(st, d)
+	resp, err := e.kv.Txn(ctx).If(t.cmps()...).Then(t.ops()...).Commit()
 	if err != nil {
 		st.forgetDirect()
 		return false, fmt.Errorf("take over %s: %w", st.key, err)
@@ -311,33 +302,73 @@ func (e *Engine) takeDirect(ctx context.Context, st *placeState) (bool, error) {
 		st.forgetDirect()
 		return false, nil
 	}
+	return true, t.apply(resp.Responses, resp.Header.Revision)
+}
+
+// takeover is one place's takeover (takeDirect), as compares and ops that
+// a transaction may carry beside other places'.
+type takeover struct {
+	e    *Engine
+	st   *placeState
+	d    directState // the cache it was planned on
+	l    lazySeg
+	next SegmentCounter
+}
+
+func (e *Engine) newTakeover(st *placeState, d directState) *takeover {
+	l := lazySeg{index: st.place.Index(), base: d.raw.BaseAt(d.mod), n: d.raw.N}
+	return &takeover{e: e, st: st, d: d, l: l, next: SegmentCounter{N: d.raw.N, Base: l.base, Owner: e.owner}}
+}
+
+func (t *takeover) cmps() []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.ModRevision(t.st.key), "=", t.d.mod),
+		clientv3.Compare(clientv3.CreateRevision(t.e.keys.SegmentLock(t.st.sku, t.l.index)), "=", 0).WithPrefix(),
+	}
+}
+
+// ops are the counter's rewrite, the inbox's read and (when the counter
+// holds units) the read of the records since the base: takeoverOps of them.
+func (t *takeover) ops() []clientv3.Op {
+	ops := []clientv3.Op{clientv3.OpPut(t.st.key, EncodeSegmentCounter(t.next)), clientv3.OpGet(t.st.inKey)}
+	if t.l.n > 0 {
+		ops = append(ops, t.e.unsettledRead(t.st.sku, 0, []lazySeg{t.l}))
+	}
+	return ops
+}
+
+// apply fills the direct cache from the answers to ops (rs, starting at
+// its first), committed at rev: the place is owned here.
+func (t *takeover) apply(rs []*pb.ResponseOp, rev int64) error {
+	st, i := t.st, t.l.index
 	var sold map[int]int64
 	var records int
-	if l.n > 0 {
-		kvs := resp.Responses[2].GetResponseRange().GetKvs()
-		if sold, err = unsettledSales(st.sku, []lazySeg{l}, kvs); err != nil {
+	if t.l.n > 0 {
+		kvs := rs[2].GetResponseRange().GetKvs()
+		var err error
+		if sold, err = unsettledSales(st.sku, []lazySeg{t.l}, kvs); err != nil {
 			st.forgetDirect()
-			return false, err
+			return err
 		}
 		records = len(kvs)
 	}
-	units := l.n - sold[i]
+	units := t.l.n - sold[i]
 	if units < 0 {
 		st.forgetDirect()
-		return false, &CorruptError{Key: st.key, Value: []byte(EncodeSegmentCounter(d.raw)),
-			Err: fmt.Errorf("orders since revision %d took %d units from a segment that held %d", l.base, sold[i], l.n)}
+		return &CorruptError{Key: st.key, Value: []byte(EncodeSegmentCounter(t.d.raw)),
+			Err: fmt.Errorf("orders since revision %d took %d units from a segment that held %d", t.l.base, sold[i], t.l.n)}
 	}
-	in, inMod, err := decodeCounterKV(st.inKey, resp.Responses[1].GetResponseRange())
+	in, inMod, err := decodeCounterKV(st.inKey, rs[1].GetResponseRange())
 	if err != nil {
 		st.forgetDirect()
-		return false, err
+		return err
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.direct = directState{known: true, value: units, mod: resp.Header.Revision, raw: next,
+	st.direct = directState{known: true, value: units, mod: rev, raw: t.next,
 		inbox: in, inMod: inMod, reserved: st.direct.reserved, pending: st.direct.pending,
-		owned: true, owner: self, unsettled: records}
-	return true, nil
+		owned: true, owner: t.e.owner, unsettled: records}
+	return nil
 }
 
 // freeSegment is the first segment, in ring order from start, that nobody
@@ -356,9 +387,11 @@ func (s *seller) freeSegment(start int) int {
 
 // directStart is where an order's search for a direct segment starts: its
 // home when it named a route key (the caller's affinity is kept), else this
-// process's preferred segment for the SKU.
+// process's preferred segment for the SKU. Lazy segments keep no affinity:
+// every home would be a segment to take over, and processes whose buyers'
+// homes meet would take it from each other at every order.
 func (s *seller) directStart(req *allocReq, home int) int {
-	if req.routed {
+	if req.routed && !s.e.cfg.LazySegments {
 		return home
 	}
 	return s.directHome()
@@ -383,7 +416,7 @@ func (s *seller) directHome() int {
 // named a route key and the home's cache can give its quantity, else the
 // segment the last look picked.
 func (s *seller) directFor(req *allocReq, home int) *placeState {
-	if req.routed && home < len(s.sts) {
+	if req.routed && !s.e.cfg.LazySegments && home < len(s.sts) {
 		st := s.sts[home]
 		st.mu.Lock()
 		d := &st.direct

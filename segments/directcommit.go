@@ -274,14 +274,57 @@ func (r *commitReq) touchesDirect(places map[*placeState]*directPlan, f func(*di
 func (e *Engine) takeDirects(ctx context.Context, batch []*commitReq) (again []*commitReq, taken bool) {
 	lost := map[*placeState]error{}
 	seen := map[*placeState]bool{}
+	var todo []*takeover
 	for _, cr := range batch {
 		for _, p := range cr.parts {
 			if seen[p.st] {
 				continue
 			}
 			seen[p.st] = true
-			if owned, err := e.takeDirect(ctx, p.st); err != nil || !owned {
-				lost[p.st] = err
+			p.st.mu.Lock()
+			d := p.st.direct
+			p.st.mu.Unlock()
+			switch {
+			case d.known && d.owned && d.owner == e.owner:
+			case !d.known:
+				lost[p.st] = nil
+			default:
+				todo = append(todo, e.newTakeover(p.st, d))
+			}
+		}
+	}
+	// The takeovers go together, in transactions of up to MaxTxnOps
+	// compares and ops; a refused one is tried place by place.
+	per := max(1, e.cfg.MaxTxnOps/3)
+	for len(todo) > 0 {
+		chunk := todo[:min(per, len(todo))]
+		todo = todo[len(chunk):]
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		for _, t := range chunk {
+			cmps, ops = append(cmps, t.cmps()...), append(ops, t.ops()...)
+		}
+		resp, err := e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		switch {
+		case err != nil:
+			for _, t := range chunk {
+				t.st.forgetDirect()
+				lost[t.st] = fmt.Errorf("take over %s: %w", t.st.key, err)
+			}
+		case resp.Succeeded:
+			next := 0
+			for _, t := range chunk {
+				n := len(t.ops())
+				if err := t.apply(resp.Responses[next:next+n], resp.Header.Revision); err != nil {
+					lost[t.st] = err
+				}
+				next += n
+			}
+		default:
+			for _, t := range chunk {
+				if owned, err := e.takeDirect(ctx, t.st); err != nil || !owned {
+					lost[t.st] = err
+				}
 			}
 		}
 	}
