@@ -20,6 +20,8 @@ func TestNonASCIINamesQuotedAsUTF8(t *testing.T) {
 		{[]string{"init", "téléphone", "--total", "10", "--segments", "1"}, "téléphone", "'é' (U+00E9)"},
 		{[]string{"allocate", "phone", "--order", "commande-é", "--qty", "1"}, "commande-é", "'é' (U+00E9)"},
 		{[]string{"allocate", "phone", "--order", "o-1", "--qty", "1", "--buyer", "zoë"}, "zoë", "'ë' (U+00EB)"},
+		{[]string{"release", "phone", "--order", "commande-é"}, "commande-é", "'é' (U+00E9)"},
+		{[]string{"restock", "phone", "--delivery", "bon-№7", "--qty", "1"}, "bon-№7", "'№' (U+2116)"},
 	} {
 		r := e.fails(ExitUsage, `"`+tc.value+`"`, tc.args...)
 		if !strings.Contains(r.stderr, tc.char) || strings.Contains(r.stderr, "Ã") || !utf8.ValidString(r.stderr) {
