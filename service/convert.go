@@ -1,13 +1,17 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdcall"
+	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/segments"
 )
 
@@ -110,4 +114,19 @@ func boundedDuration(field string, d *durationpb.Duration, def, lo, hi time.Dura
 		return 0, badField(field, "must be between "+lo.String()+" and "+hi.String()+", got "+v.String())
 	}
 	return v, nil
+}
+
+// withLeader sets st's rebalancer_leader: the identity in the election's
+// first key, the leader now (RebalancerPass.leader is who made the last
+// pass, perhaps a process gone since). Left empty if it cannot be read.
+func (s *Server) withLeader(ctx context.Context, st *stockctlv1.StockStatus) *stockctlv1.StockStatus {
+	ks, err := keys.New(s.c.Prefix())
+	if err != nil {
+		return st
+	}
+	resp, err := etcdcall.KV(s.c.Client()).Get(ctx, ks.Election()+"/", clientv3.WithFirstCreate()...)
+	if err == nil && len(resp.Kvs) > 0 {
+		st.RebalancerLeader = string(resp.Kvs[0].Value)
+	}
+	return st
 }

@@ -40,6 +40,9 @@ func (h lockService) Hold(ctx context.Context, stream *connect.BidiStream[stockc
 	if acq == nil {
 		return s.fail(ctx, opLock, method, badField("acquire", "the first message of a Hold stream must be acquire"))
 	}
+	if err := checkASCII(acq); err != nil {
+		return s.fail(ctx, opLock, method, err)
+	}
 	spec, err := parseLockSpec(acq.Name, acq.Kind, acq.Limit, acq.Ttl, acq.Wait)
 	if err != nil {
 		return s.fail(ctx, opLock, method, err)

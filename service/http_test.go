@@ -86,7 +86,7 @@ func TestHTTPMalformedRequests(t *testing.T) {
 		{"unknown field", "application/json", []byte(`{"sku":"cam","order":"o-1","qty":1,"colour":"red"}`), 400, "invalid_argument", "", "unknown field"},
 		{"wrong type", "application/json", []byte(`{"sku":"cam","order":"o-1","qty":"lots"}`), 400, "invalid_argument", "", "qty"},
 		{"huge body", "application/json", huge, 429, "resource_exhausted", "BODY_TOO_LARGE", "larger than"},
-		{"wrong content type", "text/plain", []byte(`sku=cam`), 415, "", "", ""},
+		{"wrong content type", "text/plain", []byte(`sku=cam`), 415, "invalid_argument", "", "it accepts: application/grpc"},
 		{"qty 0", "application/json", []byte(`{"sku":"cam","order":"o-1","qty":0}`), 400, "invalid_argument", "INVALID_ARGUMENT", "qty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"google.golang.org/protobuf/proto"
 	"net/http"
 	"strings"
 	"time"
@@ -146,7 +147,16 @@ type interceptor struct{}
 
 func (interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		res, err := next(ctx, req)
+		var res connect.AnyResponse
+		err := error(nil)
+		if m, ok := req.Any().(proto.Message); ok {
+			if cerr := checkASCII(m); cerr != nil {
+				err = apiError(ctx, opRead, cerr)
+			}
+		}
+		if err == nil {
+			res, err = next(ctx, req)
+		}
 		if rec := recordOf(ctx); rec != nil {
 			rec.code = codeLabel(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -135,6 +136,9 @@ func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}()
 	}
 	f.next.ServeHTTP(sw, r.WithContext(withRecord(r.Context(), rec)))
+	if sw.unsupported && !sw.wrote {
+		_, _ = sw.ResponseWriter.Write(unsupportedBody(r, sw.Header().Get("Accept-Post")))
+	}
 	// The answer is not sent in full before ServeHTTP returns (gRPC's
 	// trailers, HTTP/1.1's buffer). A caller that went away before (its
 	// deadline, a reset stream) never learns of a hold granted to it.
@@ -290,11 +294,19 @@ func (f *front) tokenIndex(candidate string) int {
 type statusWriter struct {
 	http.ResponseWriter
 	status int
+	wrote  bool // a body was written
+	// unsupported is set when a handler answered 415 (a content type it
+	// does not speak) with no body yet: front writes one.
+	unsupported bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+		if code == http.StatusUnsupportedMediaType && w.Header().Get("Content-Type") == "" {
+			w.unsupported = true
+			w.Header().Set("Content-Type", "application/json")
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -303,7 +315,27 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	w.wrote = true
 	return w.ResponseWriter.Write(b)
+}
+
+// unsupportedBody is the body of a 415: which content type came and which
+// this server accepts (Connect sets them in Accept-Post), as a Connect
+// error in JSON, which a person with curl can read.
+func unsupportedBody(r *http.Request, accepted string) []byte {
+	got := r.Header.Get("Content-Type")
+	what := fmt.Sprintf("the content type %q is not one this server speaks", got)
+	if got == "" {
+		what = "the request has no Content-Type"
+	}
+	if accepted == "" {
+		accepted = "application/json, application/proto, application/grpc, application/grpc-web"
+	}
+	b, _ := json.Marshal(map[string]string{
+		"code":    connect.CodeInvalidArgument.String(),
+		"message": what + "; it accepts: " + accepted + " (with curl: -H 'Content-Type: application/json')",
+	})
+	return append(b, '\n')
 }
 
 // Flush and Unwrap keep streaming working through the wrapper.

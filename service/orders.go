@@ -28,6 +28,9 @@ func (h stockService) WatchOrders(ctx context.Context, req *connect.Request[stoc
 	s := h.s
 	method := methodLabel(stockctlv1connect.StockServiceWatchOrdersProcedure)
 	m := req.Msg
+	if err := checkASCII(m); err != nil {
+		return s.fail(ctx, opRead, method, err)
+	}
 	switch {
 	case m.Since < 0:
 		return s.fail(ctx, opRead, method, badField("since", "must be a revision from 0 (0: from the start of etcd's history), got "+itoa(m.Since)))

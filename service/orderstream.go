@@ -22,10 +22,12 @@ import (
 // more than this many goroutines and orders.
 const MaxStreamOrders = 1024
 
-// OrderStream runs each order of the stream (Allocate or Reserve) as its
-// own call on the coordinator, side by side, so that the orders of a busy
-// caller share the coordinator's group commits, and answers each as soon
-// as it is done, with its id and its outcome. The stream ends when the
+// OrderStream runs each order of the stream (Allocate or Reserve; a
+// message may carry several, in more) as its own call on the coordinator,
+// side by side, so that the orders of a busy caller share the
+// coordinator's group commits, and answers each as soon as it is done,
+// with its id and its outcome (the answers ready at one moment in one
+// message). The stream ends when the
 // caller closes its side and every order has been answered (OK), when the
 // caller goes (its deadline, a cancel: orders in flight then finish on the
 // server and are not answered), or when the server shuts down
@@ -45,30 +47,32 @@ func (h stockService) OrderStream(ctx context.Context, stream *connect.BidiStrea
 	msgs := make(chan orderMsg)
 	go readOrders(stream, msgs, done)
 
-	var (
-		sendMu  sync.Mutex
-		sendErr error
-		wg      sync.WaitGroup
-		slots   = make(chan struct{}, MaxStreamOrders)
-	)
-	send := func(res *stockctlv1.OrderStreamResponse) {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		if sendErr == nil {
-			sendErr = stream.Send(res)
-		}
-	}
-	defer wg.Wait()
-	for {
+	// One sender sends the answers that are ready together, in one
+	// message; it stops at the first failed Send (the stream is gone).
+	answers := make(chan *stockctlv1.OrderStreamResponse, MaxStreamOrders)
+	var sender sync.WaitGroup
+	sender.Go(func() { sendAnswers(stream, answers) })
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, MaxStreamOrders)
+	defer func() {
+		wg.Wait()
+		close(answers)
+		sender.Wait()
+	}()
+	run := func(req *stockctlv1.OrderStreamRequest) bool {
 		// A slot first: at the bound, the stream is not read.
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			return nil
-		case <-s.closing:
-			wg.Wait()
-			return s.fail(ctx, opOrder, method, errShuttingDown)
+			return false
 		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			answers <- s.streamOrder(ctx, method, req)
+		})
+		return true
+	}
+	for {
 		var msg orderMsg
 		select {
 		case msg = <-msgs:
@@ -76,19 +80,53 @@ func (h stockService) OrderStream(ctx context.Context, stream *connect.BidiStrea
 			return nil
 		case <-s.closing:
 			wg.Wait()
-			return s.fail(ctx, opOrder, method, errShuttingDown)
+			// Expected at a shutdown: not the server's fault, not logged.
+			return apiError(ctx, opOrder, errShuttingDown)
 		}
 		if msg.err != nil {
-			wg.Wait()
 			if errors.Is(msg.err, io.EOF) {
 				return nil
 			}
 			return msg.err
 		}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			send(s.streamOrder(ctx, method, msg.req))
-		})
+		if msg.req.Order != nil || len(msg.req.More) == 0 {
+			if !run(msg.req) {
+				return nil
+			}
+		}
+		for _, req := range msg.req.More {
+			if !run(req) {
+				return nil
+			}
+		}
+	}
+}
+
+// maxAnswersPerMessage bounds the answers sendAnswers puts in one message.
+const maxAnswersPerMessage = 256
+
+// sendAnswers sends the answers of a stream as they come, those ready at
+// one moment in one message, until answers is closed. After a failed Send
+// it only drains answers.
+func sendAnswers(stream *connect.BidiStream[stockctlv1.OrderStreamRequest, stockctlv1.OrderStreamResponse], answers <-chan *stockctlv1.OrderStreamResponse) {
+	var failed bool
+	for first := range answers {
+		msg := first
+	more:
+		for len(msg.More) < maxAnswersPerMessage {
+			select {
+			case a, ok := <-answers:
+				if !ok {
+					break more
+				}
+				msg.More = append(msg.More, a)
+			default:
+				break more
+			}
+		}
+		if !failed && stream.Send(msg) != nil {
+			failed = true
+		}
 	}
 }
 
@@ -96,19 +134,38 @@ func (h stockService) OrderStream(ctx context.Context, stream *connect.BidiStrea
 func (s *Server) streamOrder(ctx context.Context, method string, req *stockctlv1.OrderStreamRequest) *stockctlv1.OrderStreamResponse {
 	res := &stockctlv1.OrderStreamResponse{Id: req.Id}
 	var err error
+	if len(req.More) > 0 && req.Order == nil {
+		err = badField("more", "nested more is not read: put every order of a message in its top level's more")
+	}
+	if err == nil {
+		err = checkASCII(req.GetAllocate())
+	}
+	if err == nil && req.GetReserve() != nil {
+		err = checkASCII(req.GetReserve())
+	}
 	switch o := req.Order.(type) {
+	case nil:
+		if err == nil {
+			err = badField("order", "each OrderStream request (and each of its more) carries one order: allocate or reserve")
+		}
 	case *stockctlv1.OrderStreamRequest_Allocate:
 		var a *stockctlv1.AllocateResponse
+		if err != nil {
+			break
+		}
 		if a, err = s.allocate(ctx, o.Allocate); err == nil {
 			res.Outcome = &stockctlv1.OrderStreamResponse_Allocated{Allocated: a}
 		}
 	case *stockctlv1.OrderStreamRequest_Reserve:
 		var r *stockctlv1.ReserveResponse
+		if err != nil {
+			break
+		}
 		if r, err = s.reserve(ctx, o.Reserve); err == nil {
 			res.Outcome = &stockctlv1.OrderStreamResponse_Reserved{Reserved: r}
 		}
 	default:
-		err = badField("order", "each OrderStream request carries one order: allocate or reserve")
+		err = badField("order", "each OrderStream request (and each of its more) carries one order: allocate or reserve")
 	}
 	if err != nil {
 		res.Outcome = &stockctlv1.OrderStreamResponse_Error{Error: orderError(s.fail(ctx, opOrder, method, err))}

@@ -24,9 +24,21 @@ func orderStream(t *testing.T, c stockctlv1connect.StockServiceClient, reqs []*s
 	var mu sync.Mutex
 	var sendErr error
 	parallel(8, func(g int) {
+		// Goroutine 0 sends its orders in messages of 5 (in more), the
+		// others one a message.
+		var batch []*stockctlv1.OrderStreamRequest
 		for i := g; i < len(reqs); i += 8 {
+			batch = append(batch, reqs[i])
+			if g == 0 && len(batch) < 5 && i+8 < len(reqs) {
+				continue
+			}
+			msg := batch[0]
+			if len(batch) > 1 {
+				msg = &stockctlv1.OrderStreamRequest{More: batch}
+			}
+			batch = nil
 			mu.Lock()
-			if err := st.Send(reqs[i]); err != nil && sendErr == nil {
+			if err := st.Send(msg); err != nil && sendErr == nil {
 				sendErr = err
 			}
 			mu.Unlock()
@@ -47,10 +59,16 @@ func orderStream(t *testing.T, c stockctlv1connect.StockServiceClient, reqs []*s
 		if err != nil {
 			t.Fatalf("Receive: %v", err)
 		}
-		if got[res.Id] != nil {
-			t.Fatalf("id %d answered twice", res.Id)
+		all := res.More
+		if res.Outcome != nil {
+			all = append(all, res)
 		}
-		got[res.Id] = res
+		for _, r := range all {
+			if got[r.Id] != nil {
+				t.Fatalf("id %d answered twice", r.Id)
+			}
+			got[r.Id] = r
+		}
 	}
 	if err := st.CloseResponse(); err != nil {
 		t.Fatal(err)
@@ -58,8 +76,8 @@ func orderStream(t *testing.T, c stockctlv1connect.StockServiceClient, reqs []*s
 	return got
 }
 
-// OrderStream: many orders on one stream, each answered with its own id and
-// outcome (allocated, reserved, replayed, refused with its reason and
+// OrderStream: many orders on one stream, one or several a message, each
+// answered with its own id and outcome (allocated, reserved, replayed, refused with its reason and
 // detail, invalid), the books exact, and a retry of the whole stream
 // replayed: idempotency by order ID as for Allocate.
 func TestOrderStream(t *testing.T) {

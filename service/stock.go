@@ -160,7 +160,7 @@ func (h stockService) Status(ctx context.Context, req *connect.Request[stockctlv
 		if err != nil {
 			return nil, err
 		}
-		return &stockctlv1.StatusResponse{Status: stockStatus(st)}, nil
+		return &stockctlv1.StatusResponse{Status: h.s.withLeader(ctx, stockStatus(st))}, nil
 	})
 }
 

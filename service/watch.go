@@ -27,6 +27,9 @@ func (h stockService) WatchStatus(ctx context.Context, req *connect.Request[stoc
 	s := h.s
 	method := methodLabel(stockctlv1connect.StockServiceWatchStatusProcedure)
 	sku := req.Msg.Sku
+	if err := checkASCII(req.Msg); err != nil {
+		return s.fail(ctx, opRead, method, err)
+	}
 	interval, err := boundedDuration("min_interval", req.Msg.MinInterval, DefaultWatchInterval, MinWatchInterval, MaxWatchInterval)
 	if err != nil {
 		return s.fail(ctx, opRead, method, err)
@@ -38,7 +41,7 @@ func (h stockService) WatchStatus(ctx context.Context, req *connect.Request[stoc
 	if err != nil {
 		return s.fail(ctx, opRead, method, err)
 	}
-	if err := stream.Send(&stockctlv1.WatchStatusResponse{Status: stockStatus(st)}); err != nil {
+	if err := stream.Send(&stockctlv1.WatchStatusResponse{Status: s.withLeader(ctx, stockStatus(st))}); err != nil {
 		return err
 	}
 	last, sent := st.Revision, time.Now()
@@ -85,7 +88,7 @@ func (h stockService) WatchStatus(ctx context.Context, req *connect.Request[stoc
 				continue
 			}
 			last = st.Revision
-			if err := stream.Send(&stockctlv1.WatchStatusResponse{Status: stockStatus(st)}); err != nil {
+			if err := stream.Send(&stockctlv1.WatchStatusResponse{Status: s.withLeader(ctx, stockStatus(st))}); err != nil {
 				return err
 			}
 		}

@@ -2466,7 +2466,12 @@ type OrderStreamRequest struct {
 	//
 	//	*OrderStreamRequest_Allocate
 	//	*OrderStreamRequest_Reserve
-	Order         isOrderStreamRequest_Order `protobuf_oneof:"order"`
+	Order isOrderStreamRequest_Order `protobuf_oneof:"order"`
+	// More orders in the same message, each with its own id (their own
+	// `more` is ignored): a busy caller sends the orders it has at one moment
+	// in one message, which saves a frame and a wake-up per order. A message
+	// may carry only `more`.
+	More          []*OrderStreamRequest `protobuf:"bytes,4,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2533,6 +2538,13 @@ func (x *OrderStreamRequest) GetReserve() *ReserveRequest {
 	return nil
 }
 
+func (x *OrderStreamRequest) GetMore() []*OrderStreamRequest {
+	if x != nil {
+		return x.More
+	}
+	return nil
+}
+
 type isOrderStreamRequest_Order interface {
 	isOrderStreamRequest_Order()
 }
@@ -2551,14 +2563,19 @@ func (*OrderStreamRequest_Reserve) isOrderStreamRequest_Order() {}
 
 type OrderStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The id of the request answered.
+	// The id of the request answered (0 in a message that carries only
+	// `more`).
 	Id int64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Types that are valid to be assigned to Outcome:
 	//
 	//	*OrderStreamResponse_Allocated
 	//	*OrderStreamResponse_Reserved
 	//	*OrderStreamResponse_Error
-	Outcome       isOrderStreamResponse_Outcome `protobuf_oneof:"outcome"`
+	Outcome isOrderStreamResponse_Outcome `protobuf_oneof:"outcome"`
+	// More answers in the same message: the server sends the answers that
+	// are ready at one moment together. Read every message's own answer (if
+	// it has an outcome) and each of `more`.
+	More          []*OrderStreamResponse `protobuf:"bytes,5,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2630,6 +2647,13 @@ func (x *OrderStreamResponse) GetError() *OrderError {
 		if x, ok := x.Outcome.(*OrderStreamResponse_Error); ok {
 			return x.Error
 		}
+	}
+	return nil
+}
+
+func (x *OrderStreamResponse) GetMore() []*OrderStreamResponse {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -3033,17 +3057,19 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x0f \x01(\x03R\n" +
 	"deliveries\x12\x1c\n" +
-	"\tdelivered\x18\x10 \x01(\x03R\tdelivered\"\xa2\x01\n" +
+	"\tdelivered\x18\x10 \x01(\x03R\tdelivered\"\xd7\x01\n" +
 	"\x12OrderStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12:\n" +
 	"\ballocate\x18\x02 \x01(\v2\x1c.stockctl.v1.AllocateRequestH\x00R\ballocate\x127\n" +
-	"\areserve\x18\x03 \x01(\v2\x1b.stockctl.v1.ReserveRequestH\x00R\areserveB\a\n" +
-	"\x05order\"\xdc\x01\n" +
+	"\areserve\x18\x03 \x01(\v2\x1b.stockctl.v1.ReserveRequestH\x00R\areserve\x123\n" +
+	"\x04more\x18\x04 \x03(\v2\x1f.stockctl.v1.OrderStreamRequestR\x04moreB\a\n" +
+	"\x05order\"\x92\x02\n" +
 	"\x13OrderStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12=\n" +
 	"\tallocated\x18\x02 \x01(\v2\x1d.stockctl.v1.AllocateResponseH\x00R\tallocated\x12:\n" +
 	"\breserved\x18\x03 \x01(\v2\x1c.stockctl.v1.ReserveResponseH\x00R\breserved\x12/\n" +
-	"\x05error\x18\x04 \x01(\v2\x17.stockctl.v1.OrderErrorH\x00R\x05errorB\t\n" +
+	"\x05error\x18\x04 \x01(\v2\x17.stockctl.v1.OrderErrorH\x00R\x05error\x124\n" +
+	"\x04more\x18\x05 \x03(\v2 .stockctl.v1.OrderStreamResponseR\x04moreB\t\n" +
 	"\aoutcome\"\x9c\x01\n" +
 	"\n" +
 	"OrderError\x12\x12\n" +
@@ -3170,42 +3196,44 @@ var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
 	34, // 23: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
 	5,  // 24: stockctl.v1.OrderStreamRequest.allocate:type_name -> stockctl.v1.AllocateRequest
 	7,  // 25: stockctl.v1.OrderStreamRequest.reserve:type_name -> stockctl.v1.ReserveRequest
-	6,  // 26: stockctl.v1.OrderStreamResponse.allocated:type_name -> stockctl.v1.AllocateResponse
-	8,  // 27: stockctl.v1.OrderStreamResponse.reserved:type_name -> stockctl.v1.ReserveResponse
-	31, // 28: stockctl.v1.OrderStreamResponse.error:type_name -> stockctl.v1.OrderError
-	36, // 29: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
-	37, // 30: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
-	2,  // 31: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
-	5,  // 32: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
-	7,  // 33: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
-	9,  // 34: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
-	11, // 35: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
-	13, // 36: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
-	15, // 37: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
-	17, // 38: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
-	27, // 39: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
-	19, // 40: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
-	21, // 41: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
-	29, // 42: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
-	32, // 43: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
-	3,  // 44: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
-	6,  // 45: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
-	8,  // 46: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
-	10, // 47: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
-	12, // 48: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
-	14, // 49: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
-	16, // 50: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
-	18, // 51: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
-	28, // 52: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
-	20, // 53: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
-	22, // 54: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
-	30, // 55: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
-	33, // 56: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
-	44, // [44:57] is the sub-list for method output_type
-	31, // [31:44] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	29, // 26: stockctl.v1.OrderStreamRequest.more:type_name -> stockctl.v1.OrderStreamRequest
+	6,  // 27: stockctl.v1.OrderStreamResponse.allocated:type_name -> stockctl.v1.AllocateResponse
+	8,  // 28: stockctl.v1.OrderStreamResponse.reserved:type_name -> stockctl.v1.ReserveResponse
+	31, // 29: stockctl.v1.OrderStreamResponse.error:type_name -> stockctl.v1.OrderError
+	30, // 30: stockctl.v1.OrderStreamResponse.more:type_name -> stockctl.v1.OrderStreamResponse
+	36, // 31: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
+	37, // 32: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
+	2,  // 33: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
+	5,  // 34: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
+	7,  // 35: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
+	9,  // 36: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
+	11, // 37: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
+	13, // 38: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
+	15, // 39: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
+	17, // 40: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
+	27, // 41: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
+	19, // 42: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
+	21, // 43: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
+	29, // 44: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
+	32, // 45: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
+	3,  // 46: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
+	6,  // 47: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
+	8,  // 48: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
+	10, // 49: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
+	12, // 50: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
+	14, // 51: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
+	16, // 52: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
+	18, // 53: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
+	28, // 54: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
+	20, // 55: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
+	22, // 56: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
+	30, // 57: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
+	33, // 58: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
+	46, // [46:59] is the sub-list for method output_type
+	33, // [33:46] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_stockctl_v1_stock_service_proto_init() }

@@ -278,6 +278,7 @@ func runOne(ctx context.Context, cfg *Config, spec Spec, sh Shape, num, runs int
 			cfg.Progress(Progress{Run: num, Runs: runs, Strategy: spec.Name, Segments: n, Buyers: buyers, Progress: sp})
 		}
 	}
+	cpu0 := runCPU(s)
 	res, saleErr := sale.Run(ctx, sale.Config{
 		Buyers: buyers, Buy: buy, MinQty: 1, MaxQty: 1,
 		MaxDuration: cfg.Duration, MaxOrders: cfg.Orders, StopGrace: cfg.StopGrace,
@@ -285,8 +286,12 @@ func runOne(ctx context.Context, cfg *Config, spec Spec, sh Shape, num, runs int
 		OrderPrefix: "o-" + id, RouteKey: func(b int) string { return routes[b] },
 		Progress: progress,
 	})
+	cpu := runCPU(s) - cpu0
 	if res == nil {
 		return fail("run: %v", saleErr)
+	}
+	if res.Orders > 0 && cpu > 0 {
+		row.CPUMicrosPerOrder = float64(cpu.Microseconds()) / float64(res.Orders)
 	}
 	var all []time.Duration
 	for _, s := range service {
@@ -309,6 +314,20 @@ func runOne(ctx context.Context, cfg *Config, spec Spec, sh Shape, num, runs int
 		row.refills(rr.Refills())
 	}
 	return row
+}
+
+// cpuReporter is a strategy whose work runs partly in other processes
+// (stockctl-api's serve processes): the CPU time they have used.
+type cpuReporter interface{ ProcessCPU() time.Duration }
+
+// runCPU is the CPU time used so far by this process (the buyers, the
+// in-process coordinators, the embedded etcd) and by s's processes.
+func runCPU(s Strategy) time.Duration {
+	cpu := selfCPU()
+	if r, ok := s.(cpuReporter); ok {
+		cpu += r.ProcessCPU()
+	}
+	return cpu
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -37,7 +37,12 @@ type Row struct {
 	// held its lock (its step began) to its return: the lock's own cost.
 	// ServiceMs is zero for pure allocation.
 	LatencyMs Latency `json:"latencyMs"`
-	ServiceMs Latency `json:"serviceMs"`
+	// CPUMicrosPerOrder is the CPU time the run used per order served, in
+	// µs: the bench's process (buyers, in-process coordinators, the
+	// embedded etcd) and the strategy's own processes (stockctl-api's
+	// serve processes). 0 where it cannot be read (not Linux).
+	CPUMicrosPerOrder float64 `json:"cpuUsPerOrder"`
+	ServiceMs         Latency `json:"serviceMs"`
 	// OrdersPerBuyer is the fewest and most orders one buyer was served.
 	OrdersPerBuyer MinMax `json:"ordersPerBuyer"`
 	// Refills counts the waits for stock seen during the run by a

@@ -22,10 +22,11 @@ const NameStockctlAPI = "stockctl-api"
 
 // StockctlAPI is stockctl-nostep through the network API: each of the
 // run's processes is a real `stockctl serve --endpoints <the bench's etcd>`
-// OS process (the API and a rebalancer candidate, as deployed), and each
-// buyer is a gRPC client calling Allocate (one unit, no step) on its
-// process's server. Beside stockctl-nostep in one run, it says what the API
-// costs (Targets compares the two).
+// OS process (the API and a rebalancer candidate, as deployed), and the
+// buyers of a process send their orders (Allocate, one unit, no step) over
+// gRPC on pipeStreams OrderStream streams to its server, as a busy caller
+// does, each waiting for its own answer. Beside stockctl-nostep in one run,
+// it says what the API costs (Targets compares the two).
 func StockctlAPI(s Serve) Spec {
 	return Spec{Name: NameStockctlAPI, Title: "stockctl Allocate through N `stockctl serve` processes, gRPC clients",
 		New: func() Strategy { return &stockctlAPI{serve: s} }}
@@ -37,6 +38,8 @@ type stockctlAPI struct {
 	procs   []*serveProcess // one per process
 	tr      []*http.Transport
 	clients []stockctlv1connect.StockServiceClient
+	pipes   [][]*orderPipe // per process, pipeStreams each
+	cancel  context.CancelFunc
 	refills *RefillObserver
 	stopped []error // what stopping each process said, in Verify
 	once    sync.Once
@@ -70,6 +73,16 @@ func (s *stockctlAPI) Setup(ctx context.Context, p Params) error {
 		s.tr = append(s.tr, tr)
 		s.clients = append(s.clients, stockctlv1connect.NewStockServiceClient(&http.Client{Transport: tr}, proc.api, connect.WithGRPC()))
 	}
+	// The streams live as long as the run: Teardown ends them.
+	pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	for _, c := range s.clients {
+		var ps []*orderPipe
+		for range pipeStreams {
+			ps = append(ps, newOrderPipe(pctx, c))
+		}
+		s.pipes = append(s.pipes, ps)
+	}
 	cfg := skuConfig(p)
 	if _, err := s.clients[0].CreateSKU(ctx, connect.NewRequest(&stockctlv1.CreateSKURequest{Sku: benchSKU, Total: cfg.Total,
 		Segments: int32(cfg.Segments), InitialFill: cfg.InitialFill, LowWatermark: cfg.LowWatermark, RefillBatch: cfg.RefillBatch})); err != nil {
@@ -97,16 +110,35 @@ func (s *stockctlAPI) Setup(ctx context.Context, p Params) error {
 	return context.Cause(ctx)
 }
 
+// pipeStreams is how many OrderStream streams each process's buyers share.
+const pipeStreams = 1
+
 func (s *stockctlAPI) Buy(ctx context.Context, buyer int, order string, qty int64, routeKey string) (bool, error) {
-	res, err := s.clients[s.p.Process(buyer)].Allocate(ctx, connect.NewRequest(&stockctlv1.AllocateRequest{
-		Sku: benchSKU, Order: order, Qty: qty, RouteKey: routeKey}))
+	proc := s.p.Process(buyer)
+	pipe := s.pipes[proc][buyer%pipeStreams]
+	res, err := pipe.allocate(ctx, &stockctlv1.AllocateRequest{Sku: benchSKU, Order: order, Qty: qty, RouteKey: routeKey})
 	if err != nil {
+		return false, err
+	}
+	if oe := res.GetError(); oe != nil {
+		err := orderError(oe)
 		if soldOut(err) {
 			return false, fmt.Errorf("%w: %w", coordinator.ErrInsufficientStock, err)
 		}
 		return false, err
 	}
-	return res.Msg.Replayed, nil
+	return res.GetAllocated().GetReplayed(), nil
+}
+
+// ProcessCPU is the CPU time the serve processes have used.
+func (s *stockctlAPI) ProcessCPU() time.Duration {
+	var cpu time.Duration
+	for _, proc := range s.procs {
+		if proc != nil && proc.cmd.Process != nil {
+			cpu += pidCPU(proc.cmd.Process.Pid)
+		}
+	}
+	return cpu
 }
 
 // soldOut reports whether err is the API's INSUFFICIENT_STOCK refusal.
@@ -168,6 +200,21 @@ func (s *stockctlAPI) Verify(ctx context.Context) (Books, error) {
 // stopAll stops every serve process (once), side by side.
 func (s *stockctlAPI) stopAll() {
 	s.once.Do(func() {
+		// The streams end first (each answers its orders in flight),
+		// so that no serve process stops with a stream open.
+		for _, ps := range s.pipes {
+			for _, p := range ps {
+				p.close()
+			}
+		}
+		if s.cancel != nil {
+			s.cancel()
+		}
+		for _, ps := range s.pipes {
+			for _, p := range ps {
+				p.wait()
+			}
+		}
 		s.stopped = make([]error, len(s.procs))
 		var wg sync.WaitGroup
 		for i, proc := range s.procs {

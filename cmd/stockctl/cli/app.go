@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	ucli "github.com/urfave/cli/v2"
 )
@@ -141,6 +142,9 @@ func oneArg(c *ucli.Context, what string, check func(string) error) (string, err
 			c.Args().Slice()[1:], c.Command.Name, what, c.Command.Name, c.Command.ArgsUsage)
 	}
 	v := c.Args().First()
+	if err := asciiOnly(what, v); err != nil {
+		return "", err
+	}
 	if check != nil {
 		if err := check(v); err != nil {
 			return "", usageError("%v", err)
@@ -179,6 +183,23 @@ func showLine(c *ucli.Context, g *globals, v tabular) error {
 func show(c *ucli.Context, g *globals, v tabular) error {
 	if err := render(c.App.Writer, g.output, v); err != nil {
 		return ucli.Exit(fmt.Errorf("failed to write the output: %w", err), ExitFailure)
+	}
+	return nil
+}
+
+// asciiOnly refuses a non-ASCII name (a SKU, an order or buyer ID, a lock
+// name: all ASCII) quoting it and its character as UTF-8; the library's
+// own check names a byte, which prints as mojibake ('Ã' for the first
+// byte of 'é').
+func asciiOnly(what, v string) error {
+	for i, r := range v {
+		if r < utf8.RuneSelf {
+			continue
+		}
+		if _, size := utf8.DecodeRuneInString(v[i:]); r == utf8.RuneError && size <= 1 {
+			return usageError("invalid %s %q: byte %d (%#02x) is not valid UTF-8, and only ASCII is allowed", what, v, i, v[i])
+		}
+		return usageError("invalid %s %q: the non-ASCII character %q (U+%04X) at byte %d: only ASCII is allowed", what, v, r, r, i)
 	}
 	return nil
 }

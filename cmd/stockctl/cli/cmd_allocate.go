@@ -134,6 +134,9 @@ func buyerFlag() ucli.Flag {
 // buyer). Every problem is a usage error naming the flag.
 func readOrderFlags(c *ucli.Context) (order string, qty int64, route, buyer string, err error) {
 	order, qty, route, buyer = c.String("order"), c.Int64("qty"), c.String("route-key"), c.String("buyer")
+	if err := asciiOnly("--order", order); err != nil {
+		return "", 0, "", "", err
+	}
 	if err := validateBuyerFlag(buyer); err != nil {
 		return "", 0, "", "", err
 	}
@@ -155,6 +158,9 @@ func readOrderFlags(c *ucli.Context) (order string, qty int64, route, buyer stri
 func validateBuyerFlag(buyer string) error {
 	if buyer == "" {
 		return nil
+	}
+	if err := asciiOnly("--buyer", buyer); err != nil {
+		return err
 	}
 	if err := segments.ValidateBuyer(buyer); err != nil {
 		return usageError("--buyer: %v", err)

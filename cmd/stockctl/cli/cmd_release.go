@@ -87,6 +87,9 @@ func orderArgs(c *ucli.Context) (*globals, string, string, error) {
 		return g, "", "", err
 	}
 	order := c.String("order")
+	if err := asciiOnly("--order", order); err != nil {
+		return g, "", "", err
+	}
 	if err := segments.ValidateOrderID(order); err != nil {
 		return g, "", "", usageError("--order: %v", err)
 	}

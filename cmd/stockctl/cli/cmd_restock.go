@@ -59,6 +59,9 @@ func restockAction(c *ucli.Context) error {
 		return err
 	}
 	delivery, qty := c.String("delivery"), c.Int64("qty")
+	if err := asciiOnly("--delivery", delivery); err != nil {
+		return err
+	}
 	if err := segments.ValidateDeliveryID(delivery); err != nil {
 		return usageError("--delivery: %v", err)
 	}

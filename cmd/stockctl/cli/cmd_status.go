@@ -29,19 +29,22 @@ func statusCommand() *ucli.Command {
 
 // statusView is the result of status: the SKU's stock at one revision.
 type statusView struct {
-	SKU          string          `json:"sku"`
-	Total        int64           `json:"total"`
-	Pool         int64           `json:"pool"`
-	Allocated    int64           `json:"allocated"`
-	Reserved     int64           `json:"reserved"`
-	Reservations int64           `json:"reservations"`
-	PerUserLimit int64           `json:"perUserLimit"`
-	Orders       int64           `json:"orders"`
-	Revision     int64           `json:"revision"`
-	LowWatermark int64           `json:"lowWatermark"`
-	RefillBatch  int64           `json:"refillBatch"`
-	Segments     []segmentView   `json:"segments"`
-	Rebalancer   *rebalancerView `json:"rebalancer"`
+	SKU          string        `json:"sku"`
+	Total        int64         `json:"total"`
+	Pool         int64         `json:"pool"`
+	Allocated    int64         `json:"allocated"`
+	Reserved     int64         `json:"reserved"`
+	Reservations int64         `json:"reservations"`
+	PerUserLimit int64         `json:"perUserLimit"`
+	Orders       int64         `json:"orders"`
+	Revision     int64         `json:"revision"`
+	LowWatermark int64         `json:"lowWatermark"`
+	RefillBatch  int64         `json:"refillBatch"`
+	Segments     []segmentView `json:"segments"`
+	// Leader is the rebalancer elected now ("" when none is); Rebalancer
+	// is the last pass, made by its own leader, perhaps gone since.
+	Leader     string          `json:"leader"`
+	Rebalancer *rebalancerView `json:"rebalancer"`
 	// Archived is the part of Allocated held by pruned orders, and
 	// ArchivedOrders how many were pruned (stockctl prune).
 	Archived       int64 `json:"archived"`
@@ -90,7 +93,7 @@ func (v statusView) table() table {
 	t.add("SKU", v.SKU)
 	t.add("TOTAL", v.Total)
 	t.add("POOL", v.Pool)
-	t.add("ALLOCATED", fmt.Sprintf("%d in %d orders", v.Allocated, v.Orders))
+	t.add("ALLOCATED", allocatedText(v.Allocated, v.Orders, v.ArchivedOrders))
 	t.add("RESERVED", fmt.Sprintf("%d in %d live reservations (%d confirmed or allocated)", v.Reserved, v.Reservations, v.Allocated-v.Reserved))
 	if v.ArchivedOrders > 0 {
 		t.add("ARCHIVED", fmt.Sprintf("%d of the allocated units, in %d pruned orders", v.Archived, v.ArchivedOrders))
@@ -100,8 +103,13 @@ func (v statusView) table() table {
 	}
 	t.add("POLICY", fmt.Sprintf("refill %d when a segment holds less than %d", v.RefillBatch, v.LowWatermark))
 	t.add("REVISION", v.Revision)
+	leader := v.Leader
+	if leader == "" {
+		leader = "none elected now"
+	}
+	t.add("LEADER", leader)
 	if r := v.Rebalancer; r != nil {
-		t.add("REBALANCER", fmt.Sprintf("%s, last pass %s: %d moves (%d units); %d moves (%d units) since elected",
+		t.add("REBALANCER", fmt.Sprintf("last pass by %s at %s: %d moves (%d units); %d moves (%d units) since it was elected",
 			r.Leader, r.At.Local().Format(time.DateTime), r.Moves, r.Moved, r.TotalMoves, r.TotalMoved))
 	} else {
 		t.add("REBALANCER", "never ran")
@@ -148,7 +156,19 @@ func statusAction(c *ucli.Context) error {
 			return opFailed(ctx, err)
 		}
 		v := statusViewOf(st)
+		v.Leader = currentLeader(cn)
 		v.Etcd = readSpace(ctx, cn.client, cn.endpoints)
 		return show(c, g, v)
 	})
+}
+
+// allocatedText says what ALLOCATED counts: units held by orders, live
+// reservations included, and how many order records there are (released
+// and expired ones included: a record stays until it is pruned).
+func allocatedText(allocated, records, pruned int64) string {
+	s := fmt.Sprintf("%d units held by orders and live reservations; %d order records (released and expired included)", allocated, records)
+	if pruned > 0 {
+		s += fmt.Sprintf(", %d pruned", pruned)
+	}
+	return s
 }

@@ -38,7 +38,7 @@ func TestHappyPathsAndJSONShapes(t *testing.T) {
 	}
 
 	out = e.ok("-o", "json", "status", "iphone")
-	checkShape(t, "status", out, "sku", "total", "pool", "allocated", "reserved", "reservations", "perUserLimit", "orders", "revision", "lowWatermark", "refillBatch", "segments", "rebalancer", "archived", "archivedOrders", "etcd")
+	checkShape(t, "status", out, "sku", "total", "pool", "allocated", "reserved", "reservations", "perUserLimit", "orders", "revision", "lowWatermark", "refillBatch", "segments", "leader", "rebalancer", "archived", "archivedOrders", "etcd")
 	var st statusView
 	decode(t, out, &st)
 	if st.Total != 100 || st.Pool != 60 || st.Allocated != 2 || st.Orders != 1 || len(st.Segments) != 4 || st.Rebalancer != nil {
@@ -153,7 +153,7 @@ func TestTables(t *testing.T) {
 		e.ok("allocate", "tv", "--order", fmt.Sprintf("o%d", i), "--qty", "1", "--route-key", "same-user")
 	}
 	out := e.ok("status", "tv")
-	for _, want := range []string{"SKU         tv", "POOL        70", "ALLOCATED   8 in 8 orders", "REBALANCER  never ran",
+	for _, want := range []string{"SKU         tv", "POOL        70", "ALLOCATED   8 units held by orders and live reservations; 8 order records (released and expired included)", "LEADER      none elected now", "REBALANCER  never ran",
 		"SEGMENT  REMAINING  INBOX  LEVEL", "pool     70", "██████████████████████████████▸", " low", "a full bar is 10 units"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status table lacks %q:\n%s", want, out)

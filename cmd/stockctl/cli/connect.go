@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strings"
 
 	ucli "github.com/urfave/cli/v2"
@@ -33,12 +35,19 @@ type conn struct {
 func connect(ctx context.Context, c *ucli.Context, g *globals, opts ...coordinator.Option) (*conn, error) {
 	cn := &conn{g: g, endpoints: g.endpoints}
 	if len(cn.endpoints) == 0 {
+		_, statErr := os.Stat(g.dataDir)
 		srv, err := startEmbedded(ctx, embedetcd.Config{Dir: g.dataDir})
 		if err != nil {
 			return nil, err
 		}
 		cn.server = srv
 		cn.endpoints = srv.Endpoints()
+		if errors.Is(statErr, fs.ErrNotExist) {
+			// Else a command run in another directory finds "no SKUs" and
+			// says nothing of why.
+			fmt.Fprintf(c.App.ErrWriter, "stockctl: note: no data dir %s here: created a new, empty embedded etcd in it "+
+				"(to reach existing stock, run where its data dir is, or give --data-dir or --endpoints)\n", g.dataDir)
+		}
 	}
 	client, err := dial(ctx, g, cn.endpoints)
 	if err != nil {

@@ -55,7 +55,8 @@ func checkTranscript(t *testing.T, path, name string, cmds []string) {
 			t.Fatalf("%s %s: %q is not a stockctl command", path, name, line)
 		}
 		r := run(t, append([]string{"--data-dir", dir}, args[1:]...)...)
-		fmt.Fprintf(&got, "$ %s\n%s%s", line, r.stdout, r.stderr)
+		// The data dir as a newcomer's would be named: the default.
+		fmt.Fprintf(&got, "$ %s\n%s%s", line, r.stdout, strings.ReplaceAll(r.stderr, dir, DefaultDataDir))
 		if echoExit {
 			fmt.Fprintf(&got, "exit %d\n", r.code)
 		} else if r.code != 0 {

@@ -19,12 +19,19 @@ func TestEmbeddedDefault(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "stockctl.etcd")
 	dd := []string{"--data-dir", dir}
-	for _, args := range [][]string{
+	// The first command creates the data dir and says so (a command run
+	// in another directory would otherwise find "no SKUs" and say nothing
+	// of why); the next, finding it, says nothing.
+	for i, args := range [][]string{
 		{"init", "iphone", "--total", "10", "--segments", "2"},
 		{"allocate", "iphone", "--qty", "2", "--order", "o1"},
 	} {
-		if r := run(t, append(dd, args...)...); r.code != 0 {
+		r := run(t, append(dd, args...)...)
+		if r.code != 0 {
 			t.Fatalf("%v: %+v", args, r)
+		}
+		if says := strings.Contains(r.stderr, "no data dir "+dir+" here: created a new, empty embedded etcd"); says != (i == 0) {
+			t.Fatalf("%v: stderr %q (says it created the data dir: %v, want %v)", args, r.stderr, says, i == 0)
 		}
 	}
 	r := run(t, append(dd, "-o", "json", "status", "iphone")...)

@@ -205,7 +205,7 @@ func TestStatusWatchPlain(t *testing.T) {
 	}
 	etcdtest.WaitFor(t, "a block showing the sold-out SKU", 30*time.Second, func() bool {
 		b := lastBlock()
-		return strings.Contains(b, "\nPOOL       0\n") && strings.Contains(b, "\nALLOCATED  40 in ")
+		return strings.Contains(b, "\nPOOL       0\n") && strings.Contains(b, "\nALLOCATED  40 units held by ")
 	})
 	if code := w.stop(t); code != ExitOK {
 		t.Fatalf("status --watch exited %d after ^C: %s", code, w.errOut.String())
@@ -412,7 +412,7 @@ func TestStatusWatchCoalescesOnATerminal(t *testing.T) {
 	etcdtest.WaitFor(t, "a frame of the sold-out SKU", 30*time.Second, func() bool {
 		s := out.String()
 		last := strings.LastIndex(s, ansiHome)
-		return last >= 0 && strings.Contains(s[last:], "ALLOCATED  400 in 400 orders")
+		return last >= 0 && strings.Contains(s[last:], "ALLOCATED  400 units held by orders and live reservations; 400 order records")
 	})
 	cancel()
 	if err := <-done; err != nil {

@@ -117,7 +117,7 @@ func (v watchView) table() table {
 	t.add("SKU", v.SKU)
 	t.add("TOTAL", v.Total)
 	t.add("POOL", v.Pool)
-	t.add("ALLOCATED", fmt.Sprintf("%d in %d orders", v.Allocated, v.Orders))
+	t.add("ALLOCATED", allocatedText(v.Allocated, v.Orders, 0))
 	// The frame's height is not fixed anywhere: these lines appear once
 	// the figures exist.
 	if v.Reserved != nil {

@@ -249,26 +249,30 @@ class OrderEvent(_message.Message):
     def __init__(self, revision: _Optional[int] = ..., event: _Optional[_Union[OrderEventKind, str]] = ..., sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., buyer: _Optional[str] = ..., reservation: bool = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
 
 class OrderStreamRequest(_message.Message):
-    __slots__ = ["allocate", "id", "reserve"]
+    __slots__ = ["allocate", "id", "more", "reserve"]
     ALLOCATE_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     RESERVE_FIELD_NUMBER: _ClassVar[int]
     allocate: AllocateRequest
     id: int
+    more: _containers.RepeatedCompositeFieldContainer[OrderStreamRequest]
     reserve: ReserveRequest
-    def __init__(self, id: _Optional[int] = ..., allocate: _Optional[_Union[AllocateRequest, _Mapping]] = ..., reserve: _Optional[_Union[ReserveRequest, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., allocate: _Optional[_Union[AllocateRequest, _Mapping]] = ..., reserve: _Optional[_Union[ReserveRequest, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamRequest, _Mapping]]] = ...) -> None: ...
 
 class OrderStreamResponse(_message.Message):
-    __slots__ = ["allocated", "error", "id", "reserved"]
+    __slots__ = ["allocated", "error", "id", "more", "reserved"]
     ALLOCATED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     RESERVED_FIELD_NUMBER: _ClassVar[int]
     allocated: AllocateResponse
     error: OrderError
     id: int
+    more: _containers.RepeatedCompositeFieldContainer[OrderStreamResponse]
     reserved: ReserveResponse
-    def __init__(self, id: _Optional[int] = ..., allocated: _Optional[_Union[AllocateResponse, _Mapping]] = ..., reserved: _Optional[_Union[ReserveResponse, _Mapping]] = ..., error: _Optional[_Union[OrderError, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., allocated: _Optional[_Union[AllocateResponse, _Mapping]] = ..., reserved: _Optional[_Union[ReserveResponse, _Mapping]] = ..., error: _Optional[_Union[OrderError, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamResponse, _Mapping]]] = ...) -> None: ...
 
 class Part(_message.Message):
     __slots__ = ["place", "qty"]
