@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/internal/lock"
+	"github.com/stockctl/stockctl/segments"
 )
 
 // MaxLockNameLen is the longest lock name, in bytes.
@@ -253,20 +252,6 @@ func (l *Lock) Txn(ctx context.Context, cmps ...clientv3.Cmp) clientv3.Txn {
 	return l.h.Txn(ctx, cmps...)
 }
 
-// describeByte names the byte at i of s for an error: the character it
-// starts if s holds valid UTF-8 there ('É', U+00C9), else the byte in hex
-// ('\x00', 0xc3): a byte quoted as a character of its own would show 'Ã'
-// for the first byte of 'É'.
-func describeByte(s string, i int) string {
-	if r, n := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || n > 1 {
-		if n > 1 {
-			return fmt.Sprintf("the first of %d bytes of %s, %U", n, strconv.QuoteRune(r), r)
-		}
-		return strconv.QuoteRune(r)
-	}
-	return fmt.Sprintf("0x%02x", s[i])
-}
-
 // ValidateLockName checks a lock name: 1 to MaxLockNameLen bytes of
 // printable ASCII other than space and '/' (a '/' would let one lock's keys
 // fall under another's prefix).
@@ -277,7 +262,7 @@ func ValidateLockName(name string) error {
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c <= ' ' || c >= 0x7f || c == '/' {
 			return fmt.Errorf("%w: lock name %q: byte %d (%s) is not printable ASCII other than space and '/'",
-				ErrInvalidArgument, name, i, describeByte(name, i))
+				ErrInvalidArgument, name, i, segments.DescribeByte(name, i))
 		}
 	}
 	return nil

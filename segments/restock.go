@@ -35,7 +35,7 @@ func ValidateDeliveryID(id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c >= 0x7f || c == '/' {
-			return invalid("delivery", id, "byte %d (%q) is not printable ASCII other than space and '/'", i, c)
+			return invalid("delivery", id, "byte %d (%s) is not printable ASCII other than space and '/'", i, DescribeByte(id, i))
 		}
 	}
 	return nil

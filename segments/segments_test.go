@@ -172,3 +172,21 @@ func FuzzPlace(f *testing.F) {
 		}
 	})
 }
+
+// A name with a character outside what it allows is refused with the
+// character quoted as UTF-8, not its first byte alone ('é', not 'Ã').
+func TestValidationQuotesUTF8(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{ValidateSKU("téléphone"), `byte 1 (the first of 2 bytes of 'é', U+00E9)`},
+		{ValidateOrderID("Îd"), `byte 0 (the first of 2 bytes of 'Î', U+00CE)`},
+		{ValidateBuyer("bob\x00"), `byte 3 ('\x00')`},
+		{ValidateOrderID("a\xffb"), `byte 1 (0xff)`},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%v: want it to say %s", tc.err, tc.want)
+		}
+	}
+}

@@ -24,7 +24,11 @@ func (e *Engine) runStep(ctx context.Context, req *allocReq, holds []*lock.Hold,
 		for _, h := range holds {
 			if cause := context.Cause(h.Ctx()); cause != nil {
 				cancelParts(parts)
-				return nil, failed(fmt.Errorf("%w during the business step (its result: %v)", cause, err))
+				what := "the step itself succeeded"
+				if err != nil {
+					what = fmt.Sprintf("the step itself returned: %v", err)
+				}
+				return nil, failed(fmt.Errorf("%w during the business step (%s); nothing was deducted", cause, what))
 			}
 		}
 		if err != nil {

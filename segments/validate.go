@@ -3,7 +3,9 @@ package segments
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Limits on inputs. They keep every sum of counters far from int64 overflow:
@@ -70,7 +72,7 @@ func ValidateSKU(sku string) error {
 	for i := 0; i < len(sku); i++ {
 		c := sku[i]
 		if !isAlnum(c) && c != '.' && c != '_' && c != '-' {
-			return invalid("sku", sku, "byte %d (%q) is not a letter, digit, '.', '_' or '-'", i, c)
+			return invalid("sku", sku, "byte %d (%s) is not a letter, digit, '.', '_' or '-'", i, DescribeByte(sku, i))
 		}
 	}
 	return nil
@@ -87,7 +89,7 @@ func ValidateOrderID(id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if c := id[i]; c <= ' ' || c >= 0x7f || c == '/' {
-			return invalid("order", id, "byte %d (%q) is not printable ASCII other than space and '/'", i, c)
+			return invalid("order", id, "byte %d (%s) is not printable ASCII other than space and '/'", i, DescribeByte(id, i))
 		}
 	}
 	return nil
@@ -125,7 +127,7 @@ func ValidateBuyer(buyer string) error {
 	}
 	for i := 0; i < len(buyer); i++ {
 		if c := buyer[i]; c <= ' ' || c >= 0x7f || c == '/' {
-			return invalid("buyer", buyer, "byte %d (%q) is not printable ASCII other than space and '/'", i, c)
+			return invalid("buyer", buyer, "byte %d (%s) is not printable ASCII other than space and '/'", i, DescribeByte(buyer, i))
 		}
 	}
 	return nil
@@ -138,4 +140,18 @@ func ValidateTTL(ttl time.Duration) error {
 		return invalid("ttl", ttl, "must be more than 0 and at most %v", MaxReservationTTL)
 	}
 	return nil
+}
+
+// DescribeByte names the byte at i of s for an error: the character it
+// starts if s holds valid UTF-8 there ('É', U+00C9), else the byte in hex
+// ('\x00', 0xc3): a byte quoted as a character of its own would show 'Ã'
+// for the first byte of 'É'.
+func DescribeByte(s string, i int) string {
+	if r, n := utf8.DecodeRuneInString(s[i:]); r != utf8.RuneError || n > 1 {
+		if n > 1 {
+			return fmt.Sprintf("the first of %d bytes of %s, %U", n, strconv.QuoteRune(r), r)
+		}
+		return strconv.QuoteRune(r)
+	}
+	return fmt.Sprintf("0x%02x", s[i])
 }
