@@ -297,7 +297,7 @@ func (e *Engine) forgetSKU(info *skuInfo) {
 	if e.skus[info.name] == info {
 		delete(e.skus, info.name)
 	}
-	if s := e.sellers[info.name]; s != nil && s.sku == info {
+	if s := e.sellers[info.name]; s != nil && s.sku.created == info.created {
 		delete(e.sellers, info.name)
 		e.sellers[info.name+"\x00"+strconv.FormatInt(info.created, 10)] = s
 	}

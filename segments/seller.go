@@ -97,7 +97,7 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 		return nil, skuGoneErr(info, false)
 	}
 	e.mu.Lock()
-	if s := e.sellers[info.name]; s != nil && s.sku == info {
+	if s := e.sellers[info.name]; s != nil && s.sku.created == info.created {
 		s.users++
 		e.mu.Unlock()
 		return s, nil
@@ -118,7 +118,7 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 		s.view = append(s.view, map[string]lockKey{})
 	}
 	e.mu.Lock()
-	if old := e.sellers[info.name]; old != nil && old.sku == info {
+	if old := e.sellers[info.name]; old != nil && old.sku.created == info.created {
 		old.users++
 		e.mu.Unlock()
 		for _, q := range s.qs {
