@@ -171,3 +171,38 @@ func deleteSKU(t *testing.T, c *coordinator.Coordinator, sku string) {
 		t.Fatalf("delete %s: %v", sku, err)
 	}
 }
+
+// Many first orders of a SKU created after the process read its SKUs race
+// to read its meta record: they must share one seller (a second one's
+// waiters were never woken, and its orders hung).
+func TestConcurrentFirstOrdersOfANewSKU(t *testing.T) {
+	for round := range 5 {
+		etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+		c := newCoordinators(t, etcd, 1)[0]
+		admin := newCoordinator(t, etcd)
+		ctx := t.Context()
+		mustCreate(t, admin, "first", coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10})
+		if _, err := c.Allocate(ctx, "first", "o", 1, ""); err != nil { // c reads its SKUs now
+			t.Fatal(err)
+		}
+		mustCreate(t, admin, "new", coordinator.SKUConfig{Total: 64, Segments: 2, InitialFill: 64})
+		octx, cancel := context.WithTimeout(ctx, etcdtest.MinWait)
+		var wg sync.WaitGroup
+		for i := range 64 {
+			wg.Go(func() {
+				_, err := c.AllocateFunc(octx, "new", fmt.Sprintf("n%d", i), 1, "", func(context.Context) error { return nil })
+				if err != nil {
+					t.Errorf("round %d, order %d: %v", round, i, err)
+				}
+			})
+		}
+		wg.Wait()
+		cancel()
+		if t.Failed() {
+			return
+		}
+		if rep := mustAudit(t, admin, "new"); rep.Allocated != 64 {
+			t.Fatalf("round %d: %d allocated, want 64", round, rep.Allocated)
+		}
+	}
+}
