@@ -315,7 +315,8 @@ class LoseFirstReply(grpc.UnaryUnaryClientInterceptor):
 
 
 class LoseStreamReplies(grpc.StreamStreamClientInterceptor):
-    """Lets the first OrderStream's orders commit, swallows their n answers, then breaks the stream."""
+    """Lets the first OrderStream's orders commit, swallows their n answers (counted one by one,
+    also those a message carries in `more`), then breaks the stream."""
 
     def __init__(self, n):
         self.n, self.swallowed, self.used = n, [], False
@@ -327,8 +328,9 @@ class LoseStreamReplies(grpc.StreamStreamClientInterceptor):
         self.used = True
 
         def responses():  # yields nothing: every answer of this stream is lost
-            for resp in call:
-                self.swallowed.append(resp)
+            for msg in call:
+                # A message carries its own answer and those in `more`.
+                self.swallowed.extend(r for r in [msg, *msg.more] if r.WhichOneof("outcome"))
                 if len(self.swallowed) >= self.n:
                     call.cancel()
                     raise _Unavailable()

@@ -75,17 +75,22 @@ class OrderStream:
     def _read(self, call: Any, outbox: "queue.Queue[Optional[st.OrderStreamRequest]]", target: int) -> None:
         err: Optional[errors.StockctlError] = None
         try:
-            for resp in call:
-                with self._mu:
-                    entry = self._pending.pop(resp.id, None)
-                    self._failures = 0
-                if entry is None:
-                    continue
-                kind = resp.WhichOneof("outcome")
-                if kind == "error":
-                    entry[1].set_exception(from_order_error(resp.error))
-                else:
-                    entry[1].set_result(getattr(resp, kind))
+            for msg in call:
+                # A message carries its own answer (when it has an
+                # outcome) and those in `more`, ready at the same moment.
+                for resp in [msg, *msg.more]:
+                    kind = resp.WhichOneof("outcome")
+                    if kind is None:
+                        continue
+                    with self._mu:
+                        entry = self._pending.pop(resp.id, None)
+                        self._failures = 0
+                    if entry is None:
+                        continue
+                    if kind == "error":
+                        entry[1].set_exception(from_order_error(resp.error))
+                    else:
+                        entry[1].set_result(getattr(resp, kind))
         except grpc.RpcError as rpc_err:
             err = errors.from_rpc_error(rpc_err)
         outbox.put(None)

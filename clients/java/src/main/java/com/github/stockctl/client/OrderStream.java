@@ -62,7 +62,18 @@ public final class OrderStream implements AutoCloseable {
     }
 
     @Override
-    public void onNext(OrderStreamResponse r) {
+    public void onNext(OrderStreamResponse msg) {
+      // A message carries its own answer (when it has an outcome) and those
+      // in `more`, ready at the same moment.
+      if (msg.getOutcomeCase() != OrderStreamResponse.OutcomeCase.OUTCOME_NOT_SET) {
+        answer(msg);
+      }
+      for (OrderStreamResponse r : msg.getMoreList()) {
+        answer(r);
+      }
+    }
+
+    private void answer(OrderStreamResponse r) {
       Entry e;
       synchronized (OrderStream.this) {
         e = pending.remove(r.getId());

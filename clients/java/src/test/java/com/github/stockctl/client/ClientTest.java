@@ -220,7 +220,12 @@ public class ClientTest {
           super.start(new ForwardingClientCallListener.SimpleForwardingClientCallListener<A>(l) {
             @Override
             public void onMessage(A message) {
-              swallowed.add((OrderStreamResponse) message);
+              // A message carries its own answer and those in `more`.
+              OrderStreamResponse msg = (OrderStreamResponse) message;
+              if (msg.getOutcomeCase() != OrderStreamResponse.OutcomeCase.OUTCOME_NOT_SET) {
+                swallowed.add(msg);
+              }
+              swallowed.addAll(msg.getMoreList());
               if (swallowed.size() >= n) {
                 call.cancel("the test breaks the stream", null);
               } else {
