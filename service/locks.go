@@ -69,8 +69,8 @@ var lockNameRule = fmt.Sprintf("a lock name is 1 to %d bytes of printable ASCII 
 // Callers of one server share its coordinator, so its local queue orders
 // them and a lock may pass from one to the next without going back to
 // etcd (a cohort handoff, under the same etcd key): each hold still gets a
-// token larger than every token before it (coordinator.Lock.Token), so a
-// caller that lost its hold cannot write with its successor's token.
+// token larger than every token before it on that key (coordinator.Lock.Token),
+// so a caller that lost its hold cannot write with its successor's token.
 func (s *Server) acquire(ctx context.Context, spec lockSpec) (*coordinator.Lock, error) {
 	if err := s.etcdReady(ctx); err != nil {
 		return nil, err

@@ -192,7 +192,9 @@ type AcquireResponse struct {
 	HoldId string   `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
 	Name   string   `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Kind   LockKind `protobuf:"varint,3,opt,name=kind,proto3,enum=stockctl.v1.LockKind" json:"kind,omitempty"`
-	// The fencing token: larger for every new hold of the name.
+	// The fencing token: for an exclusive hold, larger than every earlier
+	// hold of the name; for a permit or a shared hold, unique per name and
+	// growing along `key` (docs/locks.md, "Fencing tokens").
 	Token int64 `protobuf:"varint,4,opt,name=token,proto3" json:"token,omitempty"`
 	// The lock's etcd key (for tools that fence their own etcd writes).
 	Key string `protobuf:"bytes,5,opt,name=key,proto3" json:"key,omitempty"`

@@ -14,9 +14,12 @@ class LockServiceStub(object):
   Holding a lock is never a guarantee that nobody else holds it: a caller
   paused past its ttl, or cut off, loses it without knowing at once. Pass the
   fencing token with every write the lock protects, and have the store reject
-  a token lower than the highest it has seen: every hold of a name gets a
-  larger token than every hold before it, whichever caller and server it
-  went to.
+  a token lower than the highest it has seen for the hold's `key`: an
+  exclusive hold of a name gets a larger token than every hold of the name
+  before it, whichever caller and server it went to; a permit or a shared
+  hold gets a token unique per name, growing along its key, and larger than
+  that of every hold that ended before its key was put (docs/locks.md,
+  "Fencing tokens").
 
   Two shapes:
   - Hold, a bidirectional stream (gRPC and gRPC-Web over HTTP/2): the lock
@@ -67,9 +70,12 @@ class LockServiceServicer(object):
   Holding a lock is never a guarantee that nobody else holds it: a caller
   paused past its ttl, or cut off, loses it without knowing at once. Pass the
   fencing token with every write the lock protects, and have the store reject
-  a token lower than the highest it has seen: every hold of a name gets a
-  larger token than every hold before it, whichever caller and server it
-  went to.
+  a token lower than the highest it has seen for the hold's `key`: an
+  exclusive hold of a name gets a larger token than every hold of the name
+  before it, whichever caller and server it went to; a permit or a shared
+  hold gets a token unique per name, growing along its key, and larger than
+  that of every hold that ended before its key was put (docs/locks.md,
+  "Fencing tokens").
 
   Two shapes:
   - Hold, a bidirectional stream (gRPC and gRPC-Web over HTTP/2): the lock
