@@ -303,8 +303,10 @@ func (e *Engine) takeDirects(ctx context.Context, batch []*commitReq) (again []*
 		todo = todo[len(chunk):]
 		var cmps []clientv3.Cmp
 		var ops []clientv3.Op
-		for _, t := range chunk {
-			cmps, ops = append(cmps, t.cmps()...), append(ops, t.ops()...)
+		opsOf := make([]int, len(chunk)) // each takeover's share of ops
+		for i, t := range chunk {
+			tops := t.ops()
+			cmps, ops, opsOf[i] = append(cmps, t.cmps()...), append(ops, tops...), len(tops)
 		}
 		resp, err := e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		switch {
@@ -315,12 +317,11 @@ func (e *Engine) takeDirects(ctx context.Context, batch []*commitReq) (again []*
 			}
 		case resp.Succeeded:
 			next := 0
-			for _, t := range chunk {
-				n := len(t.ops())
-				if err := t.apply(resp.Responses[next:next+n], resp.Header.Revision); err != nil {
+			for i, t := range chunk {
+				if err := t.apply(resp.Responses[next:next+opsOf[i]], resp.Header.Revision); err != nil {
 					lost[t.st] = err
 				}
-				next += n
+				next += opsOf[i]
 			}
 		default:
 			for _, t := range chunk {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/internal/background"
@@ -192,11 +193,11 @@ func (e *Engine) sku(ctx context.Context, name string) (*skuInfo, error) {
 	if info != nil && !info.gone.Load() {
 		return info, nil
 	}
-	meta, created, err := e.metaCreated(ctx, name)
+	meta, kv, err := e.metaKV(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	info = infoOf(name, meta, created)
+	info = infoOf(name, meta, kv.CreateRevision)
 	e.mu.Lock()
 	e.skus[name] = info
 	e.mu.Unlock()
@@ -231,23 +232,6 @@ func (e *Engine) prefetchMetas(ctx context.Context) {
 func infoOf(name string, m Meta, created int64) *skuInfo {
 	return &skuInfo{name: name, segments: m.Segments, refillBatch: m.RefillBatch, perUserLimit: m.PerUserLimit,
 		lowWatermark: m.LowWatermark, created: created}
-}
-
-// metaCreated is Meta with the record's CreateRevision instead of its
-// ModRevision.
-func (e *Engine) metaCreated(ctx context.Context, sku string) (Meta, int64, error) {
-	m, _, err := e.Meta(ctx, sku)
-	if err != nil {
-		return m, 0, err
-	}
-	resp, err := e.kv.Get(ctx, e.keys.Meta(sku), clientv3.WithKeysOnly())
-	if err != nil {
-		return Meta{}, 0, fmt.Errorf("read meta of %s: %w", sku, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return Meta{}, 0, ErrUnknownSKU
-	}
-	return m, resp.Kvs[0].CreateRevision, nil
 }
 
 // incarnation is the compare that sku is still the SKU info was read from
@@ -306,25 +290,34 @@ func (e *Engine) forgetSKU(info *skuInfo) {
 // Meta reads sku's meta record and its mod revision. A SKU still being
 // created is ErrUnknownSKU.
 func (e *Engine) Meta(ctx context.Context, sku string) (Meta, int64, error) {
-	if err := ValidateSKU(sku); err != nil {
+	meta, kv, err := e.metaKV(ctx, sku)
+	if err != nil {
 		return Meta{}, 0, err
+	}
+	return meta, kv.ModRevision, nil
+}
+
+// metaKV is Meta with the record's key-value (its revisions).
+func (e *Engine) metaKV(ctx context.Context, sku string) (Meta, *mvccpb.KeyValue, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return Meta{}, nil, err
 	}
 	key := e.keys.Meta(sku)
 	resp, err := e.kv.Get(ctx, key)
 	if err != nil {
-		return Meta{}, 0, fmt.Errorf("read meta of %s: %w", sku, err)
+		return Meta{}, nil, fmt.Errorf("read meta of %s: %w", sku, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Meta{}, 0, ErrUnknownSKU
+		return Meta{}, nil, ErrUnknownSKU
 	}
 	meta, err := DecodeMeta(key, resp.Kvs[0].Value)
 	if err != nil {
-		return Meta{}, 0, err
+		return Meta{}, nil, err
 	}
 	if meta.Creating {
-		return Meta{}, 0, fmt.Errorf("%w: its creation has not completed", ErrUnknownSKU)
+		return Meta{}, nil, fmt.Errorf("%w: its creation has not completed", ErrUnknownSKU)
 	}
-	return meta, resp.Kvs[0].ModRevision, nil
+	return meta, resp.Kvs[0], nil
 }
 
 // SKUs lists the SKUs whose creation has completed, in name order.
