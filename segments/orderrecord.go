@@ -22,6 +22,9 @@ func (e *Engine) replay(ctx context.Context, req *allocReq, kv *mvccpb.KeyValue)
 		return nil, &CorruptError{Key: string(kv.Key), Value: kv.Value,
 			Err: fmt.Errorf("record names SKU %q order %q", o.SKU, o.ID)}
 	}
+	if o.Lines != nil {
+		return nil, fmt.Errorf("%w: the order ID was already used for an order of the lines %v", ErrConflict, o.Lines)
+	}
 	if o.Qty != req.qty {
 		return nil, fmt.Errorf("%w: the order was already applied with qty %d, not %d", ErrConflict, o.Qty, req.qty)
 	}
