@@ -363,6 +363,70 @@ func (x *InsufficientStock) GetRevision() int64 {
 	return 0
 }
 
+// RefusedLine names the line of an order of several SKUs (AllocateOrder,
+// ReserveOrder) that could not be served; it comes beside the line's
+// InsufficientStock or PerUserLimitExceeded.
+type RefusedLine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The line's position in the request's lines, from 0.
+	Index         int32  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Sku           string `protobuf:"bytes,2,opt,name=sku,proto3" json:"sku,omitempty"`
+	Qty           int64  `protobuf:"varint,3,opt,name=qty,proto3" json:"qty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusedLine) Reset() {
+	*x = RefusedLine{}
+	mi := &file_stockctl_v1_errors_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusedLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusedLine) ProtoMessage() {}
+
+func (x *RefusedLine) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_errors_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusedLine.ProtoReflect.Descriptor instead.
+func (*RefusedLine) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RefusedLine) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RefusedLine) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *RefusedLine) GetQty() int64 {
+	if x != nil {
+		return x.Qty
+	}
+	return 0
+}
+
 // PerUserLimitExceeded details PER_USER_LIMIT_EXCEEDED: the buyer held `held`
 // units at revision (0 when want alone is over the limit), and held + want >
 // limit.
@@ -380,7 +444,7 @@ type PerUserLimitExceeded struct {
 
 func (x *PerUserLimitExceeded) Reset() {
 	*x = PerUserLimitExceeded{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[1]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +456,7 @@ func (x *PerUserLimitExceeded) String() string {
 func (*PerUserLimitExceeded) ProtoMessage() {}
 
 func (x *PerUserLimitExceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[1]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +469,7 @@ func (x *PerUserLimitExceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerUserLimitExceeded.ProtoReflect.Descriptor instead.
 func (*PerUserLimitExceeded) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{1}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PerUserLimitExceeded) GetSku() string {
@@ -464,7 +528,7 @@ type ReservationExpired struct {
 
 func (x *ReservationExpired) Reset() {
 	*x = ReservationExpired{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[2]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +540,7 @@ func (x *ReservationExpired) String() string {
 func (*ReservationExpired) ProtoMessage() {}
 
 func (x *ReservationExpired) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[2]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +553,7 @@ func (x *ReservationExpired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationExpired.ProtoReflect.Descriptor instead.
 func (*ReservationExpired) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{2}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReservationExpired) GetSku() string {
@@ -532,7 +596,7 @@ type LockBusy struct {
 
 func (x *LockBusy) Reset() {
 	*x = LockBusy{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[3]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -544,7 +608,7 @@ func (x *LockBusy) String() string {
 func (*LockBusy) ProtoMessage() {}
 
 func (x *LockBusy) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[3]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -557,7 +621,7 @@ func (x *LockBusy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockBusy.ProtoReflect.Descriptor instead.
 func (*LockBusy) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{3}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LockBusy) GetName() string {
@@ -588,7 +652,7 @@ type LimitMismatch struct {
 
 func (x *LimitMismatch) Reset() {
 	*x = LimitMismatch{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +664,7 @@ func (x *LimitMismatch) String() string {
 func (*LimitMismatch) ProtoMessage() {}
 
 func (x *LimitMismatch) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +677,7 @@ func (x *LimitMismatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitMismatch.ProtoReflect.Descriptor instead.
 func (*LimitMismatch) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{4}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LimitMismatch) GetName() string {
@@ -651,7 +715,7 @@ type CursorCompacted struct {
 
 func (x *CursorCompacted) Reset() {
 	*x = CursorCompacted{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +727,7 @@ func (x *CursorCompacted) String() string {
 func (*CursorCompacted) ProtoMessage() {}
 
 func (x *CursorCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +740,7 @@ func (x *CursorCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorCompacted.ProtoReflect.Descriptor instead.
 func (*CursorCompacted) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{5}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CursorCompacted) GetCursor() int64 {
@@ -705,7 +769,7 @@ type CursorAhead struct {
 
 func (x *CursorAhead) Reset() {
 	*x = CursorAhead{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +781,7 @@ func (x *CursorAhead) String() string {
 func (*CursorAhead) ProtoMessage() {}
 
 func (x *CursorAhead) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +794,7 @@ func (x *CursorAhead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorAhead.ProtoReflect.Descriptor instead.
 func (*CursorAhead) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{6}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CursorAhead) GetCursor() int64 {
@@ -761,7 +825,7 @@ type LockLost struct {
 
 func (x *LockLost) Reset() {
 	*x = LockLost{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +837,7 @@ func (x *LockLost) String() string {
 func (*LockLost) ProtoMessage() {}
 
 func (x *LockLost) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +850,7 @@ func (x *LockLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockLost.ProtoReflect.Descriptor instead.
 func (*LockLost) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{7}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LockLost) GetName() string {
@@ -826,7 +890,11 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x12\n" +
 	"\x04want\x18\x02 \x01(\x03R\x04want\x12\x1c\n" +
 	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x03R\brevision\"\x98\x01\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\"G\n" +
+	"\vRefusedLine\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x10\n" +
+	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x10\n" +
+	"\x03qty\x18\x03 \x01(\x03R\x03qty\"\x98\x01\n" +
 	"\x14PerUserLimitExceeded\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05buyer\x18\x02 \x01(\tR\x05buyer\x12\x14\n" +
@@ -915,24 +983,25 @@ func file_stockctl_v1_errors_proto_rawDescGZIP() []byte {
 }
 
 var file_stockctl_v1_errors_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_stockctl_v1_errors_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: stockctl.v1.ErrorReason
 	(LostReason)(0),               // 1: stockctl.v1.LostReason
 	(*InsufficientStock)(nil),     // 2: stockctl.v1.InsufficientStock
-	(*PerUserLimitExceeded)(nil),  // 3: stockctl.v1.PerUserLimitExceeded
-	(*ReservationExpired)(nil),    // 4: stockctl.v1.ReservationExpired
-	(*LockBusy)(nil),              // 5: stockctl.v1.LockBusy
-	(*LimitMismatch)(nil),         // 6: stockctl.v1.LimitMismatch
-	(*CursorCompacted)(nil),       // 7: stockctl.v1.CursorCompacted
-	(*CursorAhead)(nil),           // 8: stockctl.v1.CursorAhead
-	(*LockLost)(nil),              // 9: stockctl.v1.LockLost
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 11: google.protobuf.Duration
+	(*RefusedLine)(nil),           // 3: stockctl.v1.RefusedLine
+	(*PerUserLimitExceeded)(nil),  // 4: stockctl.v1.PerUserLimitExceeded
+	(*ReservationExpired)(nil),    // 5: stockctl.v1.ReservationExpired
+	(*LockBusy)(nil),              // 6: stockctl.v1.LockBusy
+	(*LimitMismatch)(nil),         // 7: stockctl.v1.LimitMismatch
+	(*CursorCompacted)(nil),       // 8: stockctl.v1.CursorCompacted
+	(*CursorAhead)(nil),           // 9: stockctl.v1.CursorAhead
+	(*LockLost)(nil),              // 10: stockctl.v1.LockLost
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
 }
 var file_stockctl_v1_errors_proto_depIdxs = []int32{
-	10, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
-	11, // 1: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
+	11, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
+	12, // 1: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
 	1,  // 2: stockctl.v1.LockLost.reason:type_name -> stockctl.v1.LostReason
 	3,  // [3:3] is the sub-list for method output_type
 	3,  // [3:3] is the sub-list for method input_type
@@ -952,7 +1021,7 @@ func file_stockctl_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_errors_proto_rawDesc), len(file_stockctl_v1_errors_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
