@@ -218,7 +218,7 @@ func prunedOrder(ctx context.Context, t *testing.T, cli *clientv3.Client) string
 	}
 	defer c.Close()
 	const sku = "clients-pruned"
-	if err := c.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: 5, Segments: 1, InitialFill: 5}); err != nil {
+	if _, err := c.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: 5, Segments: 1, InitialFill: 5}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Allocate(ctx, sku, "gone", 1, ""); err != nil {

@@ -304,9 +304,9 @@ const (
 // Order is the record of one allocation. It is written in the same etcd
 // transaction as the deduction it records, so the two cannot disagree.
 type Order struct {
-	V     int    `json:"v"`
-	SKU   string `json:"sku"`
-	ID    string `json:"order"`
+	V   int    `json:"v"`
+	SKU string `json:"sku"`
+	ID  string `json:"order"`
 	// Qty and Parts are never empty but in a pruned order's claim (which
 	// omits them).
 	Qty   int64  `json:"qty,omitempty"`
@@ -334,7 +334,9 @@ type Order struct {
 
 // Active reports whether the order still holds its stock: it was neither
 // released nor, as a reservation, expired.
-func (o *Order) Active() bool { return !o.Released && o.State != StateExpired && o.State != StatePruned }
+func (o *Order) Active() bool {
+	return !o.Released && o.State != StateExpired && o.State != StatePruned
+}
 
 // IsPruned reports whether the record is a pruned order's claim
 // (StatePruned): not an order any more, only its ID kept.
