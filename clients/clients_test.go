@@ -19,6 +19,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/coordinator"
 )
 
 // token is the bearer token every serve of these tests accepts.
@@ -177,6 +179,7 @@ func hasEndpoints(args []string) bool {
 type fleet struct {
 	a, b      *serve
 	compacted int64
+	pruned    string // a SKU whose order "gone" was pruned
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -201,7 +204,30 @@ func newFleet(t *testing.T) *fleet {
 	if _, err := cli.Compact(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
-	return &fleet{a: a, b: b, compacted: rev}
+	return &fleet{a: a, b: b, compacted: rev, pruned: prunedOrder(ctx, t, cli)}
+}
+
+// prunedOrder creates a SKU with one order, "gone", which it prunes (the
+// API has no prune: operators run `stockctl prune`), and returns the SKU:
+// the clients' suites check that a retry of it is refused (ORDER_PRUNED).
+func prunedOrder(ctx context.Context, t *testing.T, cli *clientv3.Client) string {
+	t.Helper()
+	c, err := coordinator.New(cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const sku = "clients-pruned"
+	if _, err := c.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: 5, Segments: 1, InitialFill: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Allocate(ctx, sku, "gone", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Prune(ctx, sku, time.Now().Add(time.Hour)); err != nil || p.Orders != 1 {
+		t.Fatalf("prune: %+v, %v", p, err)
+	}
+	return sku
 }
 
 func (f *fleet) env() []string {
@@ -211,6 +237,7 @@ func (f *fleet) env() []string {
 		"STOCKCTL_SPARE_PID="+strconv.Itoa(f.b.cmd.Process.Pid),
 		"STOCKCTL_TOKEN="+token,
 		"STOCKCTL_COMPACTED="+strconv.FormatInt(f.compacted, 10),
+		"STOCKCTL_PRUNED_SKU="+f.pruned,
 	)
 }
 

@@ -57,6 +57,13 @@ var (
 	ErrUnknownSKU = segments.ErrUnknownSKU
 	// ErrOrderNotFound: no allocation was made with this order ID.
 	ErrOrderNotFound = segments.ErrOrderNotFound
+	// ErrOrderPruned: the order was applied, then archived by Prune, which
+	// keeps its ID for a retention (KeepPrunedIDs, 24 h by default) so that
+	// a retry of it is refused instead of applied again; nothing was
+	// deducted. It can no longer be released, cancelled or confirmed
+	// either. The error is an *OrderPrunedError; it also matches
+	// ErrOrderNotFound.
+	ErrOrderPruned = segments.ErrOrderPruned
 	// ErrConflict: the SKU already exists, or the order ID was already used
 	// with a different SKU or quantity; or a semaphore is held with another
 	// limit (ErrLimitMismatch).
@@ -90,6 +97,11 @@ var (
 	// error (rpctypes.ErrNoSpace).
 	ErrNoSpace = rpctypes.ErrNoSpace
 )
+
+// OrderPrunedError is the error of a retry (or a Release, Cancel or
+// Confirm) of an order Prune archived: it names the order and when it was
+// pruned.
+type OrderPrunedError = segments.OrderPrunedError
 
 // InsufficientStockError is the error of an allocation refused for lack of
 // stock: at Revision the pool and all segments together held Remaining <

@@ -101,21 +101,58 @@ func TestPruneArchivesOldOrders(t *testing.T) {
 	if st.Allocated != before.Allocated || st.Archived != 3 || st.ArchivedOrders != 4 || st.Orders != 2 {
 		t.Fatalf("status after prune %+v (before %+v)", st, before)
 	}
-	if n := keyCount(t, c, engines.Of(c).Keys.Orders("p")); n != 2 {
-		t.Fatalf("%d order records (the IDs' claims) left, want 2", n)
+	// Each pruned order left its ID's claim (held for 24 h by default):
+	// records that hold nothing, counted apart.
+	if n := keyCount(t, c, engines.Of(c).Keys.Orders("p")); n != 6 {
+		t.Fatalf("%d keys under orders/, want 2 records (r-live, b-1) and 4 pruned claims", n)
+	}
+	if au.PrunedClaims != 4 {
+		t.Fatalf("audit counts %d pruned claims, want 4", au.PrunedClaims)
 	}
 
-	// A kept order replays; a pruned one is forgotten.
+	// A kept order replays; a retry of a pruned one is refused, never
+	// applied again, and so is any return of it.
 	if a, err := c.Allocate(ctx, "p", "b-1", 4, "", coordinator.WithBuyer("amy")); err != nil || !a.Replayed {
 		t.Fatalf("retry of a kept order: %+v, %v; want a replay", a, err)
 	}
-	if _, err := c.Release(ctx, "p", "a-1"); !errors.Is(err, coordinator.ErrOrderNotFound) {
-		t.Fatalf("release of a pruned order: %v, want ErrOrderNotFound", err)
+	var pe *coordinator.OrderPrunedError
+	if a, err := c.Allocate(ctx, "p", "a-1", 2, "", coordinator.WithBuyer("amy")); !errors.As(err, &pe) ||
+		!errors.Is(err, coordinator.ErrOrderPruned) || pe.Order != "a-1" || pe.SKU != "p" || pe.Pruned.IsZero() {
+		t.Fatalf("retry of a pruned order: %+v, %v; want ErrOrderPruned naming it", a, err)
+	}
+	if _, err := c.Reserve(ctx, "p", "r-confirmed", 1, "", time.Hour, coordinator.WithBuyer("amy")); !errors.Is(err, coordinator.ErrOrderPruned) {
+		t.Fatalf("retry of a pruned reservation: %v, want ErrOrderPruned", err)
+	}
+	for name, ret := range map[string]func() error{
+		"release": func() error { _, err := c.Release(ctx, "p", "a-1"); return err },
+		"cancel":  func() error { _, err := c.Cancel(ctx, "p", "r-confirmed"); return err },
+		"confirm": func() error { _, err := c.Confirm(ctx, "p", "r-confirmed"); return err },
+	} {
+		if err := ret(); !errors.Is(err, coordinator.ErrOrderPruned) || !errors.Is(err, coordinator.ErrOrderNotFound) {
+			t.Fatalf("%s of a pruned order: %v, want ErrOrderPruned (which is also ErrOrderNotFound)", name, err)
+		}
+	}
+	if got := mustAudit(t, c, "p"); got.Allocated != au.Allocated || got.Archived != au.Archived {
+		t.Fatalf("the refused retries changed the books: %+v, before %+v", got, au)
+	}
+
+	// A retention that is not a duration is refused, changing nothing.
+	if _, err := c.Prune(ctx, "p", cutoff, coordinator.KeepPrunedIDs(-time.Second)); !errors.Is(err, coordinator.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "retention of pruned order IDs") {
+		t.Fatalf("prune with a negative retention: %v", err)
+	}
+	// A prune whose retention the claims outlived forgets them.
+	forget, err := c.Prune(ctx, "p", cutoff, coordinator.KeepPrunedIDs(time.Nanosecond))
+	if err != nil || forget.Orders != 0 || forget.Forgotten != 4 || forget.Archive.Orders != 4 {
+		t.Fatalf("prune after the retention: %+v, %v; want 4 claims forgotten, nothing archived", forget, err)
+	}
+	if n := keyCount(t, c, engines.Of(c).Keys.Orders("p")); n != 2 {
+		t.Fatalf("%d keys under orders/ after the claims were forgotten, want 2", n)
 	}
 	// amy held 2+1 (pruned) + 1 (live) + 4 = 8 of 10; her counter now says 5,
 	// so 5 more fit.
 	if a, err := c.Allocate(ctx, "p", "a-1", 5, "", coordinator.WithBuyer("amy")); err != nil || a.Replayed {
-		t.Fatalf("a pruned ID used again: %+v, %v; want a new order", a, err)
+		t.Fatalf("a forgotten ID used again: %+v, %v; want a new order", a, err)
 	}
 	mustAudit(t, c, "p")
 
@@ -321,9 +358,9 @@ func TestPruneRacingReleases(t *testing.T) {
 
 // A retried Reserve racing prune never answers "order not found": the
 // order's record is its ID's claim and the replay reads it in the same
-// read that finds it, so a prune between the two cannot pull it away. (The
-// retry of an order prune archived first is a new order: prune forgets
-// IDs, docs/operations.md.)
+// read that finds it, so a prune between the two cannot pull it away. The
+// retry of an order prune archived first is refused (ErrOrderPruned: prune
+// keeps the IDs), never applied again.
 func TestRetriedReserveRacingPrune(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	cs := newCoordinators(t, etcd, 2)
@@ -345,12 +382,61 @@ func TestRetriedReserveRacingPrune(t *testing.T) {
 		})
 		_, err := cs[1].Reserve(ctx, "rp", id, 1, "", time.Hour, coordinator.WithBuyer("amy"))
 		wg.Wait()
-		if errors.Is(err, coordinator.ErrOrderNotFound) {
+		if errors.Is(err, coordinator.ErrOrderNotFound) && !errors.Is(err, coordinator.ErrOrderPruned) {
 			t.Fatalf("round %d: a retried Reserve racing prune: %v", round, err)
 		}
-		if err != nil && !errors.Is(err, coordinator.ErrConflict) {
+		if err != nil && !errors.Is(err, coordinator.ErrConflict) && !errors.Is(err, coordinator.ErrOrderPruned) {
 			t.Fatalf("round %d: retried Reserve: %v", round, err)
 		}
 	}
 	mustAudit(t, cs[0], "rp")
+}
+
+// Invariant: a retry never deducts twice, even across a prune. Retries of
+// applied orders, sent by another process while prune archives them, are
+// each either replayed (before the prune reached the order) or refused
+// with ErrOrderPruned (after): never applied as new orders. The books at
+// the end count every order once.
+func TestRetriesRacingPruneNeverDeductTwice(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	cs := newCoordinators(t, etcd, 2)
+	ctx := t.Context()
+	const orders = 60
+	mustCreate(t, cs[0], "rt", coordinator.SKUConfig{Total: 1000, Segments: 2, InitialFill: 1000})
+	for round := range 3 {
+		var ids []string
+		for i := range orders {
+			id := fmt.Sprintf("r%d-%d", round, i)
+			if _, err := cs[0].Allocate(ctx, "rt", id, 2, ""); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := cs[0].Prune(ctx, "rt", time.Now().Add(time.Hour)); err != nil && !errors.Is(err, coordinator.ErrContention) {
+				t.Errorf("round %d: prune: %v", round, err)
+			}
+		})
+		replayed, refused := 0, 0
+		for _, id := range ids {
+			a, err := cs[1].Allocate(ctx, "rt", id, 2, "")
+			switch {
+			case err == nil && a.Replayed:
+				replayed++
+			case errors.Is(err, coordinator.ErrOrderPruned):
+				refused++
+			case err == nil:
+				t.Fatalf("round %d: the retry of %s was applied again: %+v", round, id, a)
+			default:
+				t.Fatalf("round %d: retry of %s: %v", round, id, err)
+			}
+		}
+		wg.Wait()
+		t.Logf("round %d: %d retries replayed, %d refused as pruned", round, replayed, refused)
+		au := mustAudit(t, cs[0], "rt")
+		if want := int64(2 * orders * (round + 1)); au.Allocated+au.Archived != want {
+			t.Fatalf("round %d: allocated %d + archived %d, want %d: an order counted twice or lost", round, au.Allocated, au.Archived, want)
+		}
+	}
 }

@@ -251,20 +251,39 @@ type (
 	Deleted = segments.Deleted
 )
 
-// Prune archives sku's orders created before before: their records and
-// order-ID claims are deleted, and what they held is added to the SKU's
-// archive record in the same transactions, so that Status and Audit still
-// balance (total = pool + segments + active orders + archived). Live
-// reservations are kept. A pruned order's ID is forgotten: a retry of it
-// is a new order, so prune only orders older than any retry (and any
-// Release, Cancel or Confirm) a client may still send. A pruned active
-// order counted against a per-user limit leaves its buyer's counter. ctx
-// bounds the call; on failure what was pruned stays pruned (each batch in
-// one balanced transaction) and calling again goes on. See
-// docs/operations.md.
-func (c *Coordinator) Prune(ctx context.Context, sku string, before time.Time) (*Pruned, error) {
-	return c.stock.Prune(ctx, sku, before)
+// Prune archives sku's orders created before before: what they held is
+// added to the SKU's archive record and each order's record is replaced by
+// a small claim of its ID, in the same transactions, so that Status and
+// Audit still balance (total = pool + segments + active orders +
+// archived). Live reservations are kept.
+//
+// A pruned order's ID is kept for a retention (KeepPrunedIDs; 24 h by
+// default, counted from the prune): a retry of the order within it is
+// refused with ErrOrderPruned, never applied again, and so are a Release,
+// Cancel or Confirm of it. A later Prune forgets the IDs whose retention
+// ended; a retry after that is a new order, so keep the IDs longer than
+// any client retries. A pruned active order counted against a per-user
+// limit leaves its buyer's counter. ctx bounds the call; on failure what
+// was pruned stays pruned (each batch in one balanced transaction) and
+// calling again goes on. See docs/operations.md.
+func (c *Coordinator) Prune(ctx context.Context, sku string, before time.Time, opts ...PruneOption) (*Pruned, error) {
+	return c.stock.Prune(ctx, sku, before, opts...)
 }
+
+// PruneOption changes how Prune archives.
+type PruneOption = segments.PruneOption
+
+// KeepPrunedIDs sets how long Prune keeps the ID of each order it archives
+// (DefaultPrunedIDRetention if not given): a retry of the order, or a
+// Release, Cancel or Confirm of it, gets ErrOrderPruned while the ID is
+// kept. 0 forgets the IDs at once (and every ID an earlier Prune kept): a
+// retry of a pruned order is then a new order. A negative value is
+// ErrInvalidArgument.
+func KeepPrunedIDs(d time.Duration) PruneOption { return segments.KeepPrunedIDs(d) }
+
+// DefaultPrunedIDRetention is how long Prune keeps pruned orders' IDs by
+// default.
+const DefaultPrunedIDRetention = segments.DefaultPrunedIDRetention
 
 // DeleteSKU deletes a SKU that is done: no live reservation and no process
 // holding or waiting for the lock of its pool or a segment (otherwise

@@ -121,16 +121,21 @@ func kindOf(o *segments.Order) Kind {
 // decode turns an order record, as a watch or a range read returns it,
 // into an event. The record must sit at the key its own SKU and ID call
 // for, under the feed's scope; anything else is a *segments.CorruptError,
-// never skipped: a feed that skipped a record would not be gapless.
-func decode(space keys.Space, kv *mvccpb.KeyValue) (Event, error) {
+// never skipped: a feed that skipped a record would not be gapless. The
+// claim Prune leaves of an archived order (segments.StatePruned) is no
+// order event, as the delete of a record is not: ok is false.
+func decode(space keys.Space, kv *mvccpb.KeyValue) (e Event, ok bool, err error) {
 	key := string(kv.Key)
 	o, err := segments.DecodeOrder(key, kv.Value)
 	if err != nil {
-		return Event{}, err
+		return Event{}, false, err
 	}
 	if space.Order(o.SKU, o.ID) != key {
-		return Event{}, &segments.CorruptError{Key: key, Value: kv.Value,
+		return Event{}, false, &segments.CorruptError{Key: key, Value: kv.Value,
 			Err: fmt.Errorf("record names SKU %q order %q, which live elsewhere", o.SKU, o.ID)}
+	}
+	if o.IsPruned() {
+		return Event{}, false, nil
 	}
 	return Event{
 		Revision:    kv.ModRevision,
@@ -145,7 +150,7 @@ func decode(space keys.Space, kv *mvccpb.KeyValue) (Event, error) {
 		Created:     o.Created,
 		Lines:       o.Lines,
 		Version:     kv.Version,
-	}, nil
+	}, true, nil
 }
 
 // sortEvents puts events in the feed's order: by revision, and within a

@@ -321,3 +321,58 @@ func TestOpenRefuses(t *testing.T) {
 		t.Fatalf("snapshot of an unknown SKU: %v", err)
 	}
 }
+
+// Prune replaces archived orders' records by claims of their IDs, and a
+// later prune deletes the claims: neither is an order event. A feed open
+// across both delivers only the orders placed meanwhile, and a snapshot
+// after them lists the orders kept, not the claims.
+func TestPruneIsNoEvent(t *testing.T) {
+	t.Parallel()
+	e := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	client := e.Client(t)
+	c := newCoordinator(t, client, "/prune/")
+	createSKU(t, c, "tee", 100, 2)
+	ctx := t.Context()
+	for i := range 5 {
+		if _, err := c.Allocate(ctx, "tee", fmt.Sprintf("old-%d", i), 1, "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cutoff := time.Now()
+	snap, err := feed.Snapshot(ctx, client, feed.Config{Prefix: "/prune/", SKU: "tee"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Prune(ctx, "tee", cutoff); err != nil || p.Orders != 5 {
+		t.Fatalf("prune: %+v, %v", p, err)
+	}
+	a, err := c.Allocate(ctx, "tee", "new-1", 1, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid, err := feed.Snapshot(ctx, client, feed.Config{Prefix: "/prune/", SKU: "tee"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mid.Events) != 1 || mid.Events[0].Order != "new-1" {
+		t.Fatalf("snapshot beside 5 claims: %v, want new-1 only", short(mid.Events))
+	}
+	if p, err := c.Prune(ctx, "tee", cutoff, coordinator.KeepPrunedIDs(0)); err != nil || p.Forgotten != 5 {
+		t.Fatalf("prune forgetting the claims: %+v, %v", p, err)
+	}
+	b, err := c.Allocate(ctx, "tee", "new-2", 1, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := openDrain(t, client, feed.Config{Prefix: "/prune/", SKU: "tee", Since: snap.Cursor, UntilOpen: true})
+	if len(rest) != 2 || rest[0].Order != "new-1" || rest[0].Revision != a.Revision || rest[1].Order != "new-2" || rest[1].Revision != b.Revision {
+		t.Fatalf("the feed across two prunes: %v, want new-1 and new-2 only", short(rest))
+	}
+	after, err := feed.Snapshot(ctx, client, feed.Config{Prefix: "/prune/", SKU: "tee"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Events) != 2 || after.Events[0].Order != "new-1" || after.Events[1].Order != "new-2" {
+		t.Fatalf("snapshot after the prunes: %v, want new-1 and new-2", short(after.Events))
+	}
+}

@@ -71,11 +71,13 @@ func (s scope) snapshot(ctx context.Context, kv clientv3.KV) (Batch, error) {
 			return Batch{}, err
 		}
 		for _, kv := range resp.Kvs {
-			e, err := decode(s.space, kv)
+			e, ok, err := decode(s.space, kv)
 			if err != nil {
 				return Batch{}, err
 			}
-			out = append(out, e)
+			if ok {
+				out = append(out, e)
+			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			break
@@ -134,11 +136,13 @@ func (s scope) snapshotPages(ctx context.Context, kv clientv3.KV, page func(b Ba
 		}
 		evs := make([]Event, 0, len(resp.Kvs))
 		for _, kv := range resp.Kvs {
-			e, err := decode(s.space, kv)
+			e, ok, err := decode(s.space, kv)
 			if err != nil {
 				return sent, err
 			}
-			evs = append(evs, e)
+			if ok {
+				evs = append(evs, e)
+			}
 		}
 		last := !resp.More || len(resp.Kvs) == 0
 		if !last {

@@ -136,9 +136,9 @@ func refused(err error) bool {
 var errSplit = errors.New("feed: etcd split a revision across watch responses")
 
 // take turns a watch response's events into a batch, and moves the cursor
-// past them. Deletes of order records are not order events (a prune
-// archives old orders by deleting them): they are passed over, and only
-// move the cursor. Events past until are dropped: the feed ends there.
+// past them. Deletes of order records, and the claims a prune leaves of
+// the orders it archives, are not order events: they are passed over, and
+// only move the cursor. Events past until are dropped: the feed ends there.
 func (f *Feed) take(evs []*clientv3.Event) (Batch, error) {
 	var out []Event
 	last := f.cursor
@@ -152,11 +152,13 @@ func (f *Feed) take(evs []*clientv3.Event) (Batch, error) {
 		case ev.Type == mvccpb.DELETE:
 			last = rev
 		default:
-			e, err := decode(f.scope.space, ev.Kv)
+			e, ok, err := decode(f.scope.space, ev.Kv)
 			if err != nil {
 				return Batch{}, err
 			}
-			out = append(out, e)
+			if ok {
+				out = append(out, e)
+			}
 			last = rev
 		}
 		if f.reached {

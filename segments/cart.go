@@ -381,6 +381,9 @@ func (e *Engine) replayLines(ls []*lineReq, views []*lineView, skus []string, n 
 			return nil, &CorruptError{Key: string(kv.Key), Value: kv.Value, Err: fmt.Errorf("record names SKU %q order %q", o.SKU, o.ID)}
 		}
 		switch {
+		case o.IsPruned():
+			// Applied once, archived since (Prune): the claim refuses it.
+			return nil, &OrderPrunedError{SKU: o.SKU, Order: o.ID, Pruned: o.PrunedAt}
 		case o.Lines == nil:
 			return nil, fmt.Errorf("%w: the order ID was already used on %s for an order of one SKU", ErrConflict, o.SKU)
 		case !slices.Equal(o.Lines, skus):

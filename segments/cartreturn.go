@@ -123,6 +123,11 @@ func (e *Engine) readLineRecords(ctx context.Context, order string, lines []stri
 		if err != nil {
 			return nil, nil, err
 		}
+		if o.IsPruned() && o.SKU == sku && o.ID == order {
+			// One line was archived (Prune works SKU by SKU): its units
+			// are in the archive, so the order can no longer move whole.
+			return nil, nil, &OrderPrunedError{SKU: o.SKU, Order: o.ID, Pruned: o.PrunedAt}
+		}
 		if o.SKU != sku || o.ID != order || !slices.Equal(o.Lines, lines) {
 			return nil, nil, &CorruptError{Key: string(got[0].Key), Value: got[0].Value,
 				Err: fmt.Errorf("record of an order of the lines %v names SKU %q order %q lines %v", lines, o.SKU, o.ID, o.Lines)}

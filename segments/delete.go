@@ -48,7 +48,7 @@ func (e *Engine) DeleteSKU(ctx context.Context, sku string) (*Deleted, error) {
 	if err := e.checkDone(ctx, sku); err != nil {
 		return nil, fmt.Errorf("delete %s: %w", sku, err)
 	}
-	pruned, err := e.prune(ctx, sku, time.Now().Add(24*time.Hour))
+	pruned, err := e.prune(ctx, sku, time.Now().Add(24*time.Hour), 0)
 	if err != nil {
 		return nil, fmt.Errorf("delete %s: archive its orders: %w", sku, err)
 	}

@@ -294,20 +294,27 @@ const (
 	// StateExpired: a reservation that reached its deadline unconfirmed;
 	// its units went back in the transaction that set this state.
 	StateExpired OrderState = "expired"
+	// StatePruned: the record of an order that Prune archived, kept only
+	// as its ID's claim (no quantity, no parts) until its retention ends,
+	// so that a retry of the order is refused (ErrOrderPruned). It holds
+	// nothing: what the order held is in the SKU's archive record.
+	StatePruned OrderState = "pruned"
 )
 
 // Order is the record of one allocation. It is written in the same etcd
 // transaction as the deduction it records, so the two cannot disagree.
 type Order struct {
-	V     int    `json:"v"`
-	SKU   string `json:"sku"`
-	ID    string `json:"order"`
-	Qty   int64  `json:"qty"`
-	Parts []Part `json:"parts"`
+	V   int    `json:"v"`
+	SKU string `json:"sku"`
+	ID  string `json:"order"`
+	// Qty and Parts are never empty but in a pruned order's claim (which
+	// omits them).
+	Qty   int64  `json:"qty,omitempty"`
+	Parts []Part `json:"parts,omitempty"`
 	// Released is set by Release (or Cancel), in the transaction that
 	// returns the parts.
 	Released bool      `json:"released,omitempty"`
-	Created  time.Time `json:"created"`
+	Created  time.Time `json:"created,omitzero"`
 	// State is "" for a plain allocation, else the reservation's state.
 	State OrderState `json:"state,omitempty"`
 	// Deadline is when a reservation expires unless confirmed, by the clock
@@ -326,11 +333,28 @@ type Order struct {
 	// lists them all, so that a replay, a release, a confirm or an expiry
 	// found through one line reaches the whole order.
 	Lines []string `json:"lines,omitempty"`
+	// PrunedAt is when Prune archived the order (StatePruned only), by the
+	// clock of the pruning process: its claim is kept for the retention
+	// Prune is given from then.
+	PrunedAt time.Time `json:"prunedAt,omitzero"`
 }
 
 // Active reports whether the order still holds its stock: it was neither
 // released nor, as a reservation, expired.
-func (o *Order) Active() bool { return !o.Released && o.State != StateExpired }
+func (o *Order) Active() bool {
+	return !o.Released && o.State != StateExpired && o.State != StatePruned
+}
+
+// IsPruned reports whether the record is a pruned order's claim
+// (StatePruned): not an order any more, only its ID kept.
+func (o *Order) IsPruned() bool { return o.State == StatePruned }
+
+// prunedClaim is what Prune leaves of order o: its ID's claim, and when
+// (to the second), nothing more: claims are kept by the thousand, in an
+// etcd that may be near its quota (~90 bytes each, a record ~200).
+func prunedClaim(o Order, at time.Time) Order {
+	return Order{SKU: o.SKU, ID: o.ID, State: StatePruned, PrunedAt: at.UTC().Truncate(time.Second)}
+}
 
 // Reserved reports whether the order is a live reservation: it holds its
 // units and waits for a Confirm.
@@ -351,6 +375,16 @@ func DecodeOrder(key string, value []byte) (Order, error) {
 	}
 	if err := checkVersion(o.V); err != nil {
 		return Order{}, &CorruptError{Key: key, Value: value, Err: err}
+	}
+	if o.State == StatePruned || !o.PrunedAt.IsZero() {
+		if o.State != StatePruned || o.PrunedAt.IsZero() || o.Qty != 0 || len(o.Parts) != 0 || o.Released ||
+			!o.Deadline.IsZero() || o.Buyer != "" || o.UserCounted {
+			return Order{}, &CorruptError{Key: key, Value: value, Err: errors.New("a pruned order's claim must carry only its SKU, ID and pruning time")}
+		}
+		if ValidateSKU(o.SKU) != nil || ValidateOrderID(o.ID) != nil {
+			return Order{}, &CorruptError{Key: key, Value: value, Err: errors.New("invalid sku or order id")}
+		}
+		return o, nil
 	}
 	var sum int64
 	for _, p := range o.Parts {

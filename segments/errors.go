@@ -17,6 +17,13 @@ var (
 	ErrUnknownSKU = errors.New("unknown SKU")
 	// ErrOrderNotFound: no allocation was made with this order ID.
 	ErrOrderNotFound = errors.New("order not found")
+	// ErrOrderPruned: the order was applied, then archived by Prune, which
+	// keeps its ID for a retention (24 h by default, see KeepPrunedIDs) so
+	// that a retry of it is refused instead of applied a second time. It
+	// can no longer be released, cancelled or confirmed either. The error
+	// is an *OrderPrunedError; it also matches ErrOrderNotFound (the
+	// order's record is gone).
+	ErrOrderPruned = errors.New("order pruned")
 	// ErrConflict: the SKU already exists, or the order ID was already used
 	// with a different SKU or quantity.
 	ErrConflict = errors.New("conflict")
@@ -108,6 +115,24 @@ func (e *InsufficientStockError) Error() string {
 
 // Is makes errors.Is(err, ErrInsufficientStock) true.
 func (e *InsufficientStockError) Is(target error) bool { return target == ErrInsufficientStock }
+
+// OrderPrunedError is ErrOrderPruned with the order and when Prune
+// archived it (by the pruning process's clock).
+type OrderPrunedError struct {
+	SKU, Order string
+	Pruned     time.Time
+}
+
+func (e *OrderPrunedError) Error() string {
+	return fmt.Sprintf("%v: order %q of SKU %q was archived by prune at %s; it was applied before, so a retry of it is refused "+
+		"(and it can no longer be released, cancelled or confirmed)", ErrOrderPruned, e.Order, e.SKU, e.Pruned.Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrOrderPruned) and errors.Is(err,
+// ErrOrderNotFound) true.
+func (e *OrderPrunedError) Is(target error) bool {
+	return target == ErrOrderPruned || target == ErrOrderNotFound
+}
 
 func firstErr(errs ...error) error {
 	for _, err := range errs {

@@ -78,7 +78,7 @@ func NewMetrics() *Metrics {
 	return &Metrics{
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_allocations_total",
-			Help: "Orders taking stock (op: allocate for Allocate/AllocateFunc, reserve for Reserve) by outcome (served, replayed, insufficient, limit_exceeded, conflict, error) and, when served, by source (segment, pool, gather; none otherwise).",
+			Help: "Orders taking stock (op: allocate for Allocate/AllocateFunc, reserve for Reserve) by outcome (served, replayed, insufficient, limit_exceeded, conflict, pruned, error) and, when served, by source (segment, pool, gather; none otherwise).",
 		}, []string{"op", "outcome", "source"}),
 		units: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_allocated_units_total",
@@ -86,11 +86,11 @@ func NewMetrics() *Metrics {
 		}, []string{"source"}),
 		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_releases_total",
-			Help: "Orders' stock given back (op: release or cancel) by outcome (released, already_released, expired, conflict, not_found, error).",
+			Help: "Orders' stock given back (op: release or cancel) by outcome (released, already_released, expired, conflict, pruned, not_found, error).",
 		}, []string{"op", "outcome"}),
 		confirms: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockctl_confirms_total",
-			Help: "Confirm calls by outcome (confirmed, replayed, expired, conflict, not_found, error).",
+			Help: "Confirm calls by outcome (confirmed, replayed, expired, conflict, pruned, not_found, error).",
 		}, []string{"outcome"}),
 		expiries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stockctl_reservations_expired_total",
@@ -258,6 +258,8 @@ func (m *Metrics) allocated(op, sku string, a *Allocation, err error) {
 		m.allocations.WithLabelValues(op, "limit_exceeded", "none").Inc()
 	case errors.Is(err, ErrConflict):
 		m.allocations.WithLabelValues(op, "conflict", "none").Inc()
+	case errors.Is(err, ErrOrderPruned):
+		m.allocations.WithLabelValues(op, "pruned", "none").Inc()
 	default:
 		m.allocations.WithLabelValues(op, "error", "none").Inc()
 	}
@@ -293,6 +295,8 @@ func returnOutcome(err error, done, again string, repeated bool) string {
 		return "expired"
 	case errors.Is(err, ErrConflict):
 		return "conflict"
+	case errors.Is(err, ErrOrderPruned):
+		return "pruned"
 	case errors.Is(err, ErrOrderNotFound):
 		return "not_found"
 	}

@@ -22,6 +22,10 @@ func (e *Engine) replay(ctx context.Context, req *allocReq, kv *mvccpb.KeyValue)
 		return nil, &CorruptError{Key: string(kv.Key), Value: kv.Value,
 			Err: fmt.Errorf("record names SKU %q order %q", o.SKU, o.ID)}
 	}
+	if o.IsPruned() {
+		// Applied once, archived since: the claim Prune kept refuses it.
+		return nil, &OrderPrunedError{SKU: o.SKU, Order: o.ID, Pruned: o.PrunedAt}
+	}
 	if o.Lines != nil {
 		return nil, fmt.Errorf("%w: the order ID was already used for an order of the lines %v", ErrConflict, o.Lines)
 	}
@@ -45,7 +49,8 @@ func (e *Engine) replay(ctx context.Context, req *allocReq, kv *mvccpb.KeyValue)
 	}, nil
 }
 
-// readOrder reads and decodes an order record.
+// readOrder reads and decodes an order record: ErrOrderNotFound if there
+// is none, an *OrderPrunedError if Prune left only its claim.
 func (e *Engine) readOrder(ctx context.Context, sku, order string) (Order, *mvccpb.KeyValue, error) {
 	key := e.keys.Order(sku, order)
 	resp, err := e.kv.Get(ctx, key)
@@ -62,6 +67,9 @@ func (e *Engine) readOrder(ctx context.Context, sku, order string) (Order, *mvcc
 	if o.SKU != sku || o.ID != order {
 		return Order{}, nil, &CorruptError{Key: key, Value: resp.Kvs[0].Value,
 			Err: fmt.Errorf("record names SKU %q order %q", o.SKU, o.ID)}
+	}
+	if o.IsPruned() {
+		return Order{}, nil, &OrderPrunedError{SKU: o.SKU, Order: o.ID, Pruned: o.PrunedAt}
 	}
 	return o, resp.Kvs[0], nil
 }

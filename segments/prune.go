@@ -28,6 +28,10 @@ type Archive struct {
 	Units int64 `json:"units"`
 	// Through is the creation time of the newest order pruned.
 	Through time.Time `json:"through"`
+	// Claims counts the pruned orders whose IDs are still kept
+	// (KeepPrunedIDs): the records under orders/ that are claims, not
+	// orders. Status counts the orders as the records less these.
+	Claims int64 `json:"claims,omitempty"`
 }
 
 // EncodeArchive encodes a with the current version.
@@ -45,7 +49,7 @@ func DecodeArchive(key string, value []byte) (Archive, error) {
 	if err := checkVersion(a.V); err != nil {
 		return Archive{}, &CorruptError{Key: key, Value: value, Err: err}
 	}
-	if a.Orders < 0 || a.Units < 0 || a.Units > MaxTotal || a.Released < 0 || a.Expired < 0 || a.Released+a.Expired > a.Orders {
+	if a.Orders < 0 || a.Units < 0 || a.Units > MaxTotal || a.Released < 0 || a.Expired < 0 || a.Released+a.Expired > a.Orders || a.Claims < 0 || a.Claims > a.Orders {
 		return Archive{}, &CorruptError{Key: key, Value: value, Err: fmt.Errorf("counts out of range")}
 	}
 	return a, nil
@@ -66,6 +70,9 @@ type Pruned struct {
 	// Archive); Buyers counts the buyers' counters it lowered.
 	Orders, Released, Expired, Units int64
 	Buyers                           int64
+	// Forgotten counts the claims of orders pruned earlier whose retention
+	// ended in this call: retries of those order IDs are new orders now.
+	Forgotten int64
 	// Archive is the SKU's archive record after the call.
 	Archive Archive
 	// Revision is the revision of the last transaction (0 if nothing was
@@ -73,40 +80,73 @@ type Pruned struct {
 	Revision int64
 }
 
+// DefaultPrunedIDRetention is how long Prune keeps a pruned order's ID
+// unless told otherwise (KeepPrunedIDs): a retry of the order within it is
+// refused with ErrOrderPruned.
+const DefaultPrunedIDRetention = 24 * time.Hour
+
+// PruneOption changes how Prune archives.
+type PruneOption func(*pruneConfig)
+
+type pruneConfig struct{ keepIDs time.Duration }
+
+// KeepPrunedIDs sets how long Prune keeps the ID of each order it archives
+// (DefaultPrunedIDRetention if not given), counted from the prune: the
+// order's record is replaced by a small claim (StatePruned, no quantity,
+// no parts) so that a retry of the order, or a Release, Cancel or Confirm
+// of it, gets ErrOrderPruned instead of being applied as a new order. A
+// later Prune deletes the claims whose retention ended (Pruned.Forgotten);
+// from then on the ID is free again. 0 deletes the records at once, and
+// every claim still kept, as stockctl before 0.x did: a retry of a pruned
+// order is then a new order. Negative values are refused.
+func KeepPrunedIDs(d time.Duration) PruneOption { return func(c *pruneConfig) { c.keepIDs = d } }
+
 // prunePage is how many order records Prune reads at once.
 const prunePage = 1000
 
 // Prune archives sku's orders created before before (by the clock of the
-// process that committed each): it deletes their records and their order-ID
-// claims and adds them to the SKU's archive record, in transactions that
-// each keep the books balanced. Live reservations are never pruned (they
-// still wait for a Confirm or their expiry).
+// process that committed each): it adds them to the SKU's archive record
+// and replaces each record by a small claim of its order ID, kept for a
+// retention (KeepPrunedIDs, 24 h by default), in transactions that each
+// keep the books balanced. Live reservations are never pruned (they still
+// wait for a Confirm or their expiry). Claims whose retention ended are
+// deleted on the way.
 //
-// What it costs the orders pruned: their IDs are forgotten, so a retry of
-// one after it was pruned is a new order (prune only orders older than any
-// client retries); they can no longer be released, cancelled or confirmed
-// (ErrOrderNotFound); and the units of an active order counted against its
-// buyer's per-user limit are taken off the buyer's counter (a limit then
-// holds over the orders kept, not over the archived ones).
+// What it costs the orders pruned: they can no longer be released,
+// cancelled or confirmed, and a retry of one is refused (both
+// ErrOrderPruned) while its claim is kept, and is a new order after (so
+// keep the IDs longer than any client retries); and the units of an
+// active order counted against its buyer's per-user limit are taken off
+// the buyer's counter (a limit then holds over the orders kept, not over
+// the archived ones).
 //
 // ctx bounds the call; on failure the transactions already committed stay
 // (each pruned a whole batch), and calling Prune again goes on.
-func (e *Engine) Prune(ctx context.Context, sku string, before time.Time) (*Pruned, error) {
+func (e *Engine) Prune(ctx context.Context, sku string, before time.Time, opts ...PruneOption) (*Pruned, error) {
+	cfg := pruneConfig{keepIDs: DefaultPrunedIDRetention}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.keepIDs < 0 {
+		return nil, fmt.Errorf("prune %s: %w", sku,
+			invalid("retention of pruned order IDs", cfg.keepIDs, "must be 0 (forget them at once) or more"))
+	}
 	if err := ValidateSKU(sku); err != nil {
 		return nil, fmt.Errorf("prune %s: %w", sku, err)
 	}
 	if _, _, err := e.Meta(ctx, sku); err != nil {
 		return nil, fmt.Errorf("prune %s: %w", sku, err)
 	}
-	out, err := e.prune(ctx, sku, before)
+	out, err := e.prune(ctx, sku, before, cfg.keepIDs)
 	if err != nil {
 		return out, fmt.Errorf("prune %s: %w", sku, err)
 	}
 	return out, nil
 }
 
-// prune is Prune without the checks and with errors unwrapped.
-func (e *Engine) prune(ctx context.Context, sku string, before time.Time) (*Pruned, error) {
+// prune is Prune without the checks and with errors unwrapped. keepIDs is
+// the retention of the claims it leaves (0: none).
+func (e *Engine) prune(ctx context.Context, sku string, before time.Time, keepIDs time.Duration) (*Pruned, error) {
 	out := &Pruned{SKU: sku}
 	// Segments sold lazily count their orders from the records: write
 	// them exact first (their owners take them again at their next
@@ -122,6 +162,8 @@ func (e *Engine) prune(ctx context.Context, sku string, before time.Time) (*Prun
 	if err != nil {
 		return out, err
 	}
+	// Claims pruned before forgetAt have served their retention.
+	forgetAt := time.Now().Add(-keepIDs)
 	from, end := e.keys.Orders(sku), clientv3.GetPrefixRangeEnd(e.keys.Orders(sku))
 	for attempts := 0; ; {
 		resp, err := e.kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(prunePage))
@@ -136,14 +178,19 @@ func (e *Engine) prune(ctx context.Context, sku string, before time.Time) (*Prun
 			if err != nil {
 				return out, err
 			}
-			if !o.Reserved() && o.Created.Before(before) && kv.CreateRevision <= keepAfter {
+			switch {
+			case o.IsPruned():
+				if keepIDs == 0 || o.PrunedAt.Before(forgetAt) {
+					batch, orders = append(batch, kv), append(orders, o)
+				}
+			case !o.Reserved() && o.Created.Before(before) && kv.CreateRevision <= keepAfter:
 				batch, orders = append(batch, kv), append(orders, o)
 			}
 			last := i == len(resp.Kvs)-1
 			if len(batch) < e.pruneBatchSize() && !(last && len(batch) > 0) {
 				continue
 			}
-			done, err := e.pruneTxn(ctx, sku, batch, orders, out)
+			done, err := e.pruneTxn(ctx, sku, batch, orders, keepIDs > 0, out)
 			if err != nil {
 				return out, err
 			}
@@ -180,14 +227,17 @@ func (e *Engine) prune(ctx context.Context, sku string, before time.Time) (*Prun
 	}
 }
 
-// pruneBatchSize is how many orders one prune transaction deletes: two deletes
-// each, and at worst a buyer's counter each, within --max-txn-ops.
+// pruneBatchSize is how many orders one prune transaction archives: two
+// writes each (the record's claim or delete, the legacy claim's delete),
+// and at worst a buyer's counter each, within --max-txn-ops.
 func (e *Engine) pruneBatchSize() int { return max(1, (e.cfg.MaxTxnOps-1)/3) }
 
 // pruneTxn archives one batch in one transaction that compares every
-// record's revision, the archive's and the buyers' counters'. It reports
-// false, changing nothing, when one of them moved since it was read.
-func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValue, orders []Order, out *Pruned) (bool, error) {
+// record's revision, the archive's and the buyers' counters'. Each order's
+// record becomes its ID's claim if keepIDs (deleted if not); a claim in
+// the batch (its retention ended) is deleted. It reports false, changing
+// nothing, when one of them moved since it was read.
+func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValue, orders []Order, keepIDs bool, out *Pruned) (bool, error) {
 	take := map[string]int64{} // buyer counter → units of active counted orders
 	var users []string
 	for _, o := range orders {
@@ -226,11 +276,27 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(e.keys.Archive(sku)), "=", arcMod)}
 	var ops []clientv3.Op
 	add := Archive{}
+	var forgotten int64
+	now := time.Now()
 	for i, o := range orders {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(string(kvs[i].Key)), "=", kvs[i].ModRevision))
-		// The record is the ID's claim; the orderid/ key is a legacy
-		// claim, present only on orders placed by an older stockctl.
-		ops = append(ops, clientv3.OpDelete(string(kvs[i].Key)), clientv3.OpDelete(e.keys.OrderID(o.ID)))
+		key := string(kvs[i].Key)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", kvs[i].ModRevision))
+		if o.IsPruned() {
+			ops = append(ops, clientv3.OpDelete(key))
+			forgotten++
+			continue
+		}
+		// The record is the ID's claim: kept as a pruned claim for the
+		// retention, or deleted. The orderid/ key is a legacy claim,
+		// present only on orders placed by an older stockctl (its
+		// delete costs nothing when absent).
+		if keepIDs {
+			ops = append(ops, clientv3.OpPut(key, EncodeOrder(prunedClaim(o, now))))
+			add.Claims++
+		} else {
+			ops = append(ops, clientv3.OpDelete(key))
+		}
+		ops = append(ops, clientv3.OpDelete(e.keys.OrderID(o.ID)))
 		add.Orders++
 		switch {
 		case o.State == StateExpired:
@@ -270,10 +336,17 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 	arc.Released += add.Released
 	arc.Expired += add.Expired
 	arc.Units += add.Units
+	arc.Claims += add.Claims - forgotten
+	if arc.Claims < 0 {
+		return false, fmt.Errorf("%w: the archive record counts %d kept claims of pruned orders, fewer than the %d this prune forgets (read at revision %d)",
+			ErrCorrupt, arc.Claims+forgotten-add.Claims, forgotten, cur.Header.Revision)
+	}
 	if add.Through.After(arc.Through) {
 		arc.Through = add.Through
 	}
-	ops = append(ops, clientv3.OpPut(e.keys.Archive(sku), EncodeArchive(arc)))
+	if add.Orders > 0 || forgotten > 0 {
+		ops = append(ops, clientv3.OpPut(e.keys.Archive(sku), EncodeArchive(arc)))
+	}
 	resp, err := e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		return false, err
@@ -286,6 +359,7 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 	out.Expired += add.Expired
 	out.Units += add.Units
 	out.Buyers += int64(len(users))
+	out.Forgotten += forgotten
 	out.Archive, out.Revision = arc, resp.Header.Revision
 	return true, nil
 }

@@ -37,7 +37,8 @@ type Status struct {
 	// confirmed nor expired), from their index keys; Reservations counts them.
 	Reserved     int64
 	Reservations int64
-	// Orders counts order records, released ones included.
+	// Orders counts order records, released ones included (not the claims
+	// of pruned orders whose IDs are kept: Archive.Claims).
 	Orders int64
 	// Archived is the part of Allocated held by pruned orders, and
 	// ArchivedOrders how many orders were pruned (Prune).
@@ -133,6 +134,7 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 		return nil, fmt.Errorf("read the status of %s: %w", sku, err)
 	}
 	st.Archived, st.ArchivedOrders = arc.Units, arc.Orders
+	st.Orders -= arc.Claims
 	return st, nil
 }
 
@@ -180,6 +182,10 @@ type AuditReport struct {
 	// Allocated does, without their records.
 	Archived       int64
 	ArchivedOrders int64
+	// PrunedClaims counts the pruned orders whose IDs are still kept
+	// (KeepPrunedIDs): records that hold nothing and are not counted in
+	// Orders.
+	PrunedClaims int64
 	// Deliveries counts the restocks recorded by delivery ID; Delivered is
 	// the units they added (part of Total).
 	Deliveries int64
@@ -286,6 +292,10 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 				r.Problems = append(r.Problems, fmt.Sprintf("order record at key %q takes from %v of a SKU with %d segments", key, p.Place, meta.Segments))
 			}
 		}
+		if o.IsPruned() {
+			r.PrunedClaims++
+			continue
+		}
 		r.Orders++
 		switch {
 		case o.State == StateExpired:
@@ -344,6 +354,9 @@ func (e *Engine) AuditAt(ctx context.Context, sku string, rev int64) (*AuditRepo
 		r.Problems = append(r.Problems, err.Error())
 	} else {
 		r.Archived, r.ArchivedOrders = arc.Units, arc.Orders
+		if arc.Claims != r.PrunedClaims {
+			r.Problems = append(r.Problems, fmt.Sprintf("the archive record counts %d kept claims of pruned orders, the records %d", arc.Claims, r.PrunedClaims))
+		}
 	}
 	if sum := r.Pool + r.Segments + r.Allocated + r.Archived; sum != r.Total {
 		r.Problems = append(r.Problems, fmt.Sprintf("books do not balance at revision %d: total %d != pool %d + segments %d + allocated %d + archived %d (= %d)",

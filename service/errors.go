@@ -115,6 +115,7 @@ func stockError(o op, err error) *connect.Error {
 		insufficient *coordinator.InsufficientStockError
 		limit        *coordinator.LimitExceededError
 		expired      *coordinator.ExpiredError
+		pruned       *coordinator.OrderPrunedError
 	)
 	switch {
 	case errors.Is(err, coordinator.ErrInvalidArgument):
@@ -133,6 +134,11 @@ func stockError(o op, err error) *connect.Error {
 			&stockctlv1.ReservationExpired{Sku: expired.SKU, Order: expired.Order, Deadline: timestamp(expired.Deadline), Revision: expired.Revision})
 	case errors.Is(err, coordinator.ErrUnknownSKU):
 		return newError(connect.CodeNotFound, stockctlv1.ErrorReason_ERROR_REASON_SKU_NOT_FOUND, err, nil)
+	case errors.As(err, &pruned):
+		// Before ErrOrderNotFound, which it also matches.
+		return newError(connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_ORDER_PRUNED, err,
+			map[string]string{"sku": pruned.SKU, "order": pruned.Order, "pruned": pruned.Pruned.UTC().Format(time.RFC3339Nano)},
+			&stockctlv1.OrderPruned{Sku: pruned.SKU, Order: pruned.Order, Pruned: timestamp(pruned.Pruned)})
 	case errors.Is(err, coordinator.ErrOrderNotFound):
 		return newError(connect.CodeNotFound, stockctlv1.ErrorReason_ERROR_REASON_ORDER_NOT_FOUND, err, nil)
 	case errors.Is(err, coordinator.ErrContention):

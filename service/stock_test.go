@@ -133,6 +133,14 @@ func TestStockServiceErrors(t *testing.T) {
 	if _, err := c.Restock(ctx(t), connect.NewRequest(&stockctlv1.RestockRequest{Sku: "limited", Qty: 1, Delivery: "dlv-seed"})); err != nil {
 		t.Fatal(err)
 	}
+	// "gone" is applied, then archived by prune (an operator's command):
+	// its ID is kept, so a retry is refused.
+	if _, err := c.Allocate(ctx(t), connect.NewRequest(&stockctlv1.AllocateRequest{Sku: "limited", Order: "gone", Qty: 1, Buyer: "u-2"})); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := e.coord.Prune(ctx(t), "limited", time.Now().Add(time.Hour)); err != nil || p.Orders != 1 {
+		t.Fatalf("prune: %+v, %v", p, err)
+	}
 	// Let "short" pass its deadline: Confirm then finds it expired.
 	time.Sleep(1100 * time.Millisecond)
 	if _, err := c.Confirm(ctx(t), connect.NewRequest(&stockctlv1.ConfirmRequest{Sku: "tv", Order: "short"})); err == nil {
@@ -169,6 +177,8 @@ func TestStockServiceErrors(t *testing.T) {
 		{"restock bad delivery", func(c clients) error { return c.restock("tv", 1, "a/b") }, connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, 400, "delivery"},
 		{"restock qty 0", func(c clients) error { return c.restock("tv", 0, "dlv-0") }, connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, 400, "qty"},
 		{"delivery reused with another qty", func(c clients) error { return c.restock("limited", 2, "dlv-seed") }, connect.CodeAlreadyExists, stockctlv1.ErrorReason_ERROR_REASON_DELIVERY_CONFLICT, 409, ""},
+		{"retry of a pruned order", func(c clients) error { return c.allocate("limited", "gone", 1, "u-2") }, connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_ORDER_PRUNED, 400, ""},
+		{"release of a pruned order", func(c clients) error { return c.release("limited", "gone") }, connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_ORDER_PRUNED, 400, ""},
 		{"delivery reused for another sku", func(c clients) error { return c.restock("tv", 1, "dlv-seed") }, connect.CodeAlreadyExists, stockctlv1.ErrorReason_ERROR_REASON_DELIVERY_CONFLICT, 409, ""},
 	}
 	before := map[string]*stockctlv1.StockStatus{"tv": status(t, c, "tv"), "limited": status(t, c, "limited")}
@@ -218,5 +228,9 @@ func TestStockServiceErrors(t *testing.T) {
 	err = clients{t: t, c: c}.confirm("tv", "short")
 	if re := detail[*stockctlv1.ReservationExpired](t, err); re.Order != "short" || re.Deadline == nil {
 		t.Errorf("ReservationExpired = %v", re)
+	}
+	err = clients{t: t, c: c}.allocate("limited", "gone", 1, "u-2")
+	if op := detail[*stockctlv1.OrderPruned](t, err); op.Sku != "limited" || op.Order != "gone" || op.Pruned == nil {
+		t.Errorf("OrderPruned = %v", op)
 	}
 }

@@ -127,6 +127,13 @@ const (
 	// revision, so it came from another etcd (or one restored from an older
 	// backup). CursorAhead has etcd's revision. Start again with snapshot.
 	ErrorReason_ERROR_REASON_CURSOR_AHEAD ErrorReason = 32
+	// FAILED_PRECONDITION (400): the order was applied, then archived by
+	// `stockctl prune`, which keeps its ID for a retention (24 h by default,
+	// `--keep-ids`): a retry of it is refused, never applied a second time,
+	// and it can no longer be released, cancelled or confirmed. OrderPruned
+	// says when it was pruned. Nothing was changed. After the retention the
+	// ID is forgotten (a retry is then a new order).
+	ErrorReason_ERROR_REASON_ORDER_PRUNED ErrorReason = 33
 )
 
 // Enum value maps for ErrorReason.
@@ -165,6 +172,7 @@ var (
 		30: "ERROR_REASON_LIMIT_MISMATCH",
 		31: "ERROR_REASON_CURSOR_COMPACTED",
 		32: "ERROR_REASON_CURSOR_AHEAD",
+		33: "ERROR_REASON_ORDER_PRUNED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":             0,
@@ -200,6 +208,7 @@ var (
 		"ERROR_REASON_LIMIT_MISMATCH":          30,
 		"ERROR_REASON_CURSOR_COMPACTED":        31,
 		"ERROR_REASON_CURSOR_AHEAD":            32,
+		"ERROR_REASON_ORDER_PRUNED":            33,
 	}
 )
 
@@ -584,6 +593,68 @@ func (x *ReservationExpired) GetRevision() int64 {
 	return 0
 }
 
+// OrderPruned details ORDER_PRUNED.
+type OrderPruned struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Sku   string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
+	Order string                 `protobuf:"bytes,2,opt,name=order,proto3" json:"order,omitempty"`
+	// When prune archived it, by the pruning process's clock.
+	Pruned        *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=pruned,proto3" json:"pruned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderPruned) Reset() {
+	*x = OrderPruned{}
+	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderPruned) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderPruned) ProtoMessage() {}
+
+func (x *OrderPruned) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderPruned.ProtoReflect.Descriptor instead.
+func (*OrderPruned) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *OrderPruned) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *OrderPruned) GetOrder() string {
+	if x != nil {
+		return x.Order
+	}
+	return ""
+}
+
+func (x *OrderPruned) GetPruned() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Pruned
+	}
+	return nil
+}
+
 // LockBusy details LOCK_BUSY.
 type LockBusy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -596,7 +667,7 @@ type LockBusy struct {
 
 func (x *LockBusy) Reset() {
 	*x = LockBusy{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +679,7 @@ func (x *LockBusy) String() string {
 func (*LockBusy) ProtoMessage() {}
 
 func (x *LockBusy) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +692,7 @@ func (x *LockBusy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockBusy.ProtoReflect.Descriptor instead.
 func (*LockBusy) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{4}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LockBusy) GetName() string {
@@ -652,7 +723,7 @@ type LimitMismatch struct {
 
 func (x *LimitMismatch) Reset() {
 	*x = LimitMismatch{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +735,7 @@ func (x *LimitMismatch) String() string {
 func (*LimitMismatch) ProtoMessage() {}
 
 func (x *LimitMismatch) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +748,7 @@ func (x *LimitMismatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitMismatch.ProtoReflect.Descriptor instead.
 func (*LimitMismatch) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{5}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LimitMismatch) GetName() string {
@@ -715,7 +786,7 @@ type CursorCompacted struct {
 
 func (x *CursorCompacted) Reset() {
 	*x = CursorCompacted{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +798,7 @@ func (x *CursorCompacted) String() string {
 func (*CursorCompacted) ProtoMessage() {}
 
 func (x *CursorCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +811,7 @@ func (x *CursorCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorCompacted.ProtoReflect.Descriptor instead.
 func (*CursorCompacted) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{6}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CursorCompacted) GetCursor() int64 {
@@ -769,7 +840,7 @@ type CursorAhead struct {
 
 func (x *CursorAhead) Reset() {
 	*x = CursorAhead{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +852,7 @@ func (x *CursorAhead) String() string {
 func (*CursorAhead) ProtoMessage() {}
 
 func (x *CursorAhead) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +865,7 @@ func (x *CursorAhead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorAhead.ProtoReflect.Descriptor instead.
 func (*CursorAhead) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{7}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CursorAhead) GetCursor() int64 {
@@ -825,7 +896,7 @@ type LockLost struct {
 
 func (x *LockLost) Reset() {
 	*x = LockLost{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +908,7 @@ func (x *LockLost) String() string {
 func (*LockLost) ProtoMessage() {}
 
 func (x *LockLost) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +921,7 @@ func (x *LockLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockLost.ProtoReflect.Descriptor instead.
 func (*LockLost) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{8}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LockLost) GetName() string {
@@ -906,7 +977,11 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05order\x18\x02 \x01(\tR\x05order\x126\n" +
 	"\bdeadline\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x03R\brevision\"M\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\"i\n" +
+	"\vOrderPruned\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
+	"\x05order\x18\x02 \x01(\tR\x05order\x122\n" +
+	"\x06pruned\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x06pruned\"M\n" +
 	"\bLockBusy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x04wait\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"X\n" +
@@ -925,7 +1000,7 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x03R\x05token\x12/\n" +
 	"\x06reason\x18\x03 \x01(\x0e2\x17.stockctl.v1.LostReasonR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage*\xcf\b\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage*\xee\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12\x1e\n" +
@@ -960,7 +1035,8 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x1eERROR_REASON_DELIVERY_CONFLICT\x10\x1d\x12\x1f\n" +
 	"\x1bERROR_REASON_LIMIT_MISMATCH\x10\x1e\x12!\n" +
 	"\x1dERROR_REASON_CURSOR_COMPACTED\x10\x1f\x12\x1d\n" +
-	"\x19ERROR_REASON_CURSOR_AHEAD\x10 *\xa8\x01\n" +
+	"\x19ERROR_REASON_CURSOR_AHEAD\x10 \x12\x1d\n" +
+	"\x19ERROR_REASON_ORDER_PRUNED\x10!*\xa8\x01\n" +
 	"\n" +
 	"LostReason\x12\x1b\n" +
 	"\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n" +
@@ -983,7 +1059,7 @@ func file_stockctl_v1_errors_proto_rawDescGZIP() []byte {
 }
 
 var file_stockctl_v1_errors_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_stockctl_v1_errors_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: stockctl.v1.ErrorReason
 	(LostReason)(0),               // 1: stockctl.v1.LostReason
@@ -991,23 +1067,25 @@ var file_stockctl_v1_errors_proto_goTypes = []any{
 	(*RefusedLine)(nil),           // 3: stockctl.v1.RefusedLine
 	(*PerUserLimitExceeded)(nil),  // 4: stockctl.v1.PerUserLimitExceeded
 	(*ReservationExpired)(nil),    // 5: stockctl.v1.ReservationExpired
-	(*LockBusy)(nil),              // 6: stockctl.v1.LockBusy
-	(*LimitMismatch)(nil),         // 7: stockctl.v1.LimitMismatch
-	(*CursorCompacted)(nil),       // 8: stockctl.v1.CursorCompacted
-	(*CursorAhead)(nil),           // 9: stockctl.v1.CursorAhead
-	(*LockLost)(nil),              // 10: stockctl.v1.LockLost
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
+	(*OrderPruned)(nil),           // 6: stockctl.v1.OrderPruned
+	(*LockBusy)(nil),              // 7: stockctl.v1.LockBusy
+	(*LimitMismatch)(nil),         // 8: stockctl.v1.LimitMismatch
+	(*CursorCompacted)(nil),       // 9: stockctl.v1.CursorCompacted
+	(*CursorAhead)(nil),           // 10: stockctl.v1.CursorAhead
+	(*LockLost)(nil),              // 11: stockctl.v1.LockLost
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
 }
 var file_stockctl_v1_errors_proto_depIdxs = []int32{
-	11, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
-	12, // 1: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
-	1,  // 2: stockctl.v1.LockLost.reason:type_name -> stockctl.v1.LostReason
-	3,  // [3:3] is the sub-list for method output_type
-	3,  // [3:3] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	12, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
+	12, // 1: stockctl.v1.OrderPruned.pruned:type_name -> google.protobuf.Timestamp
+	13, // 2: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
+	1,  // 3: stockctl.v1.LockLost.reason:type_name -> stockctl.v1.LostReason
+	4,  // [4:4] is the sub-list for method output_type
+	4,  // [4:4] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_stockctl_v1_errors_proto_init() }
@@ -1021,7 +1099,7 @@ func file_stockctl_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_errors_proto_rawDesc), len(file_stockctl_v1_errors_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

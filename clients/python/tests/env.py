@@ -2,7 +2,8 @@
 clients/TestPythonClient sets (it starts them): STOCKCTL_TARGET (serve A,
 on an embedded etcd), STOCKCTL_SPARE_TARGET and STOCKCTL_SPARE_PID (serve
 B, on A's etcd, which a test kills), STOCKCTL_TOKEN, STOCKCTL_COMPACTED (a
-revision up to which A's etcd compacted its history)."""
+revision up to which A's etcd compacted its history), STOCKCTL_PRUNED_SKU
+(a SKU whose one order, "gone", was archived by prune)."""
 
 import os
 import uuid
@@ -12,6 +13,7 @@ SPARE = os.environ.get("STOCKCTL_SPARE_TARGET", "")
 SPARE_PID = int(os.environ.get("STOCKCTL_SPARE_PID", "0"))
 TOKEN = os.environ.get("STOCKCTL_TOKEN", "")
 COMPACTED = int(os.environ.get("STOCKCTL_COMPACTED", "0"))
+PRUNED_SKU = os.environ.get("STOCKCTL_PRUNED_SKU", "")
 
 
 def need():

@@ -174,6 +174,15 @@ class ErrorReasonsLive(unittest.TestCase):
                 c.status(env.name("py-none"))
             with self.assertRaises(sc.OrderNotFound):
                 c.confirm(sku, "no-such-order")
+            # A retry of an order prune archived is refused, never applied
+            # twice; so is its release.
+            with self.assertRaises(sc.OrderPruned) as cm:
+                c.allocate(env.PRUNED_SKU, "gone", 1)
+            e = cm.exception
+            self.assertEqual((e.sku, e.order, e.code), (env.PRUNED_SKU, "gone", grpc.StatusCode.FAILED_PRECONDITION))
+            self.assertIsNotNone(e.pruned)
+            with self.assertRaises(sc.OrderPruned):
+                c.release(env.PRUNED_SKU, "gone")
             with self.assertRaises(sc.SKUExists):
                 c.create_sku(sku, total=5, segments=2, initial_fill=5)
             c.allocate(sku, "x-1", 1)

@@ -7,6 +7,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/segments"
 )
 
@@ -14,15 +15,19 @@ func pruneCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:  "prune",
 		Usage: "archive a SKU's orders older than --older-than, so that etcd does not fill up over a long sale",
-		Description: "Deletes the order records and order-ID claims of the SKU's orders created more than --older-than\n" +
-			"ago, and counts them in the SKU's archive record in the same transactions: status and audit still\n" +
-			"balance (the archived units stay allocated). Live reservations are kept. A pruned order's ID is\n" +
-			"forgotten: a retry of it is a new order, and it can no longer be released, cancelled or confirmed.\n" +
-			"So --older-than must be longer than any client may retry or return an order. With a per-user\n" +
-			"limit, a pruned order no longer counts against its buyer. See docs/operations.md.",
-		ArgsUsage: "SKU --older-than D",
+		Description: "Archives the SKU's orders created more than --older-than ago: counts them in the SKU's archive\n" +
+			"record and replaces each order's record by a small claim of its ID, in the same transactions, so\n" +
+			"that status and audit still balance (the archived units stay allocated). Live reservations are\n" +
+			"kept. A pruned order's ID is kept for --keep-ids (24h by default): a retry of the order is refused\n" +
+			"(ORDER_PRUNED), never applied twice, and it can no longer be released, cancelled or confirmed.\n" +
+			"Each prune forgets the IDs whose --keep-ids ended; a retry after that is a new order, so keep them\n" +
+			"longer than any client may retry. With a per-user limit, a pruned order no longer counts against\n" +
+			"its buyer. See docs/operations.md.",
+		ArgsUsage: "SKU --older-than D [--keep-ids D]",
 		Flags: []ucli.Flag{
 			&ucli.DurationFlag{Name: "older-than", Usage: "prune orders created longer ago than this, e.g. 720h (required)"},
+			&ucli.DurationFlag{Name: "keep-ids", Value: segments.DefaultPrunedIDRetention,
+				Usage: "keep each pruned order's ID this long, so that a retry of it is refused (0: forget the IDs now, and every ID kept before)"},
 		},
 		Action: pruneAction,
 	}
@@ -33,14 +38,18 @@ func pruneCommand() *ucli.Command {
 type pruneView struct {
 	SKU string `json:"sku"`
 	// Before: orders created before it were pruned (RFC 3339, UTC).
-	Before   time.Time   `json:"before"`
-	Orders   int64       `json:"orders"`
-	Units    int64       `json:"units"`
-	Released int64       `json:"released"`
-	Expired  int64       `json:"expired"`
-	Buyers   int64       `json:"buyers"`
-	Archive  archiveView `json:"archive"`
-	Revision int64       `json:"revision"`
+	Before   time.Time `json:"before"`
+	Orders   int64     `json:"orders"`
+	Units    int64     `json:"units"`
+	Released int64     `json:"released"`
+	Expired  int64     `json:"expired"`
+	Buyers   int64     `json:"buyers"`
+	// KeepIDs is how long the pruned orders' IDs are kept; Forgotten
+	// counts the IDs of earlier prunes forgotten by this one.
+	KeepIDs   string      `json:"keepIds"`
+	Forgotten int64       `json:"forgotten"`
+	Archive   archiveView `json:"archive"`
+	Revision  int64       `json:"revision"`
 }
 
 type archiveView struct {
@@ -49,6 +58,8 @@ type archiveView struct {
 	Released int64     `json:"released"`
 	Expired  int64     `json:"expired"`
 	Through  time.Time `json:"through"`
+	// Claims counts the pruned orders whose IDs are still kept.
+	Claims int64 `json:"claims"`
 }
 
 func (v pruneView) table() table {
@@ -59,7 +70,15 @@ func (v pruneView) table() table {
 	if v.Buyers > 0 {
 		t.add("BUYERS", fmt.Sprintf("%d per-user counters lowered by their pruned orders", v.Buyers))
 	}
-	t.add("ARCHIVED", fmt.Sprintf("%d units in %d orders since the first prune", v.Archive.Units, v.Archive.Orders))
+	ids := fmt.Sprintf("kept %s (a retry of a pruned order is refused)", v.KeepIDs)
+	if v.KeepIDs == "0s" {
+		ids = "forgotten at once (a retry of a pruned order is a new order)"
+	}
+	if v.Forgotten > 0 {
+		ids += fmt.Sprintf("; %d IDs of earlier prunes forgotten", v.Forgotten)
+	}
+	t.add("ORDER IDS", ids)
+	t.add("ARCHIVED", fmt.Sprintf("%d units in %d orders since the first prune; %d of their IDs kept", v.Archive.Units, v.Archive.Orders, v.Archive.Claims))
 	t.add("REVISION", v.Revision)
 	return t
 }
@@ -80,9 +99,13 @@ func pruneAction(c *ucli.Context) error {
 	if age <= 0 {
 		return usageError("invalid --older-than %v: must be positive (orders younger than it are kept)", age)
 	}
+	keep := c.Duration("keep-ids")
+	if keep < 0 {
+		return usageError("invalid --keep-ids %v: must be 0 (forget the pruned orders' IDs now) or more", keep)
+	}
 	before := time.Now().Add(-age).UTC()
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
-		p, err := cn.coord.Prune(ctx, sku, before)
+		p, err := cn.coord.Prune(ctx, sku, before, coordinator.KeepPrunedIDs(keep))
 		if err != nil {
 			if p != nil && p.Orders > 0 {
 				// Each batch committed whole: the books balance, and a
@@ -93,7 +116,7 @@ func pruneAction(c *ucli.Context) error {
 		}
 		a := p.Archive
 		return show(c, g, pruneView{SKU: sku, Before: before, Orders: p.Orders, Units: p.Units, Released: p.Released,
-			Expired: p.Expired, Buyers: p.Buyers, Revision: p.Revision,
-			Archive: archiveView{Orders: a.Orders, Units: a.Units, Released: a.Released, Expired: a.Expired, Through: a.Through}})
+			Expired: p.Expired, Buyers: p.Buyers, KeepIDs: keep.String(), Forgotten: p.Forgotten, Revision: p.Revision,
+			Archive: archiveView{Orders: a.Orders, Units: a.Units, Released: a.Released, Expired: a.Expired, Through: a.Through, Claims: a.Claims}})
 	})
 }

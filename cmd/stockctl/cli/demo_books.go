@@ -199,6 +199,9 @@ func readCheckout(ctx context.Context, c *coordinator.Coordinator, sku string) (
 			if err != nil {
 				return nil, err
 			}
+			if o.IsPruned() {
+				continue // its units are in the archive record
+			}
 			cart := strings.HasSuffix(o.ID, demoCartSuffix)
 			if cart {
 				b.carts++

@@ -36,6 +36,10 @@ const (
 	// ExitExpired: the reservation expired (its units went back): confirm,
 	// cancel or release of it, or a retried reserve that finds it expired.
 	ExitExpired = 7
+	// ExitPruned: the order was archived by prune, which keeps its ID
+	// (--keep-ids): a retried allocate or reserve of it is refused, never
+	// applied twice, and so are its release, cancel and confirm.
+	ExitPruned = 9
 )
 
 // codeOf maps a library error to the exit code scripts see.
@@ -47,6 +51,8 @@ func codeOf(err error) int {
 		return ExitUsage
 	case errors.Is(err, coordinator.ErrInsufficientStock):
 		return ExitInsufficientStock
+	case errors.Is(err, coordinator.ErrOrderPruned): // before ErrOrderNotFound, which it also matches
+		return ExitPruned
 	case errors.Is(err, coordinator.ErrUnknownSKU), errors.Is(err, coordinator.ErrOrderNotFound):
 		return ExitNotFound
 	case errors.Is(err, coordinator.ErrConflict):

@@ -70,7 +70,8 @@ func TestListAndPolicy(t *testing.T) {
 }
 
 // prune archives orders (status and audit still balance, the live
-// reservation stays, a pruned ID is a new order again); delete refuses a
+// reservation stays, a retry of a pruned order is refused while its ID is
+// kept, and a new order once --keep-ids ended); delete refuses a
 // SKU that still has a live reservation or stock, and deletes a done one.
 func TestPruneAndDeleteCommands(t *testing.T) {
 	t.Parallel()
@@ -83,8 +84,9 @@ func TestPruneAndDeleteCommands(t *testing.T) {
 
 	var p pruneView
 	e.json(&p, "prune", "old", "--older-than", "1ns")
-	if p.Orders != 2 || p.Units != 2 || p.Released != 1 || p.Archive.Orders != 2 || p.Archive.Units != 2 || p.Revision == 0 {
-		t.Fatalf("prune: %+v, want 2 orders archived (p-1's 2 units; p-2 released), p-3 kept", p)
+	if p.Orders != 2 || p.Units != 2 || p.Released != 1 || p.Archive.Orders != 2 || p.Archive.Units != 2 || p.Revision == 0 ||
+		p.KeepIDs != "24h0m0s" || p.Archive.Claims != 2 {
+		t.Fatalf("prune: %+v, want 2 orders archived (p-1's 2 units; p-2 released), p-3 kept, their 2 IDs kept 24h", p)
 	}
 	var au auditView
 	e.json(&au, "audit", "old")
@@ -99,10 +101,22 @@ func TestPruneAndDeleteCommands(t *testing.T) {
 	if st.Allocated != 3 || st.Archived != 2 || st.ArchivedOrders != 2 || st.Orders != 1 || len(st.Etcd) != 1 || st.Etcd[0].DBSize == 0 {
 		t.Fatalf("status after prune: %+v", st)
 	}
+	// A retry of a pruned order is refused, and so is its release.
+	e.fails(ExitPruned, `order "p-1" of SKU "old" was archived by prune at`, "allocate", "old", "--order", "p-1", "--qty", "2")
+	e.fails(ExitPruned, "a retry of it is refused", "release", "old", "--order", "p-2")
+	e.fails(ExitUsage, "invalid --keep-ids -1s", "prune", "old", "--older-than", "1ns", "--keep-ids", "-1s")
+	// --keep-ids 0 forgets the kept IDs: p-1 is a new order again.
+	e.json(&p, "prune", "old", "--older-than", "1ns", "--keep-ids", "0")
+	if p.Orders != 0 || p.Forgotten != 2 || p.Archive.Claims != 0 || p.Archive.Orders != 2 {
+		t.Fatalf("prune --keep-ids 0: %+v, want the 2 kept IDs forgotten", p)
+	}
+	if out := e.ok("prune", "old", "--older-than", "1ns", "--keep-ids", "0"); !strings.Contains(out, "forgotten at once") {
+		t.Fatalf("prune --keep-ids 0 table:\n%s", out)
+	}
 	var a allocationView
 	e.json(&a, "allocate", "old", "--order", "p-1", "--qty", "2")
 	if a.Replayed {
-		t.Fatalf("a pruned order ID replayed: %+v", a)
+		t.Fatalf("a forgotten order ID replayed: %+v", a)
 	}
 	e.fails(ExitUsage, "missing --older-than", "prune", "old")
 	e.fails(ExitUsage, "invalid --older-than", "prune", "old", "--older-than", "-1h")

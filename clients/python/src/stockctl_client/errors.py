@@ -78,6 +78,8 @@ def _reason(name: str, base: Type[StockctlError], code: grpc.StatusCode, doc: st
                 setattr(self, f, getattr(d, f) if d is not None else None)
         if d is not None and "deadline" in fields:
             self.deadline = d.deadline.ToDatetime() if d.HasField("deadline") else None
+        if d is not None and "pruned" in fields:
+            self.pruned = d.pruned.ToDatetime() if d.HasField("pruned") else None
         if d is not None and "wait" in fields:
             self.wait = d.wait.ToTimedelta() if d.HasField("wait") else None
         if "reason" in fields:
@@ -189,6 +191,10 @@ PerUserLimitExceeded = _reason("PER_USER_LIMIT_EXCEEDED", FailedPrecondition, C.
 ReservationExpired = _reason("RESERVATION_EXPIRED", FailedPrecondition, C.FAILED_PRECONDITION,
                              "The reservation passed its deadline; its units went back.",
                              E.ReservationExpired, ("sku", "order", "deadline", "revision"))
+OrderPruned = _reason("ORDER_PRUNED", FailedPrecondition, C.FAILED_PRECONDITION,
+                      "The order was applied, then archived by prune, which keeps its ID for a retention "
+                      "(24 h by default): a retry is refused, never applied twice; ``pruned`` says when.",
+                      E.OrderPruned, ("sku", "order", "pruned"))
 LockLost = _reason("LOCK_LOST", FailedPrecondition, C.FAILED_PRECONDITION,
                    "The hold was lost (``lost_reason``: SESSION_LOST, KEEPALIVE_TIMEOUT, SERVER_SHUTDOWN, or "
                    "STREAM_BROKEN when the client saw its stream break); someone else may hold the lock now.",
@@ -228,7 +234,7 @@ del E
 #: The class of each ErrorInfo reason.
 BY_REASON: Dict[str, Type[StockctlError]] = {cls.REASON: cls for cls in [
     InvalidArgument, TokenInURL, CursorAhead, SKUNotFound, OrderNotFound, HoldNotFound, SKUExists, OrderConflict,
-    DeliveryConflict, OrderStateConflict, SoldOut, PerUserLimitExceeded, ReservationExpired, LockLost,
+    DeliveryConflict, OrderStateConflict, SoldOut, PerUserLimitExceeded, ReservationExpired, OrderPruned, LockLost,
     CursorCompacted, LimitMismatch, LockBusy, Contention, Overloaded, TooManyHolds, BodyTooLarge, TokenMissing,
     TokenInvalid, EtcdUnavailable, SessionLost, ShuttingDown, DataCorrupt, DeadlineExceeded, Canceled,
     DeliveryUnsupported, LockKindUnsupported, Internal]}

@@ -26,6 +26,7 @@ ERROR_REASON_LOCK_KIND_UNSUPPORTED: ErrorReason
 ERROR_REASON_LOCK_LOST: ErrorReason
 ERROR_REASON_ORDER_CONFLICT: ErrorReason
 ERROR_REASON_ORDER_NOT_FOUND: ErrorReason
+ERROR_REASON_ORDER_PRUNED: ErrorReason
 ERROR_REASON_ORDER_STATE_CONFLICT: ErrorReason
 ERROR_REASON_OVERLOADED: ErrorReason
 ERROR_REASON_PER_USER_LIMIT_EXCEEDED: ErrorReason
@@ -102,6 +103,16 @@ class LockLost(_message.Message):
     reason: LostReason
     token: int
     def __init__(self, name: _Optional[str] = ..., token: _Optional[int] = ..., reason: _Optional[_Union[LostReason, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class OrderPruned(_message.Message):
+    __slots__ = ["order", "pruned", "sku"]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    PRUNED_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    order: str
+    pruned: _timestamp_pb2.Timestamp
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ..., pruned: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class PerUserLimitExceeded(_message.Message):
     __slots__ = ["buyer", "held", "limit", "revision", "sku", "want"]

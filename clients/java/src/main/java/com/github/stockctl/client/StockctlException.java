@@ -436,6 +436,22 @@ public class StockctlException extends RuntimeException {
     }
   }
 
+  /** ORDER_PRUNED: The order was applied, then archived by prune, which keeps its ID for a retention (24 h by default): a retry is refused, never applied twice; {@code pruned} says when. */
+  public static class OrderPruned extends FailedPrecondition {
+    private static final long serialVersionUID = 1L;
+    public final String sku;
+    public final String order;
+    public final java.time.Instant pruned;
+
+    protected OrderPruned(Info i) {
+      super(i);
+      com.github.stockctl.v1.OrderPruned d = i.detail(com.github.stockctl.v1.OrderPruned.parser(), "stockctl.v1.OrderPruned");
+      this.sku = d == null ? "" : d.getSku();
+      this.order = d == null ? "" : d.getOrder();
+      this.pruned = d == null || !d.hasPruned() ? null : Instant.ofEpochSecond(d.getPruned().getSeconds(), d.getPruned().getNanos());
+    }
+  }
+
   /** LOCK_LOST: The hold was lost ({@code lostReason}: SESSION_LOST, KEEPALIVE_TIMEOUT, SERVER_SHUTDOWN, or STREAM_BROKEN when the client saw its stream break); someone else may hold the lock now. */
   public static class LockLost extends FailedPrecondition {
     private static final long serialVersionUID = 1L;
@@ -654,6 +670,7 @@ public class StockctlException extends RuntimeException {
     BY_REASON.put("INSUFFICIENT_STOCK", SoldOut::new);
     BY_REASON.put("PER_USER_LIMIT_EXCEEDED", PerUserLimitExceeded::new);
     BY_REASON.put("RESERVATION_EXPIRED", ReservationExpired::new);
+    BY_REASON.put("ORDER_PRUNED", OrderPruned::new);
     BY_REASON.put("LOCK_LOST", LockLost::new);
     BY_REASON.put("CURSOR_COMPACTED", CursorCompacted::new);
     BY_REASON.put("LIMIT_MISMATCH", LimitMismatch::new);

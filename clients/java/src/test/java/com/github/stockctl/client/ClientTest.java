@@ -53,6 +53,8 @@ public class ClientTest {
   static final long SPARE_PID = Long.parseLong(System.getenv().getOrDefault("STOCKCTL_SPARE_PID", "0"));
   static final String TOKEN = System.getenv("STOCKCTL_TOKEN");
   static final long COMPACTED = Long.parseLong(System.getenv().getOrDefault("STOCKCTL_COMPACTED", "0"));
+  /** A SKU whose one order, "gone", was archived by prune. */
+  static final String PRUNED_SKU = System.getenv().getOrDefault("STOCKCTL_PRUNED_SKU", "");
   /** A bound on a wait for something the test caused: never a measurement. */
   static final Duration BOUND = Duration.ofSeconds(60);
 
@@ -307,6 +309,12 @@ public class ClientTest {
       assertEquals("qty", expect(StockctlException.InvalidArgument.class, () -> c.allocate(sku, sku + "-0", 0)).field);
       expect(StockctlException.SkuNotFound.class, () -> c.status(name("j-none")));
       expect(StockctlException.OrderNotFound.class, () -> c.confirm(sku, "no-such-order"));
+      // A retry of an order prune archived is refused, never applied twice; so is its release.
+      StockctlException.OrderPruned pruned = expect(StockctlException.OrderPruned.class, () -> c.allocate(PRUNED_SKU, "gone", 1));
+      assertEquals(PRUNED_SKU, pruned.sku);
+      assertEquals("gone", pruned.order);
+      assertNotNull(pruned.pruned);
+      expect(StockctlException.OrderPruned.class, () -> c.release(PRUNED_SKU, "gone"));
       expect(StockctlException.SkuExists.class, () -> c.createSku(sku, 5, 2, 5));
       c.allocate(sku, sku + "-1", 1);
       expect(StockctlException.OrderConflict.class, () -> c.allocate(sku, sku + "-1", 2));
