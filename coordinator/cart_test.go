@@ -302,3 +302,41 @@ func TestCartThroughHeldSegment(t *testing.T) {
 		t.Fatalf("allocated: %v", got)
 	}
 }
+
+// Prune works SKU by SKU: once one line of an order of several is archived,
+// the order can no longer move whole, and says so (ErrOrderPruned) to a
+// retry, a release or a confirm through any line, changing nothing; the
+// books of both SKUs (one with the line in its archive) balance.
+func TestCartLinePruned(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	c := newCoordinators(t, etcd, 1)[0]
+	raw := etcd.Client(t)
+	ctx := t.Context()
+	mustCreate(t, c, "a", coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10})
+	mustCreate(t, c, "b", coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10})
+	lines := []coordinator.Line{{SKU: "a", Qty: 2}, {SKU: "b", Qty: 3}}
+	if _, err := c.AllocateOrder(ctx, "p-1", lines); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Prune(ctx, "a", time.Now().Add(time.Minute)); err != nil || p.Orders != 1 {
+		t.Fatalf("prune a: %+v, %v", p, err)
+	}
+	before := stateKeys(t, raw)
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"retry", func() error { _, err := c.AllocateOrder(ctx, "p-1", lines); return err }},
+		{"release through the kept line", func() error { _, err := c.Release(ctx, "b", "p-1"); return err }},
+		{"release the order", func() error { _, err := c.ReleaseOrder(ctx, "b", "p-1"); return err }},
+		{"confirm", func() error { _, err := c.ConfirmOrder(ctx, "b", "p-1"); return err }},
+	} {
+		if err := tc.call(); !errors.Is(err, coordinator.ErrOrderPruned) {
+			t.Errorf("%s: %v, want ErrOrderPruned", tc.name, err)
+		}
+	}
+	sameKeys(t, "calls on a partly pruned order", before, stateKeys(t, raw))
+	if got := auditAll(t, c, "a", "b"); got["a"] != 0 || got["b"] != 3 {
+		t.Fatalf("allocated: %v (a's line is in its archive)", got)
+	}
+}
