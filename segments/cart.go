@@ -26,8 +26,8 @@ import (
 //     whose SKU held too little in all, at that revision, is the refusal,
 //     true at that revision; likewise a buyer's per-user limit.
 //  2. When every line can be served from places nobody holds a lock on
-//     (the pool first, then the segments, each counter and then its inbox;
-//     never a lazy segment), one transaction (commitFree) comparing, per
+//     (the segments from the order's home, each counter and then its
+//     inbox, never a lazy one; then the pool), one transaction (commitFree) comparing, per
 //     place, the counter's (and an absorbed inbox's) ModRevision and that
 //     the place's lock has no key at all, as the direct committer does;
 //     per line the SKU's incarnation, the record's absence and the buyer's
@@ -417,19 +417,15 @@ type freeTake struct {
 }
 
 // planFree picks, for every line, places nobody holds that give its
-// quantity (the pool first, then the segments in ring order from the
-// order's route, skipping lazy ones); nil when some line cannot be served
-// so.
+// quantity: the segments in ring order from the order's home (a hash of
+// its ID, so that concurrent orders of one SKU spread over its segments
+// rather than all compare the pool's counter), skipping lazy ones, then
+// the pool; nil when some line cannot be served so.
 func planFree(ls []*lineReq, views []*lineView) [][]freeTake {
 	plan := make([][]freeTake, len(ls))
 	for i, l := range ls {
 		v, left := views[i], l.req.qty
 		s := v.snap
-		if !v.locked[Pool] && s.pool > 0 {
-			t := min(left, s.pool)
-			plan[i] = append(plan[i], freeTake{place: Pool, fromCtr: t})
-			left -= t
-		}
 		n := len(s.segs)
 		for k := 0; k < n && left > 0; k++ {
 			j := (l.req.home + k) % n
@@ -439,6 +435,11 @@ func planFree(ls []*lineReq, views []*lineView) [][]freeTake {
 			t := min(left, s.cnt[j]+s.inbox[j])
 			c := min(t, s.cnt[j])
 			plan[i] = append(plan[i], freeTake{place: Segment(j), fromCtr: c, fromIn: t - c})
+			left -= t
+		}
+		if left > 0 && !v.locked[Pool] && s.pool > 0 {
+			t := min(left, s.pool)
+			plan[i] = append(plan[i], freeTake{place: Pool, fromCtr: t})
 			left -= t
 		}
 		if left > 0 {
