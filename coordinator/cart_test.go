@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
@@ -338,5 +340,34 @@ func TestCartLinePruned(t *testing.T) {
 	sameKeys(t, "calls on a partly pruned order", before, stateKeys(t, raw))
 	if got := auditAll(t, c, "a", "b"); got["a"] != 0 || got["b"] != 3 {
 		t.Fatalf("allocated: %v (a's line is in its archive)", got)
+	}
+}
+
+// Each line of an order of several lines counts as an allocation of its
+// SKU in stockctl_allocations_total; a refusal counts once, for the
+// refused line's SKU; a replay once per line.
+func TestCartMetrics(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	reg := prometheus.NewRegistry()
+	c, err := coordinator.New(etcd.Client(t), coordinator.WithMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	mustCreate(t, c, "x", coordinator.SKUConfig{Total: 10, Segments: 2, InitialFill: 10})
+	mustCreate(t, c, "y", coordinator.SKUConfig{Total: 1, Segments: 1, InitialFill: 1})
+	lines := []coordinator.Line{{SKU: "x", Qty: 1}, {SKU: "y", Qty: 1}}
+	for _, order := range []string{"m-1", "m-1", "m-2"} {
+		_, _ = c.AllocateOrder(ctx, order, lines)
+	}
+	g := gather(t, reg)
+	for _, tc := range []struct {
+		outcome string
+		want    float64
+	}{{"served", 2}, {"replayed", 2}, {"insufficient", 1}} {
+		if got := g.sum("stockctl_allocations_total", map[string]string{"op": "allocate", "outcome": tc.outcome}); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.outcome, got, tc.want)
+		}
 	}
 }
