@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -207,4 +208,89 @@ func TestCartsRaceAcrossProcesses(t *testing.T) {
 			t.Logf("%d carts, %d refused, %d replies lost", len(outcomes), refused, sab.failed.Load())
 		})
 	}
+}
+
+// Invariant: a reserved order of several lines is confirmed whole or
+// expired whole, never both and never partly: 40 carts of 2–3 SKUs
+// reserved on one process with TTLs of 1–40 ms, each confirmed at once
+// through another process (ConfirmOrder with a random line's SKU) while
+// the rebalancer sweeps. A confirm told success leaves every line
+// confirmed, one told ErrExpired every line expired (after the sweep,
+// none is left reserved); the books of every SKU balance, holding exactly
+// the confirmed carts.
+func TestCartConfirmRacesExpiry(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	cs := newCoordinators(t, etcd, 2)
+	ctx := t.Context()
+	skus := []string{"a", "b", "c"}
+	for _, s := range skus {
+		mustCreate(t, cs[0], s, coordinator.SKUConfig{Total: 500, Segments: 2, InitialFill: 100})
+	}
+	startRebalancer(t, cs[0])
+	rng := rand.New(rand.NewPCG(1, 2))
+	type cart struct {
+		id        string
+		lines     []coordinator.Line
+		confirmed bool
+	}
+	var carts []*cart
+	for i := range 40 {
+		c := &cart{id: fmt.Sprintf("r-%d", i)}
+		for _, k := range rng.Perm(3)[:2+rng.IntN(2)] {
+			c.lines = append(c.lines, coordinator.Line{SKU: skus[k], Qty: int64(1 + rng.IntN(3))})
+		}
+		carts = append(carts, c)
+	}
+	var wg sync.WaitGroup
+	for i, c := range carts {
+		ttl := time.Duration(1+i) * time.Millisecond
+		via := c.lines[i%len(c.lines)].SKU
+		wg.Go(func() {
+			if _, err := cs[0].ReserveOrder(ctx, c.id, c.lines, ttl); err != nil {
+				t.Errorf("reserve %s: %v", c.id, err)
+				return
+			}
+			for range 20 {
+				_, err := cs[1].ConfirmOrder(ctx, via, c.id)
+				if err == nil {
+					c.confirmed = true
+					return
+				}
+				if errors.Is(err, coordinator.ErrExpired) {
+					return
+				}
+			}
+			t.Errorf("confirm %s kept failing", c.id)
+		})
+	}
+	wg.Wait()
+	want := map[string]int64{}
+	for _, c := range carts {
+		for _, l := range c.lines {
+			etcdtest.WaitFor(t, "no line left reserved", etcdtest.MinWait, func() bool {
+				o, _, _ := readRecord(t, cs[0], l.SKU, c.id)
+				return o.State != "reserved" || o.Released
+			})
+			o, _, _ := readRecord(t, cs[0], l.SKU, c.id)
+			switch {
+			case c.confirmed && o.State != "confirmed", !c.confirmed && o.State != "expired":
+				t.Fatalf("cart %s (confirmed %v): line %s is %q", c.id, c.confirmed, l.SKU, o.State)
+			}
+			if c.confirmed {
+				want[l.SKU] += l.Qty
+			}
+		}
+	}
+	confirmed := 0
+	for _, c := range carts {
+		if c.confirmed {
+			confirmed++
+		}
+	}
+	for _, s := range skus {
+		if rep := mustAudit(t, cs[0], s); rep.Reserved != 0 || rep.Confirmed != want[s] {
+			t.Fatalf("%s: reserved %d confirmed %d, want 0 and %d", s, rep.Reserved, rep.Confirmed, want[s])
+		}
+	}
+	t.Logf("%d of %d carts confirmed, the others expired", confirmed, len(carts))
 }
