@@ -283,30 +283,38 @@ class OrderLine(_message.Message):
     def __init__(self, sku: _Optional[str] = ..., qty: _Optional[int] = ...) -> None: ...
 
 class OrderStreamRequest(_message.Message):
-    __slots__ = ["allocate", "id", "more", "reserve"]
+    __slots__ = ["allocate", "allocate_order", "id", "more", "reserve", "reserve_order"]
     ALLOCATE_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATE_ORDER_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
     RESERVE_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_ORDER_FIELD_NUMBER: _ClassVar[int]
     allocate: AllocateRequest
+    allocate_order: AllocateOrderRequest
     id: int
     more: _containers.RepeatedCompositeFieldContainer[OrderStreamRequest]
     reserve: ReserveRequest
-    def __init__(self, id: _Optional[int] = ..., allocate: _Optional[_Union[AllocateRequest, _Mapping]] = ..., reserve: _Optional[_Union[ReserveRequest, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamRequest, _Mapping]]] = ...) -> None: ...
+    reserve_order: ReserveOrderRequest
+    def __init__(self, id: _Optional[int] = ..., allocate: _Optional[_Union[AllocateRequest, _Mapping]] = ..., reserve: _Optional[_Union[ReserveRequest, _Mapping]] = ..., allocate_order: _Optional[_Union[AllocateOrderRequest, _Mapping]] = ..., reserve_order: _Optional[_Union[ReserveOrderRequest, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamRequest, _Mapping]]] = ...) -> None: ...
 
 class OrderStreamResponse(_message.Message):
-    __slots__ = ["allocated", "error", "id", "more", "reserved"]
+    __slots__ = ["allocated", "allocated_order", "error", "id", "more", "reserved", "reserved_order"]
     ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_ORDER_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
     RESERVED_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_ORDER_FIELD_NUMBER: _ClassVar[int]
     allocated: AllocateResponse
+    allocated_order: AllocateOrderResponse
     error: OrderError
     id: int
     more: _containers.RepeatedCompositeFieldContainer[OrderStreamResponse]
     reserved: ReserveResponse
-    def __init__(self, id: _Optional[int] = ..., allocated: _Optional[_Union[AllocateResponse, _Mapping]] = ..., reserved: _Optional[_Union[ReserveResponse, _Mapping]] = ..., error: _Optional[_Union[OrderError, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamResponse, _Mapping]]] = ...) -> None: ...
+    reserved_order: ReserveOrderResponse
+    def __init__(self, id: _Optional[int] = ..., allocated: _Optional[_Union[AllocateResponse, _Mapping]] = ..., reserved: _Optional[_Union[ReserveResponse, _Mapping]] = ..., error: _Optional[_Union[OrderError, _Mapping]] = ..., allocated_order: _Optional[_Union[AllocateOrderResponse, _Mapping]] = ..., reserved_order: _Optional[_Union[ReserveOrderResponse, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamResponse, _Mapping]]] = ...) -> None: ...
 
 class Part(_message.Message):
     __slots__ = ["place", "qty"]
