@@ -76,9 +76,16 @@ func (r *Rebalancer) consolidate(ctx context.Context, l *leadership, v *view, pa
 	if v.pool > 0 {
 		return false, nil
 	}
+	// A parked dry segment counts as dry too: a stocked segment that was
+	// busy (its lock held: ErrLocked below) when the dry ones went idle and
+	// were parked must still be drained once it is idle. Counting only
+	// unparked dry segments stranded its units there for good (found on a
+	// busy machine: the drain lost the race for the lock of a process that
+	// had just closed, the dry segments were parked in the same pass, and
+	// no pass drained again).
 	dry := false
 	for i := range v.seg {
-		if v.avail(i) == 0 && !v.parked[i] {
+		if v.avail(i) == 0 {
 			dry = true
 			break
 		}

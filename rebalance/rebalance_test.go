@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
@@ -543,4 +545,65 @@ func TestLeftoversDoNotWanderAfterElection(t *testing.T) {
 		t.Fatal(err)
 	}
 	audit(t, c, "w")
+}
+
+// Invariant: the last units of a sale are drained to the pool once their
+// segment is idle, even when its lock was held (a process still ending its
+// tenure) while the dry segments went idle and were parked. Before, the
+// pass that parked them found the stocked segment's lock busy, and no
+// later pass drained it: with every dry segment parked, consolidation
+// thought nothing was dry (a busy machine hit it in
+// TestLeftoversDoNotWanderAfterElection: the closed process's lease was
+// still being revoked).
+func TestLeftoverDrainedAfterItsLockIsFreed(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	ctx := t.Context()
+	const n, idle = 8, 50 * time.Millisecond
+	c := newCoordinator(t, etcd)
+	if _, err := c.CreateSKU(ctx, "h", coordinator.SKUConfig{Total: n, Segments: n, InitialFill: n, RefillBatch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < n; i++ {
+		if _, err := c.Allocate(ctx, "h", fmt.Sprintf("o%d", i), 1, routeKeyFor(t, n, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another process holds segment 0's lock (the etcd mutex protocol the
+	// coordinator uses): the rebalancer's drains of it fail ErrLocked.
+	raw := etcd.Client(t)
+	sess, err := concurrency.NewSession(raw, concurrency.WithTTL(30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	m := concurrency.NewMutex(sess, strings.TrimSuffix(engines.Of(c).Keys.SegmentLock("h", 0), "/"))
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var log moveLog
+	_, stop := startRebalancer(t, c, rebalance.Config{Identity: "r", OnMove: log.add, IdleAfter: idle, DrainWait: 5 * time.Millisecond,
+		SweepInterval: 10 * time.Millisecond})
+	defer stop()
+	// Many IdleAfters: the dry segments go idle and are parked, segment 0's
+	// drain keeps finding its lock held.
+	from := time.Now()
+	etcdtest.WaitFor(t, "20 IdleAfters to pass", time.Minute, func() bool { return time.Since(from) > 20*idle })
+	if moves := log.snapshot(); len(moves) != 0 {
+		t.Fatalf("moves while segment 0's lock was held and the pool empty: %+v", moves)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, "the leftover to be drained once its lock was free", time.Minute, func() bool {
+		for _, mv := range log.snapshot() {
+			if mv.Kind == rebalance.Drain && mv.Segment == 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if st := status(t, c, "h"); st.Pool != 1 {
+		t.Fatalf("pool %d after the drain, want the leftover unit", st.Pool)
+	}
+	audit(t, c, "h")
 }

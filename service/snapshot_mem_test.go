@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -26,7 +27,11 @@ func TestWatchOrdersSnapshotMemoryBounded(t *testing.T) {
 		orders  = 20000
 		streams = 60
 	)
-	e := newEnv(t, withConfig(func(c *service.Config) { c.SnapshotPageTimeout = hangBound }))
+	// 60 streams of 20,000 orders read side by side take a minute and more
+	// on a busy 2-core machine: the streams and their pages get a bound
+	// that only catches a hang.
+	const streamBound = 5 * time.Minute
+	e := newEnv(t, withConfig(func(c *service.Config) { c.SnapshotPageTimeout = streamBound }))
 	c := e.grpcStock(t)
 	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "big", Total: orders, Segments: 16, InitialFill: orders})
 	errs := make(chan error, orders)
@@ -47,7 +52,9 @@ func TestWatchOrdersSnapshotMemoryBounded(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	var ss []*connect.ServerStreamForClient[stockctlv1.WatchOrdersResponse]
 	for range streams {
-		s, err := smallWindowClient(t, e).WatchOrders(ctx(t), connect.NewRequest(&stockctlv1.WatchOrdersRequest{Sku: "big", Snapshot: true}))
+		sctx, cancel := context.WithTimeout(t.Context(), streamBound)
+		t.Cleanup(cancel)
+		s, err := smallWindowClient(t, e).WatchOrders(sctx, connect.NewRequest(&stockctlv1.WatchOrdersRequest{Sku: "big", Snapshot: true}))
 		if err != nil {
 			t.Fatal(err)
 		}
