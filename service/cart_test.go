@@ -174,6 +174,22 @@ func TestOrderStreamCarts(t *testing.T) {
 	if served2 != 20 || replayed2 != 20 {
 		t.Fatalf("retry: served %d, replayed %d; want 20, 20", served2, replayed2)
 	}
+	// WatchOrders: every event of a cart carries its lines, and the two
+	// lines of each placement share a revision (so one message).
+	ws := watchOrders(t, c, ctx(t), &stockctlv1.WatchOrdersRequest{})
+	ws.until(t, 40, 0)
+	perRev := map[int64]int{}
+	for _, ev := range ws.events {
+		if len(ev.Lines) != 2 || ev.Lines[0] != "a" || ev.Lines[1] != "b" {
+			t.Fatalf("event %v: lines %v", ev, ev.Lines)
+		}
+		perRev[ev.Revision]++
+	}
+	for rev, n := range perRev {
+		if n%2 != 0 {
+			t.Fatalf("revision %d holds %d lines of carts of 2", rev, n)
+		}
+	}
 	for sku, want := range map[string]int64{"a": 20, "b": 20} {
 		if a := audit(t, c, sku); !a.Ok || a.Allocated != want {
 			t.Fatalf("audit %s: %v", sku, a)

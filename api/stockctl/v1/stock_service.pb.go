@@ -2173,7 +2173,11 @@ type OrderEvent struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The writes to the order record up to this one: 1 for the event that
 	// placed the order.
-	Version       int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	Version int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	// For an order of several SKUs (AllocateOrder, ReserveOrder): the SKUs
+	// of all its lines, sorted. Each line is an event of its own; every line
+	// of one transition shares its revision, so they come in one message.
+	Lines         []string `protobuf:"bytes,12,rep,name=lines,proto3" json:"lines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2283,6 +2287,13 @@ func (x *OrderEvent) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *OrderEvent) GetLines() []string {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
 }
 
 // StockStatus is a SKU's stock at one revision.
@@ -3453,7 +3464,7 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x13WatchOrdersResponse\x12/\n" +
 	"\x06events\x18\x01 \x03(\v2\x17.stockctl.v1.OrderEventR\x06events\x12\x16\n" +
 	"\x06cursor\x18\x02 \x01(\x03R\x06cursor\x12\x1a\n" +
-	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\"\x85\x03\n" +
+	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\"\x9b\x03\n" +
 	"\n" +
 	"OrderEvent\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x121\n" +
@@ -3468,7 +3479,8 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\vcreate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x18\n" +
-	"\aversion\x18\v \x01(\x03R\aversion\"\xc6\x04\n" +
+	"\aversion\x18\v \x01(\x03R\aversion\x12\x14\n" +
+	"\x05lines\x18\f \x03(\tR\x05lines\"\xc6\x04\n" +
 	"\vStockStatus\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +

@@ -249,11 +249,12 @@ class OrderError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., reason: _Optional[_Union[_errors_pb2.ErrorReason, str]] = ..., message: _Optional[str] = ..., details: _Optional[_Iterable[_Union[_any_pb2.Any, _Mapping]]] = ...) -> None: ...
 
 class OrderEvent(_message.Message):
-    __slots__ = ["buyer", "create_time", "deadline", "event", "order", "parts", "qty", "reservation", "revision", "sku", "version"]
+    __slots__ = ["buyer", "create_time", "deadline", "event", "lines", "order", "parts", "qty", "reservation", "revision", "sku", "version"]
     BUYER_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     QTY_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +266,7 @@ class OrderEvent(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     deadline: _timestamp_pb2.Timestamp
     event: OrderEventKind
+    lines: _containers.RepeatedScalarFieldContainer[str]
     order: str
     parts: _containers.RepeatedCompositeFieldContainer[Part]
     qty: int
@@ -272,7 +274,7 @@ class OrderEvent(_message.Message):
     revision: int
     sku: str
     version: int
-    def __init__(self, revision: _Optional[int] = ..., event: _Optional[_Union[OrderEventKind, str]] = ..., sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., buyer: _Optional[str] = ..., reservation: bool = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+    def __init__(self, revision: _Optional[int] = ..., event: _Optional[_Union[OrderEventKind, str]] = ..., sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., buyer: _Optional[str] = ..., reservation: bool = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class OrderLine(_message.Message):
     __slots__ = ["qty", "sku"]
