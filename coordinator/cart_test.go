@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -369,5 +370,45 @@ func TestCartMetrics(t *testing.T) {
 		if got := g.sum("stockctl_allocations_total", map[string]string{"op": "allocate", "outcome": tc.outcome}); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.outcome, got, tc.want)
 		}
+	}
+}
+
+// The documented bound: an order of MaxOrderLines lines is one transaction
+// on an etcd whose --max-txn-ops allows it (here 512, with
+// WithMaxTxnOps), every line at one revision; released whole; each SKU's
+// books balance. With the 65th line it is refused before anything is read.
+func TestCartOfMaxLines(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithMaxTxnOps(512))
+	c := newCoordinators(t, etcd, 1, coordinator.WithMaxTxnOps(512))[0]
+	ctx := t.Context()
+	var lines []coordinator.Line
+	for i := range coordinator.MaxOrderLines {
+		sku := fmt.Sprintf("sku-%02d", i)
+		mustCreate(t, c, sku, coordinator.SKUConfig{Total: 5, Segments: 2, InitialFill: 2})
+		lines = append(lines, coordinator.Line{SKU: sku, Qty: int64(1 + i%5)})
+	}
+	a, err := c.AllocateOrder(ctx, "big", lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range a.Lines {
+		if l.Revision != a.Revision || l.Qty != lines[i].Qty {
+			t.Fatalf("line %d: %+v at %d", i, l, a.Revision)
+		}
+		if rep := mustAudit(t, c, l.SKU); rep.Allocated != l.Qty {
+			t.Fatalf("%s allocated %d, want %d", l.SKU, rep.Allocated, l.Qty)
+		}
+	}
+	if r, err := c.ReleaseOrder(ctx, "sku-07", "big"); err != nil || len(r.Lines) != coordinator.MaxOrderLines {
+		t.Fatalf("release: %+v, %v", r, err)
+	}
+	for _, l := range lines {
+		if rep := mustAudit(t, c, l.SKU); rep.Allocated != 0 {
+			t.Fatalf("%s allocated %d after the release", l.SKU, rep.Allocated)
+		}
+	}
+	more := append(lines, coordinator.Line{SKU: "sku-extra", Qty: 1})
+	if _, err := c.AllocateOrder(ctx, "bigger", more); !errors.Is(err, coordinator.ErrInvalidArgument) {
+		t.Fatalf("65 lines: %v", err)
 	}
 }
