@@ -215,6 +215,16 @@ func TestCartReservations(t *testing.T) {
 	if !errors.As(err, &le) || le.SKU != "sock" || !errors.Is(err, coordinator.ErrLimitExceeded) {
 		t.Fatalf("over the limit: %v", err)
 	}
+	// A retry of the applied order with a line over the limit by itself
+	// is a conflict (the order ID was used), not a refusal; a new order
+	// with that line is refused by the limit, naming the line.
+	if _, err := c.ReserveOrder(ctx, "r-1", []coordinator.Line{{SKU: "shoe", Qty: 2}, {SKU: "sock", Qty: 4}}, time.Hour, buyer); !errors.Is(err, coordinator.ErrConflict) {
+		t.Fatalf("retry with 4 socks: %v, want ErrConflict", err)
+	}
+	_, err = c.ReserveOrder(ctx, "r-9", []coordinator.Line{{SKU: "shoe", Qty: 1}, {SKU: "sock", Qty: 4}}, time.Hour, coordinator.WithBuyer("bob"))
+	if !errors.As(err, &le) || le.Index != 1 || !errors.Is(err, coordinator.ErrLimitExceeded) {
+		t.Fatalf("4 socks for a new buyer: %v", err)
+	}
 	cf, err := c.ConfirmOrder(ctx, "sock", "r-1")
 	if err != nil || cf.Replayed || len(cf.Lines) != 2 {
 		t.Fatalf("confirm: %+v, %v", cf, err)

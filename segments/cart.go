@@ -191,10 +191,9 @@ func (e *Engine) allocateLines(ctx context.Context, verb, order string, lines []
 				return fail(fmt.Errorf("line %d (%s): %w", i, l.SKU, &InvalidError{Field: "buyer", Value: `""`,
 					Reason: fmt.Sprintf("is required: the SKU has a per-user limit of %d", info.perUserLimit)}))
 			}
-			if l.Qty > info.perUserLimit {
-				return fail(&LineError{Index: i, SKU: l.SKU, Qty: l.Qty,
-					Err: &LimitExceededError{SKU: l.SKU, Buyer: o.buyer, Limit: info.perUserLimit, Want: l.Qty}})
-			}
+			// A line over the limit by itself is refused by judgeLines,
+			// after the records are read: a retry of an applied order
+			// under its ID replays it or is ErrConflict, never a refusal.
 			req.userKey = e.keys.User(l.SKU, o.buyer)
 		}
 		ls[i] = &lineReq{idx: i, req: req}
