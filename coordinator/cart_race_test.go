@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -293,4 +294,61 @@ func TestCartConfirmRacesExpiry(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d carts confirmed, the others expired", confirmed, len(carts))
+}
+
+// Invariant: an order of several lines never writes a segment another
+// process holds: while B's order runs its business step on the one segment
+// that holds hot's stock, A's cart (hot and cold) waits for that
+// segment's lock and the segment's counter does not move; once B's step
+// ends, A's cart is served through the lock, and the books balance.
+func TestCartNeverWritesAHeldSegment(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	a := newCoordinators(t, etcd, 1, coordinator.WithWaitBudgets(coordinator.DefaultHomeWait, time.Minute))[0]
+	b := newCoordinators(t, etcd, 1)[0]
+	raw := etcd.Client(t)
+	ctx := t.Context()
+	mustCreate(t, a, "hot", coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10})
+	mustCreate(t, a, "cold", coordinator.SKUConfig{Total: 10, Segments: 2})
+	counter := engines.Of(a).Keys.Segment("hot", 0)
+	inStep, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := b.AllocateFunc(ctx, "hot", "b-1", 1, "", func(context.Context) error {
+			close(inStep)
+			<-release
+			return nil
+		})
+		if err != nil {
+			t.Errorf("B's order: %v", err)
+		}
+	})
+	<-inStep
+	before := readCounter(t, raw, counter)
+	var cartErr error
+	cartDone := make(chan struct{})
+	wg.Go(func() {
+		defer close(cartDone)
+		_, cartErr = a.AllocateOrder(ctx, "cart-1", []coordinator.Line{{SKU: "hot", Qty: 2}, {SKU: "cold", Qty: 1}})
+	})
+	// A's cart waits for the lock (its waiter key is there), or, wrongly,
+	// is done already: either way the counter is checked now.
+	etcdtest.WaitFor(t, "A's cart to wait for the held segment's lock", etcdtest.MinWait, func() bool {
+		select {
+		case <-cartDone:
+			return true
+		default:
+		}
+		return countKeys(t, raw, engines.Of(a).Keys.SegmentLock("hot", 0)) > 1
+	})
+	if during := readCounter(t, raw, counter); during != before {
+		t.Fatalf("hot's segment counter moved from %d to %d while B held it", before, during)
+	}
+	close(release)
+	wg.Wait()
+	if cartErr != nil {
+		t.Fatalf("A's cart: %v", cartErr)
+	}
+	if got := auditAll(t, a, "hot", "cold"); got["hot"] != 3 || got["cold"] != 1 {
+		t.Fatalf("allocated %v, want hot 3 (B's 1, the cart's 2), cold 1", got)
+	}
 }
