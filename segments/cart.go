@@ -54,7 +54,9 @@ import (
 // refused with ErrInvalid before anything is written.
 const MaxOrderLines = 64
 
-// lineMinCmps is what one line costs a transaction at least, in compares.
+// lineMinCmps is what one line costs a transaction at least, in compares
+// (and its read in Gets): its record, its SKU's incarnation, one place's
+// counter and lock.
 const lineMinCmps = 4
 
 // Line is one line of an order of several lines: a quantity of one SKU.
@@ -197,6 +199,18 @@ func (e *Engine) allocateLines(ctx context.Context, verb, order string, lines []
 			req.userKey = e.keys.User(l.SKU, o.buyer)
 		}
 		ls[i] = &lineReq{idx: i, req: req}
+	}
+	// Again with the buyers' counters: one more compare (and Get) for
+	// each line of a SKU with a per-user limit.
+	n := 0
+	for _, l := range ls {
+		n += lineMinCmps
+		if l.req.userKey != "" {
+			n++
+		}
+	}
+	if n > e.cfg.MaxTxnOps {
+		return fail(invalid("lines", len(lines), "need at least %d compares in one transaction, more than the server's max-txn-ops %d (WithMaxTxnOps)", n, e.cfg.MaxTxnOps))
 	}
 	// The lines in the global lock order (SKU name), for the held path;
 	// results go back in the order given.
