@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/stockctl/stockctl/segments"
 )
@@ -103,6 +104,8 @@ type member struct {
 
 	mu      sync.Mutex
 	checked bool // its fleet record agrees with this process
+
+	probeMu sync.Mutex // held across the probe's read, and alone
 	probeAt time.Time
 	probeOK bool
 }
@@ -271,8 +274,8 @@ const (
 // reachable reports whether m's cluster answered a linearizable read
 // within probeTimeout, within the last probeFresh.
 func (m *member) reachable() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.probeMu.Lock()
+	defer m.probeMu.Unlock()
 	if time.Since(m.probeAt) < probeFresh {
 		return m.probeOK
 	}
@@ -281,6 +284,43 @@ func (m *member) reachable() bool {
 	_, err := m.c.kv.Get(clientv3.WithRequireLeader(ctx), m.c.keys.Fleet())
 	m.probeAt, m.probeOK = time.Now(), err == nil
 	return m.probeOK
+}
+
+// connectWait bounds how long an operation waits for its cluster's
+// connection to come up before it fails as unavailable (at most half of
+// what is left of its ctx, so that the error reaches the caller in time).
+const connectWait = 2 * time.Second
+
+// connected fails at once, naming the cluster, when m's etcd connection is
+// down (a cluster stopped or refusing connections) and does not come up
+// within connectWait; an operation would otherwise wait for its whole
+// deadline. A partition that keeps the connection up is only found by the
+// operation's own deadline.
+func (m *member) connected(ctx context.Context) error {
+	conn := m.c.client.ActiveConnection()
+	if conn == nil {
+		return nil
+	}
+	st := conn.GetState()
+	if st == connectivity.Ready || st == connectivity.Idle {
+		return nil
+	}
+	wait := connectWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for st != connectivity.Ready && st != connectivity.Idle {
+		if st == connectivity.Shutdown || !conn.WaitForStateChange(wctx, st) {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return &ClusterError{Cluster: m.name, Unavailable: true, Err: fmt.Errorf("its etcd connection stayed %s for %v", st, wait.Round(time.Millisecond))}
+		}
+		st = conn.GetState()
+	}
+	return nil
 }
 
 // onSKU runs f on the segment engine of sku's cluster: the coordinator's
@@ -301,6 +341,9 @@ func routeSKU[T any](ctx context.Context, fl *fleet, sku string, f func(*segment
 	var zero T
 	m, cached, err := fl.route(ctx, sku)
 	if err != nil {
+		return zero, err
+	}
+	if err := m.connected(ctx); err != nil {
 		return zero, err
 	}
 	v, err := f(m.c.stock)

@@ -130,6 +130,9 @@ func (c *Coordinator) acquire(ctx context.Context, verb, name string, kind LockK
 	}
 	if c.fleet != nil { // the cluster the name is placed in
 		m, err := c.fleet.lockMember(ctx, name)
+		if err == nil {
+			err = m.connected(ctx)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %q: %w", verb, name, err)
 		}

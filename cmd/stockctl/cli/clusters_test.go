@@ -58,6 +58,12 @@ func TestCLIClusters(t *testing.T) {
 	if av.Cluster != "b" || !av.OK {
 		t.Fatalf("audit inb: %+v", av)
 	}
+	if out := okRun("-o", "json", "orders", "inb", "--snapshot"); !strings.Contains(out, `"o1"`) {
+		t.Fatalf("orders inb (cluster b) shows no o1:\n%s", out)
+	}
+	if r := run(t, append(fleet, "orders", "--all")...); r.code != ExitUsage {
+		t.Fatalf("orders --all over two clusters: exit %d, %q", r.code, r.stderr)
+	}
 	okRun("allocate", "ina", "--order", "o1", "--qty", "9")
 	var pv passView
 	decode(t, okRun("-o", "json", "rebalance", "ina"), &pv)
