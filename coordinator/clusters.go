@@ -359,3 +359,35 @@ func routeSKU[T any](ctx context.Context, fl *fleet, sku string, f func(*segment
 	}
 	return v, m.wrap(err)
 }
+
+// onLines runs f, an order of several lines, on the segment engine of the
+// cluster that holds every line's SKU. Over several clusters, lines in two
+// clusters are refused: one transaction never spans two clusters.
+func onLines[T any](ctx context.Context, c *Coordinator, lines []segments.Line, f func(*segments.Engine) (T, error)) (T, error) {
+	if c.fleet == nil || len(lines) == 0 {
+		return f(c.stock)
+	}
+	var zero T
+	var first *member
+	for _, l := range lines {
+		if segments.ValidateSKU(l.SKU) != nil {
+			return f(c.fleet.members[0].c.stock) // its own validation error
+		}
+		m, _, err := c.fleet.route(ctx, l.SKU)
+		if err != nil {
+			return zero, err
+		}
+		switch {
+		case first == nil:
+			first = m
+		case m != first:
+			return zero, fmt.Errorf("order of %d lines: %w: its SKUs are in two clusters (%s in %q, %s in %q): "+
+				"an order's SKUs must share a cluster", len(lines), ErrInvalidArgument, lines[0].SKU, first.name, l.SKU, m.name)
+		}
+	}
+	if err := first.connected(ctx); err != nil {
+		return zero, err
+	}
+	v, err := f(first.c.stock)
+	return v, first.wrap(err)
+}

@@ -423,3 +423,34 @@ func TestClustersRebalancerPerCluster(t *testing.T) {
 		mustAudit(t, c, "r-"+cl)
 	}
 }
+
+// An order of several lines is one transaction, so its SKUs must share a
+// cluster: lines in one cluster are sold (and released) as one order;
+// lines in two are refused, naming both clusters, and change nothing.
+func TestClustersOrderOfSeveralLines(t *testing.T) {
+	tcs := newTestClusters(t, "a", "b")
+	c := mustFleet(t, tcs)
+	ctx := t.Context()
+	cfg := coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10}
+	for _, p := range [][2]string{{"a", "a1"}, {"a", "a2"}, {"b", "b1"}} {
+		if _, err := c.CreateSKUIn(ctx, p[0], p[1], cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.AllocateOrder(ctx, "cart-1", []coordinator.Line{{SKU: "a1", Qty: 1}, {SKU: "a2", Qty: 2}}); err != nil {
+		t.Fatalf("order of two lines in cluster a: %v", err)
+	}
+	if _, err := c.ReleaseOrder(ctx, "a2", "cart-1"); err != nil {
+		t.Fatalf("release it: %v", err)
+	}
+	_, err := c.AllocateOrder(ctx, "cart-2", []coordinator.Line{{SKU: "a1", Qty: 1}, {SKU: "b1", Qty: 1}})
+	if !errors.Is(err, coordinator.ErrInvalidArgument) || !strings.Contains(err.Error(), `"a"`) || !strings.Contains(err.Error(), `"b"`) {
+		t.Fatalf("order over clusters a and b: %v, want ErrInvalidArgument naming both", err)
+	}
+	for _, sku := range []string{"a1", "a2", "b1"} {
+		r := mustAudit(t, c, sku)
+		if sku == "b1" && r.Allocated != 0 {
+			t.Fatalf("b1 allocated %d after the refused order", r.Allocated)
+		}
+	}
+}

@@ -200,6 +200,14 @@ func TestReservationBadInputChangesNothing(t *testing.T) {
 			_, err := c.Allocate(ctx, "capped", "n12", 3, "", coordinator.WithBuyer("zed"))
 			return err
 		}, coordinator.ErrLimitExceeded},
+		{"an applied order's ID again, with a qty above the limit alone", func() error {
+			// The ID's first use says more than the limit: ErrConflict.
+			_, err := c.Allocate(ctx, "capped", "capped-1", 3, "", coordinator.WithBuyer("amy"))
+			if errors.Is(err, coordinator.ErrLimitExceeded) {
+				return fmt.Errorf("want a conflict, not %w", err)
+			}
+			return err
+		}, coordinator.ErrConflict},
 		{"buyer at the limit", func() error {
 			_, err := c.Reserve(ctx, "capped", "n13", 1, "", time.Hour, coordinator.WithBuyer("amy"))
 			return err

@@ -75,6 +75,14 @@ type Event struct {
 	// clock). etcd keeps no time for later transitions: their Revision is
 	// what orders them.
 	Created time.Time
+	// Lines is set for an order of several lines (AllocateOrder,
+	// ReserveOrder): the SKUs of all its lines, sorted. Each line is an
+	// event of its own, and every transition of the order writes every
+	// line in one transaction: its len(Lines) events share one Revision,
+	// so they arrive in one Batch (a batch holds whole revisions) and a
+	// consumer applies the order in one transaction. A feed of one SKU
+	// sees only that SKU's line. Nil for an order of one SKU.
+	Lines []string
 	// Version counts the writes to the order record up to this one: 1 for
 	// the event that placed the order. Two events of one order always have
 	// increasing Revision and Version.
@@ -140,6 +148,7 @@ func decode(space keys.Space, kv *mvccpb.KeyValue) (e Event, ok bool, err error)
 		Reservation: o.State != "",
 		Deadline:    o.Deadline,
 		Created:     o.Created,
+		Lines:       o.Lines,
 		Version:     kv.Version,
 	}, true, nil
 }

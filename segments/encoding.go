@@ -326,6 +326,13 @@ type Order struct {
 	// per-user counter (the SKU had a per-user limit when it was placed):
 	// whatever returns the units also takes them off that counter.
 	UserCounted bool `json:"userCounted,omitempty"`
+	// Lines is set on the records of an order of several lines
+	// (AllocateOrder, ReserveOrder): the SKUs of all its lines, sorted.
+	// Every line has its record (at its own SKU's key, under the same
+	// order ID), written in one transaction with the others, and each
+	// lists them all, so that a replay, a release, a confirm or an expiry
+	// found through one line reaches the whole order.
+	Lines []string `json:"lines,omitempty"`
 	// PrunedAt is when Prune archived the order (StatePruned only), by the
 	// clock of the pruning process: its claim is kept for the retention
 	// Prune is given from then.
@@ -402,6 +409,9 @@ func DecodeOrder(key string, value []byte) (Order, error) {
 	}
 	if o.Buyer != "" && ValidateBuyer(o.Buyer) != nil || o.UserCounted && o.Buyer == "" {
 		return Order{}, &CorruptError{Key: key, Value: value, Err: errors.New("invalid buyer")}
+	}
+	if o.Lines != nil && !validRecordLines(o.SKU, o.Lines) {
+		return Order{}, &CorruptError{Key: key, Value: value, Err: errors.New("invalid lines: want 1 to MaxOrderLines distinct SKUs, sorted, its own among them")}
 	}
 	return o, nil
 }

@@ -92,6 +92,9 @@ type LimitExceededError struct {
 }
 
 func (e *LimitExceededError) Error() string {
+	if e.Want > e.Limit && e.Held == 0 {
+		return fmt.Sprintf("buyer %q: %v: wants %d, more than the limit %d by itself", e.Buyer, ErrLimitExceeded, e.Want, e.Limit)
+	}
 	return fmt.Sprintf("buyer %q: %v: holds %d, wants %d more, limit %d (revision %d)",
 		e.Buyer, ErrLimitExceeded, e.Held, e.Want, e.Limit, e.Revision)
 }

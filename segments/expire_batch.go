@@ -53,7 +53,9 @@ func (e *Engine) readDue(ctx context.Context, info *skuInfo, todo []due, now tim
 			if err != nil {
 				return nil, nil, err
 			}
-			ok := o.Reserved() && !now.Before(o.Deadline) && o.SKU == info.name && o.ID == d.order &&
+			// A line of an order of several goes one at a time: its
+			// expiry takes every line (cartreturn.go).
+			ok := o.Lines == nil && o.Reserved() && !now.Before(o.Deadline) && o.SKU == info.name && o.ID == d.order &&
 				e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID) == d.key
 			for _, p := range o.Parts {
 				ok = ok && p.Place.Index() < info.segments

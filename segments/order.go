@@ -72,9 +72,23 @@ func (e *Engine) allocate(ctx context.Context, verb, sku, order string, qty int6
 				Reason: fmt.Sprintf("is required: the SKU has a per-user limit of %d", info.perUserLimit)})
 		}
 		if qty > info.perUserLimit {
-			// No stock or counter needs reading to refuse this one.
+			// No stock or counter needs reading to refuse this one; only
+			// the order's record, which may say it was applied before
+			// (with another qty: ErrConflict, which says more than the
+			// limit does).
+			resp, err := e.kv.Get(ctx, e.keys.Order(sku, order))
+			if err != nil {
+				return nil, orderErr(verb, sku, order, fmt.Errorf("read order: %w", err))
+			}
+			if len(resp.Kvs) > 0 {
+				a, err := e.replay(ctx, req, resp.Kvs[0])
+				if err != nil {
+					return nil, orderErr(verb, sku, order, err)
+				}
+				return a, nil
+			}
 			return nil, fmt.Errorf("%s %s order %q: %w", verb, sku, order,
-				&LimitExceededError{SKU: sku, Buyer: o.buyer, Limit: info.perUserLimit, Want: qty})
+				&LimitExceededError{SKU: sku, Buyer: o.buyer, Limit: info.perUserLimit, Want: qty, Revision: resp.Header.Revision})
 		}
 		req.userKey = e.keys.User(sku, o.buyer)
 	}

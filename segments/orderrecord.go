@@ -26,6 +26,9 @@ func (e *Engine) replay(ctx context.Context, req *allocReq, kv *mvccpb.KeyValue)
 		// Applied once, archived since: the claim Prune kept refuses it.
 		return nil, &OrderPrunedError{SKU: o.SKU, Order: o.ID, Pruned: o.PrunedAt}
 	}
+	if o.Lines != nil {
+		return nil, fmt.Errorf("%w: the order ID was already used for an order of the lines %v", ErrConflict, o.Lines)
+	}
 	if o.Qty != req.qty {
 		return nil, fmt.Errorf("%w: the order was already applied with qty %d, not %d", ErrConflict, o.Qty, req.qty)
 	}

@@ -88,6 +88,15 @@ func (e *Engine) confirmOnce(ctx context.Context, info *skuInfo, order string) (
 	if err != nil {
 		return nil, false, err
 	}
+	if o.Lines != nil {
+		// A line of an order of several: the whole order is confirmed
+		// (cartreturn.go).
+		cs, retry, err := e.confirmLines(ctx, o)
+		if cs == nil {
+			return nil, retry, err
+		}
+		return lineOf(o, cs), retry, err
+	}
 	r := &Confirmed{SKU: o.SKU, Order: o.ID, Qty: o.Qty, Parts: o.Parts, Buyer: o.Buyer, Deadline: o.Deadline, Revision: kv.ModRevision}
 	switch {
 	case o.State == "":

@@ -83,6 +83,14 @@ func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, ki
 	if err != nil {
 		return nil, false, err
 	}
+	if o.Lines != nil {
+		// A line of an order of several: the whole order goes (cartreturn.go).
+		rs, retry, err := e.returnLines(ctx, o, kind, now, fence)
+		if rs == nil {
+			return nil, retry, err
+		}
+		return lineOf(o, rs), retry, err
+	}
 	r = &Released{SKU: o.SKU, Order: o.ID, Qty: o.Qty, Parts: o.Parts, Revision: kv.ModRevision, State: o.State, Buyer: o.Buyer}
 	if proceed, err := returnVerdict(kind, o, kv.ModRevision, now); !proceed {
 		if err != nil && !errors.Is(err, errNotDue) {

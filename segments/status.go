@@ -38,12 +38,15 @@ type Status struct {
 	Reserved     int64
 	Reservations int64
 	// Orders counts order records, released ones included (not the claims
-	// of pruned orders whose IDs are kept: Archive.Claims).
+	// of pruned orders whose IDs are kept: PrunedClaims).
 	Orders int64
 	// Archived is the part of Allocated held by pruned orders, and
 	// ArchivedOrders how many orders were pruned (Prune).
 	Archived       int64
 	ArchivedOrders int64
+	// PrunedClaims counts the pruned orders whose IDs are still kept
+	// (KeepPrunedIDs): records under the SKU's orders that hold nothing.
+	PrunedClaims int64
 	Revision       int64
 	// Rebalancer is the last pass of the rebalancer, if one ever ran.
 	Rebalancer *RebalancePass
@@ -135,6 +138,7 @@ func (e *Engine) Status(ctx context.Context, sku string) (*Status, error) {
 	}
 	st.Archived, st.ArchivedOrders = arc.Units, arc.Orders
 	st.Orders -= arc.Claims
+	st.PrunedClaims = arc.Claims
 	return st, nil
 }
 

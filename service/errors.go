@@ -86,6 +86,7 @@ func apiError(ctx context.Context, o op, err error) *connect.Error {
 			&stockctlv1.LimitMismatch{Name: lm.Name, Limit: int32(lm.Want), HeldLimit: int32(lm.Have)})
 	}
 	if e := stockError(o, err); e != nil {
+		addRefusedLine(e, err)
 		return e
 	}
 	if e := lockError(o, err); e != nil {

@@ -1,6 +1,9 @@
 package service
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // SetAcquireHooks sets the test hooks of Acquire (see Server's fields).
 func SetAcquireHooks(s *Server, afterGrant, beforeAnswer func(ctx context.Context)) {
@@ -25,3 +28,13 @@ func BodiesReading(s *Server) int { return len(s.handler.(*front).reading) }
 
 // SnapshotPagesHeld counts the WatchOrders snapshot pages held now.
 func SnapshotPagesHeld(s *Server) int { return len(s.snapshotPages) }
+
+// LapseHold moves the expiry of the live unary hold id into the past, as if
+// its keeper goroutine were late to notice (a paused or starved server).
+func LapseHold(s *Server, id string) {
+	s.holds.mu.Lock()
+	defer s.holds.mu.Unlock()
+	if ls := s.holds.live[id]; ls != nil {
+		ls.expires = ls.expires.Add(-ls.spec.ttl - time.Second)
+	}
+}

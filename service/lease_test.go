@@ -154,3 +154,24 @@ func TestLeaseBoundAndClose(t *testing.T) {
 		t.Fatalf("Acquire after the holding server closed: %v", err)
 	}
 }
+
+// A KeepAlive that comes after a hold's ttl has passed, before the server's
+// keeper noticed, does not revive the hold: it answers LOCK_LOST
+// (KEEPALIVE_TIMEOUT) and the lock goes to the next caller, as if the
+// keeper had been on time.
+func TestLateKeepAliveDoesNotRevive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.locks(t, connectJSON)
+	a := acquireLease(t, c, &stockctlv1.AcquireRequest{Name: "late", Ttl: durationpb.New(time.Minute)})
+	service.LapseHold(e.srv, a.HoldId)
+	_, err := c.KeepAlive(ctx(t), connect.NewRequest(&stockctlv1.KeepAliveRequest{HoldId: a.HoldId}))
+	wantError(t, "KeepAlive after the ttl", err, connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_LOCK_LOST)
+	if l := detail[*stockctlv1.LockLost](t, err); l.Reason != stockctlv1.LostReason_LOST_REASON_KEEPALIVE_TIMEOUT || l.Token != a.Token {
+		t.Errorf("LockLost = %v", l)
+	}
+	b := acquireLease(t, c, &stockctlv1.AcquireRequest{Name: "late", Wait: durationpb.New(time.Minute)})
+	if b.Token <= a.Token {
+		t.Fatalf("next token %d, want more than %d", b.Token, a.Token)
+	}
+}

@@ -228,6 +228,15 @@ func (t *holdTable) keepAlive(id string) (*lease, time.Time, error) {
 		t.endLost(ls, reason, msg, nil)
 		return nil, time.Time{}, lockLost(ls.spec.name, ls.l.Token(), reason, msg)
 	}
+	if !time.Now().Before(ls.expires) {
+		// Its ttl passed without a KeepAlive, and the keeper has not ended
+		// it yet: a late KeepAlive does not revive it (the caller was told
+		// the hold lasts its ttl; it may have stopped trusting it).
+		t.mu.Unlock()
+		msg := fmt.Sprintf("no KeepAlive for its ttl of %v: the server released it", ls.spec.ttl)
+		t.endLost(ls, stockctlv1.LostReason_LOST_REASON_KEEPALIVE_TIMEOUT, msg, nil)
+		return nil, time.Time{}, lockLost(ls.spec.name, ls.l.Token(), stockctlv1.LostReason_LOST_REASON_KEEPALIVE_TIMEOUT, msg)
+	}
 	ls.expires = time.Now().Add(ls.spec.ttl)
 	expires := ls.expires
 	t.mu.Unlock()

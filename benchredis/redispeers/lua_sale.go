@@ -40,6 +40,26 @@ redis.call('SET', KEYS[2], -q)
 return 1
 `)
 
+// cartScript: KEYS[1..n] the stocks, KEYS[n+1..2n] the lines' order
+// records, ARGV[1] the quantity of every line. Takes every line or none:
+// returns 1 taken, 2 already taken by this order, -i (i from 1) when line i
+// had not enough (nothing taken). All keys in one script, as a Redis
+// cluster allows only within one hash slot.
+var cartScript = redis.NewScript(`
+local n = #KEYS / 2
+if redis.call('EXISTS', KEYS[n+1]) == 1 then return 2 end
+local q = tonumber(ARGV[1])
+for i = 1, n do
+  local have = tonumber(redis.call('GET', KEYS[i]))
+  if have == nil or have < q then return -i end
+end
+for i = 1, n do
+  redis.call('DECRBY', KEYS[i], q)
+  redis.call('SET', KEYS[n+i], q)
+end
+return 1
+`)
+
 type luaSale struct {
 	addr string
 	p    bench.SaleParams
@@ -64,6 +84,9 @@ func (s *luaSale) Setup(ctx context.Context, p bench.SaleParams) error {
 	if err := takeScript.Load(ctx, s.cs[0]).Err(); err != nil {
 		return err
 	}
+	if err := cartScript.Load(ctx, s.cs[0]).Err(); err != nil {
+		return err
+	}
 	return releaseScript.Load(ctx, s.cs[0]).Err()
 }
 
@@ -73,6 +96,22 @@ func (s *luaSale) Order(ctx context.Context, process, sku int, order string) (be
 		return bench.OrderOutcome{}, fmt.Errorf("take 1: %w", err)
 	}
 	return bench.OrderOutcome{Served: n != 0}, nil
+}
+
+// OrderCart takes 1 unit of each of skus in one script (cartScript).
+func (s *luaSale) OrderCart(ctx context.Context, process int, skus []int, order string) (bench.OrderOutcome, error) {
+	keys := make([]string, 2*len(skus))
+	for i, k := range skus {
+		keys[i], keys[len(skus)+i] = s.stock(k), s.record(k, order)
+	}
+	n, err := cartScript.Run(ctx, s.cs[process], keys, 1).Int()
+	if err != nil {
+		return bench.OrderOutcome{}, fmt.Errorf("take a cart: %w", err)
+	}
+	if n < 0 {
+		return bench.OrderOutcome{Line: -n - 1}, nil
+	}
+	return bench.OrderOutcome{Served: true}, nil
 }
 
 func (s *luaSale) Release(ctx context.Context, process, sku int, order string) error {

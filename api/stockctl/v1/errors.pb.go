@@ -372,6 +372,70 @@ func (x *InsufficientStock) GetRevision() int64 {
 	return 0
 }
 
+// RefusedLine names the line of an order of several SKUs (AllocateOrder,
+// ReserveOrder) that could not be served; it comes beside the line's
+// InsufficientStock or PerUserLimitExceeded.
+type RefusedLine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The line's position in the request's lines, from 0.
+	Index         int32  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Sku           string `protobuf:"bytes,2,opt,name=sku,proto3" json:"sku,omitempty"`
+	Qty           int64  `protobuf:"varint,3,opt,name=qty,proto3" json:"qty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusedLine) Reset() {
+	*x = RefusedLine{}
+	mi := &file_stockctl_v1_errors_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusedLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusedLine) ProtoMessage() {}
+
+func (x *RefusedLine) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_errors_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusedLine.ProtoReflect.Descriptor instead.
+func (*RefusedLine) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RefusedLine) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RefusedLine) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *RefusedLine) GetQty() int64 {
+	if x != nil {
+		return x.Qty
+	}
+	return 0
+}
+
 // PerUserLimitExceeded details PER_USER_LIMIT_EXCEEDED: the buyer held `held`
 // units at revision (0 when want alone is over the limit), and held + want >
 // limit.
@@ -389,7 +453,7 @@ type PerUserLimitExceeded struct {
 
 func (x *PerUserLimitExceeded) Reset() {
 	*x = PerUserLimitExceeded{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[1]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +465,7 @@ func (x *PerUserLimitExceeded) String() string {
 func (*PerUserLimitExceeded) ProtoMessage() {}
 
 func (x *PerUserLimitExceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[1]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +478,7 @@ func (x *PerUserLimitExceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PerUserLimitExceeded.ProtoReflect.Descriptor instead.
 func (*PerUserLimitExceeded) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{1}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PerUserLimitExceeded) GetSku() string {
@@ -473,7 +537,7 @@ type ReservationExpired struct {
 
 func (x *ReservationExpired) Reset() {
 	*x = ReservationExpired{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[2]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +549,7 @@ func (x *ReservationExpired) String() string {
 func (*ReservationExpired) ProtoMessage() {}
 
 func (x *ReservationExpired) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[2]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +562,7 @@ func (x *ReservationExpired) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReservationExpired.ProtoReflect.Descriptor instead.
 func (*ReservationExpired) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{2}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ReservationExpired) GetSku() string {
@@ -542,7 +606,7 @@ type OrderPruned struct {
 
 func (x *OrderPruned) Reset() {
 	*x = OrderPruned{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[3]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +618,7 @@ func (x *OrderPruned) String() string {
 func (*OrderPruned) ProtoMessage() {}
 
 func (x *OrderPruned) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[3]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +631,7 @@ func (x *OrderPruned) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderPruned.ProtoReflect.Descriptor instead.
 func (*OrderPruned) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{3}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OrderPruned) GetSku() string {
@@ -603,7 +667,7 @@ type LockBusy struct {
 
 func (x *LockBusy) Reset() {
 	*x = LockBusy{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +679,7 @@ func (x *LockBusy) String() string {
 func (*LockBusy) ProtoMessage() {}
 
 func (x *LockBusy) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[4]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +692,7 @@ func (x *LockBusy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockBusy.ProtoReflect.Descriptor instead.
 func (*LockBusy) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{4}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LockBusy) GetName() string {
@@ -659,7 +723,7 @@ type LimitMismatch struct {
 
 func (x *LimitMismatch) Reset() {
 	*x = LimitMismatch{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +735,7 @@ func (x *LimitMismatch) String() string {
 func (*LimitMismatch) ProtoMessage() {}
 
 func (x *LimitMismatch) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[5]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +748,7 @@ func (x *LimitMismatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitMismatch.ProtoReflect.Descriptor instead.
 func (*LimitMismatch) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{5}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LimitMismatch) GetName() string {
@@ -722,7 +786,7 @@ type CursorCompacted struct {
 
 func (x *CursorCompacted) Reset() {
 	*x = CursorCompacted{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +798,7 @@ func (x *CursorCompacted) String() string {
 func (*CursorCompacted) ProtoMessage() {}
 
 func (x *CursorCompacted) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[6]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +811,7 @@ func (x *CursorCompacted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorCompacted.ProtoReflect.Descriptor instead.
 func (*CursorCompacted) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{6}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CursorCompacted) GetCursor() int64 {
@@ -776,7 +840,7 @@ type CursorAhead struct {
 
 func (x *CursorAhead) Reset() {
 	*x = CursorAhead{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +852,7 @@ func (x *CursorAhead) String() string {
 func (*CursorAhead) ProtoMessage() {}
 
 func (x *CursorAhead) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[7]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +865,7 @@ func (x *CursorAhead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CursorAhead.ProtoReflect.Descriptor instead.
 func (*CursorAhead) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{7}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CursorAhead) GetCursor() int64 {
@@ -832,7 +896,7 @@ type LockLost struct {
 
 func (x *LockLost) Reset() {
 	*x = LockLost{}
-	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +908,7 @@ func (x *LockLost) String() string {
 func (*LockLost) ProtoMessage() {}
 
 func (x *LockLost) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_errors_proto_msgTypes[8]
+	mi := &file_stockctl_v1_errors_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +921,7 @@ func (x *LockLost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockLost.ProtoReflect.Descriptor instead.
 func (*LockLost) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{8}
+	return file_stockctl_v1_errors_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LockLost) GetName() string {
@@ -897,7 +961,11 @@ const file_stockctl_v1_errors_proto_rawDesc = "" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x12\n" +
 	"\x04want\x18\x02 \x01(\x03R\x04want\x12\x1c\n" +
 	"\tremaining\x18\x03 \x01(\x03R\tremaining\x12\x1a\n" +
-	"\brevision\x18\x04 \x01(\x03R\brevision\"\x98\x01\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\"G\n" +
+	"\vRefusedLine\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x10\n" +
+	"\x03sku\x18\x02 \x01(\tR\x03sku\x12\x10\n" +
+	"\x03qty\x18\x03 \x01(\x03R\x03qty\"\x98\x01\n" +
 	"\x14PerUserLimitExceeded\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05buyer\x18\x02 \x01(\tR\x05buyer\x12\x14\n" +
@@ -991,26 +1059,27 @@ func file_stockctl_v1_errors_proto_rawDescGZIP() []byte {
 }
 
 var file_stockctl_v1_errors_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_stockctl_v1_errors_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_stockctl_v1_errors_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: stockctl.v1.ErrorReason
 	(LostReason)(0),               // 1: stockctl.v1.LostReason
 	(*InsufficientStock)(nil),     // 2: stockctl.v1.InsufficientStock
-	(*PerUserLimitExceeded)(nil),  // 3: stockctl.v1.PerUserLimitExceeded
-	(*ReservationExpired)(nil),    // 4: stockctl.v1.ReservationExpired
-	(*OrderPruned)(nil),           // 5: stockctl.v1.OrderPruned
-	(*LockBusy)(nil),              // 6: stockctl.v1.LockBusy
-	(*LimitMismatch)(nil),         // 7: stockctl.v1.LimitMismatch
-	(*CursorCompacted)(nil),       // 8: stockctl.v1.CursorCompacted
-	(*CursorAhead)(nil),           // 9: stockctl.v1.CursorAhead
-	(*LockLost)(nil),              // 10: stockctl.v1.LockLost
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
+	(*RefusedLine)(nil),           // 3: stockctl.v1.RefusedLine
+	(*PerUserLimitExceeded)(nil),  // 4: stockctl.v1.PerUserLimitExceeded
+	(*ReservationExpired)(nil),    // 5: stockctl.v1.ReservationExpired
+	(*OrderPruned)(nil),           // 6: stockctl.v1.OrderPruned
+	(*LockBusy)(nil),              // 7: stockctl.v1.LockBusy
+	(*LimitMismatch)(nil),         // 8: stockctl.v1.LimitMismatch
+	(*CursorCompacted)(nil),       // 9: stockctl.v1.CursorCompacted
+	(*CursorAhead)(nil),           // 10: stockctl.v1.CursorAhead
+	(*LockLost)(nil),              // 11: stockctl.v1.LockLost
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
 }
 var file_stockctl_v1_errors_proto_depIdxs = []int32{
-	11, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
-	11, // 1: stockctl.v1.OrderPruned.pruned:type_name -> google.protobuf.Timestamp
-	12, // 2: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
+	12, // 0: stockctl.v1.ReservationExpired.deadline:type_name -> google.protobuf.Timestamp
+	12, // 1: stockctl.v1.OrderPruned.pruned:type_name -> google.protobuf.Timestamp
+	13, // 2: stockctl.v1.LockBusy.wait:type_name -> google.protobuf.Duration
 	1,  // 3: stockctl.v1.LockLost.reason:type_name -> stockctl.v1.LostReason
 	4,  // [4:4] is the sub-list for method output_type
 	4,  // [4:4] is the sub-list for method input_type
@@ -1030,7 +1099,7 @@ func file_stockctl_v1_errors_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_errors_proto_rawDesc), len(file_stockctl_v1_errors_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

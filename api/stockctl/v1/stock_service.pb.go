@@ -826,6 +826,381 @@ func (x *ReserveResponse) GetDeadline() *timestamppb.Timestamp {
 	return nil
 }
 
+// OrderLine is one line of an order of several SKUs.
+type OrderLine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Sku   string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
+	// 1 to 10^9.
+	Qty           int64 `protobuf:"varint,2,opt,name=qty,proto3" json:"qty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderLine) Reset() {
+	*x = OrderLine{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderLine) ProtoMessage() {}
+
+func (x *OrderLine) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderLine.ProtoReflect.Descriptor instead.
+func (*OrderLine) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *OrderLine) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+func (x *OrderLine) GetQty() int64 {
+	if x != nil {
+		return x.Qty
+	}
+	return 0
+}
+
+type AllocateOrderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The idempotency key, as AllocateRequest.order.
+	Order string `protobuf:"bytes,1,opt,name=order,proto3" json:"order,omitempty"`
+	// 1 to 64 lines (fewer when the etcd server's --max-txn-ops is the
+	// default 128: about 32), each SKU at most once.
+	Lines []*OrderLine `protobuf:"bytes,2,rep,name=lines,proto3" json:"lines,omitempty"`
+	// Required when a line's SKU has a per-user limit; the limit holds per
+	// line.
+	Buyer         string `protobuf:"bytes,3,opt,name=buyer,proto3" json:"buyer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocateOrderRequest) Reset() {
+	*x = AllocateOrderRequest{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocateOrderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocateOrderRequest) ProtoMessage() {}
+
+func (x *AllocateOrderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocateOrderRequest.ProtoReflect.Descriptor instead.
+func (*AllocateOrderRequest) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AllocateOrderRequest) GetOrder() string {
+	if x != nil {
+		return x.Order
+	}
+	return ""
+}
+
+func (x *AllocateOrderRequest) GetLines() []*OrderLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *AllocateOrderRequest) GetBuyer() string {
+	if x != nil {
+		return x.Buyer
+	}
+	return ""
+}
+
+type AllocateOrderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Order string                 `protobuf:"bytes,1,opt,name=order,proto3" json:"order,omitempty"`
+	// One per line, in the order the lines were given.
+	Lines []*AllocateResponse `protobuf:"bytes,2,rep,name=lines,proto3" json:"lines,omitempty"`
+	// The etcd revision at which every line was committed.
+	Revision      int64  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Replayed      bool   `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Released      bool   `protobuf:"varint,5,opt,name=released,proto3" json:"released,omitempty"`
+	Buyer         string `protobuf:"bytes,6,opt,name=buyer,proto3" json:"buyer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AllocateOrderResponse) Reset() {
+	*x = AllocateOrderResponse{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AllocateOrderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AllocateOrderResponse) ProtoMessage() {}
+
+func (x *AllocateOrderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AllocateOrderResponse.ProtoReflect.Descriptor instead.
+func (*AllocateOrderResponse) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AllocateOrderResponse) GetOrder() string {
+	if x != nil {
+		return x.Order
+	}
+	return ""
+}
+
+func (x *AllocateOrderResponse) GetLines() []*AllocateResponse {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *AllocateOrderResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *AllocateOrderResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *AllocateOrderResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+func (x *AllocateOrderResponse) GetBuyer() string {
+	if x != nil {
+		return x.Buyer
+	}
+	return ""
+}
+
+type ReserveOrderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Order string                 `protobuf:"bytes,1,opt,name=order,proto3" json:"order,omitempty"`
+	Lines []*OrderLine           `protobuf:"bytes,2,rep,name=lines,proto3" json:"lines,omitempty"`
+	Buyer string                 `protobuf:"bytes,3,opt,name=buyer,proto3" json:"buyer,omitempty"`
+	// As ReserveRequest.ttl.
+	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveOrderRequest) Reset() {
+	*x = ReserveOrderRequest{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveOrderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveOrderRequest) ProtoMessage() {}
+
+func (x *ReserveOrderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveOrderRequest.ProtoReflect.Descriptor instead.
+func (*ReserveOrderRequest) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReserveOrderRequest) GetOrder() string {
+	if x != nil {
+		return x.Order
+	}
+	return ""
+}
+
+func (x *ReserveOrderRequest) GetLines() []*OrderLine {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *ReserveOrderRequest) GetBuyer() string {
+	if x != nil {
+		return x.Buyer
+	}
+	return ""
+}
+
+func (x *ReserveOrderRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type ReserveOrderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Order string                 `protobuf:"bytes,1,opt,name=order,proto3" json:"order,omitempty"`
+	// One per line, in the order the lines were given.
+	Lines         []*ReserveResponse     `protobuf:"bytes,2,rep,name=lines,proto3" json:"lines,omitempty"`
+	Revision      int64                  `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	Replayed      bool                   `protobuf:"varint,4,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Released      bool                   `protobuf:"varint,5,opt,name=released,proto3" json:"released,omitempty"`
+	Buyer         string                 `protobuf:"bytes,6,opt,name=buyer,proto3" json:"buyer,omitempty"`
+	State         OrderState             `protobuf:"varint,7,opt,name=state,proto3,enum=stockctl.v1.OrderState" json:"state,omitempty"`
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReserveOrderResponse) Reset() {
+	*x = ReserveOrderResponse{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReserveOrderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReserveOrderResponse) ProtoMessage() {}
+
+func (x *ReserveOrderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReserveOrderResponse.ProtoReflect.Descriptor instead.
+func (*ReserveOrderResponse) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReserveOrderResponse) GetOrder() string {
+	if x != nil {
+		return x.Order
+	}
+	return ""
+}
+
+func (x *ReserveOrderResponse) GetLines() []*ReserveResponse {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
+}
+
+func (x *ReserveOrderResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *ReserveOrderResponse) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *ReserveOrderResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
+func (x *ReserveOrderResponse) GetBuyer() string {
+	if x != nil {
+		return x.Buyer
+	}
+	return ""
+}
+
+func (x *ReserveOrderResponse) GetState() OrderState {
+	if x != nil {
+		return x.State
+	}
+	return OrderState_ORDER_STATE_UNSPECIFIED
+}
+
+func (x *ReserveOrderResponse) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
 type ConfirmRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
@@ -836,7 +1211,7 @@ type ConfirmRequest struct {
 
 func (x *ConfirmRequest) Reset() {
 	*x = ConfirmRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[7]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1223,7 @@ func (x *ConfirmRequest) String() string {
 func (*ConfirmRequest) ProtoMessage() {}
 
 func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[7]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1236,7 @@ func (x *ConfirmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{7}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ConfirmRequest) GetSku() string {
@@ -897,7 +1272,7 @@ type ConfirmResponse struct {
 
 func (x *ConfirmResponse) Reset() {
 	*x = ConfirmResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[8]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1284,7 @@ func (x *ConfirmResponse) String() string {
 func (*ConfirmResponse) ProtoMessage() {}
 
 func (x *ConfirmResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[8]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1297,7 @@ func (x *ConfirmResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmResponse.ProtoReflect.Descriptor instead.
 func (*ConfirmResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{8}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ConfirmResponse) GetSku() string {
@@ -991,7 +1366,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[9]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1378,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[9]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1391,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{9}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRequest) GetSku() string {
@@ -1052,7 +1427,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[10]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1439,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[10]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1452,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{10}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelResponse) GetSku() string {
@@ -1146,7 +1521,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[11]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1533,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[11]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1546,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{11}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseRequest) GetSku() string {
@@ -1206,7 +1581,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[12]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1593,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[12]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1606,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{12}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseResponse) GetSku() string {
@@ -1308,7 +1683,7 @@ type RestockRequest struct {
 
 func (x *RestockRequest) Reset() {
 	*x = RestockRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[13]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1695,7 @@ func (x *RestockRequest) String() string {
 func (*RestockRequest) ProtoMessage() {}
 
 func (x *RestockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[13]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1708,7 @@ func (x *RestockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestockRequest.ProtoReflect.Descriptor instead.
 func (*RestockRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{13}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RestockRequest) GetSku() string {
@@ -1375,7 +1750,7 @@ type RestockResponse struct {
 
 func (x *RestockResponse) Reset() {
 	*x = RestockResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[14]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1387,7 +1762,7 @@ func (x *RestockResponse) String() string {
 func (*RestockResponse) ProtoMessage() {}
 
 func (x *RestockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[14]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1400,7 +1775,7 @@ func (x *RestockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestockResponse.ProtoReflect.Descriptor instead.
 func (*RestockResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{14}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RestockResponse) GetSku() string {
@@ -1461,7 +1836,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[15]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1848,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[15]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1861,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{15}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StatusRequest) GetSku() string {
@@ -1505,7 +1880,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[16]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1892,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[16]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1905,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{16}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatusResponse) GetStatus() *StockStatus {
@@ -1552,7 +1927,7 @@ type WatchStatusRequest struct {
 
 func (x *WatchStatusRequest) Reset() {
 	*x = WatchStatusRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[17]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1939,7 @@ func (x *WatchStatusRequest) String() string {
 func (*WatchStatusRequest) ProtoMessage() {}
 
 func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[17]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1952,7 @@ func (x *WatchStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusRequest.ProtoReflect.Descriptor instead.
 func (*WatchStatusRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{17}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchStatusRequest) GetSku() string {
@@ -1603,7 +1978,7 @@ type WatchStatusResponse struct {
 
 func (x *WatchStatusResponse) Reset() {
 	*x = WatchStatusResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[18]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1990,7 @@ func (x *WatchStatusResponse) String() string {
 func (*WatchStatusResponse) ProtoMessage() {}
 
 func (x *WatchStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[18]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +2003,7 @@ func (x *WatchStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchStatusResponse.ProtoReflect.Descriptor instead.
 func (*WatchStatusResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{18}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WatchStatusResponse) GetStatus() *StockStatus {
@@ -1656,7 +2031,7 @@ type WatchOrdersRequest struct {
 
 func (x *WatchOrdersRequest) Reset() {
 	*x = WatchOrdersRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[19]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +2043,7 @@ func (x *WatchOrdersRequest) String() string {
 func (*WatchOrdersRequest) ProtoMessage() {}
 
 func (x *WatchOrdersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[19]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +2056,7 @@ func (x *WatchOrdersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrdersRequest.ProtoReflect.Descriptor instead.
 func (*WatchOrdersRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{19}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *WatchOrdersRequest) GetSku() string {
@@ -1724,7 +2099,7 @@ type WatchOrdersResponse struct {
 
 func (x *WatchOrdersResponse) Reset() {
 	*x = WatchOrdersResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[20]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +2111,7 @@ func (x *WatchOrdersResponse) String() string {
 func (*WatchOrdersResponse) ProtoMessage() {}
 
 func (x *WatchOrdersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[20]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +2124,7 @@ func (x *WatchOrdersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOrdersResponse.ProtoReflect.Descriptor instead.
 func (*WatchOrdersResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{20}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WatchOrdersResponse) GetEvents() []*OrderEvent {
@@ -1805,7 +2180,7 @@ type OrderEvent struct {
 
 func (x *OrderEvent) Reset() {
 	*x = OrderEvent{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[21]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +2192,7 @@ func (x *OrderEvent) String() string {
 func (*OrderEvent) ProtoMessage() {}
 
 func (x *OrderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[21]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +2205,7 @@ func (x *OrderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderEvent.ProtoReflect.Descriptor instead.
 func (*OrderEvent) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{21}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *OrderEvent) GetRevision() int64 {
@@ -1946,7 +2321,7 @@ type StockStatus struct {
 
 func (x *StockStatus) Reset() {
 	*x = StockStatus{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[22]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2333,7 @@ func (x *StockStatus) String() string {
 func (*StockStatus) ProtoMessage() {}
 
 func (x *StockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[22]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2346,7 @@ func (x *StockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StockStatus.ProtoReflect.Descriptor instead.
 func (*StockStatus) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{22}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StockStatus) GetSku() string {
@@ -2099,7 +2474,7 @@ type SegmentStatus struct {
 
 func (x *SegmentStatus) Reset() {
 	*x = SegmentStatus{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[23]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2486,7 @@ func (x *SegmentStatus) String() string {
 func (*SegmentStatus) ProtoMessage() {}
 
 func (x *SegmentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[23]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2499,7 @@ func (x *SegmentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentStatus.ProtoReflect.Descriptor instead.
 func (*SegmentStatus) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{23}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SegmentStatus) GetIndex() int32 {
@@ -2165,7 +2540,7 @@ type RebalancerPass struct {
 
 func (x *RebalancerPass) Reset() {
 	*x = RebalancerPass{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[24]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2552,7 @@ func (x *RebalancerPass) String() string {
 func (*RebalancerPass) ProtoMessage() {}
 
 func (x *RebalancerPass) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[24]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2565,7 @@ func (x *RebalancerPass) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalancerPass.ProtoReflect.Descriptor instead.
 func (*RebalancerPass) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{24}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RebalancerPass) GetLeader() string {
@@ -2251,7 +2626,7 @@ type AuditRequest struct {
 
 func (x *AuditRequest) Reset() {
 	*x = AuditRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[25]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2638,7 @@ func (x *AuditRequest) String() string {
 func (*AuditRequest) ProtoMessage() {}
 
 func (x *AuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[25]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2651,7 @@ func (x *AuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRequest.ProtoReflect.Descriptor instead.
 func (*AuditRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{25}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AuditRequest) GetSku() string {
@@ -2318,7 +2693,7 @@ type AuditResponse struct {
 
 func (x *AuditResponse) Reset() {
 	*x = AuditResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[26]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2330,7 +2705,7 @@ func (x *AuditResponse) String() string {
 func (*AuditResponse) ProtoMessage() {}
 
 func (x *AuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[26]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2343,7 +2718,7 @@ func (x *AuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditResponse.ProtoReflect.Descriptor instead.
 func (*AuditResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{26}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AuditResponse) GetSku() string {
@@ -2478,7 +2853,7 @@ type OrderStreamRequest struct {
 
 func (x *OrderStreamRequest) Reset() {
 	*x = OrderStreamRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[27]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2865,7 @@ func (x *OrderStreamRequest) String() string {
 func (*OrderStreamRequest) ProtoMessage() {}
 
 func (x *OrderStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[27]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2878,7 @@ func (x *OrderStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderStreamRequest.ProtoReflect.Descriptor instead.
 func (*OrderStreamRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{27}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OrderStreamRequest) GetId() int64 {
@@ -2582,7 +2957,7 @@ type OrderStreamResponse struct {
 
 func (x *OrderStreamResponse) Reset() {
 	*x = OrderStreamResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[28]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2969,7 @@ func (x *OrderStreamResponse) String() string {
 func (*OrderStreamResponse) ProtoMessage() {}
 
 func (x *OrderStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[28]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2982,7 @@ func (x *OrderStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderStreamResponse.ProtoReflect.Descriptor instead.
 func (*OrderStreamResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{28}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *OrderStreamResponse) GetId() int64 {
@@ -2697,7 +3072,7 @@ type OrderError struct {
 
 func (x *OrderError) Reset() {
 	*x = OrderError{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[29]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +3084,7 @@ func (x *OrderError) String() string {
 func (*OrderError) ProtoMessage() {}
 
 func (x *OrderError) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[29]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +3097,7 @@ func (x *OrderError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OrderError.ProtoReflect.Descriptor instead.
 func (*OrderError) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{29}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *OrderError) GetCode() string {
@@ -2765,7 +3140,7 @@ type ListSKUsRequest struct {
 
 func (x *ListSKUsRequest) Reset() {
 	*x = ListSKUsRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[30]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +3152,7 @@ func (x *ListSKUsRequest) String() string {
 func (*ListSKUsRequest) ProtoMessage() {}
 
 func (x *ListSKUsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[30]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +3165,7 @@ func (x *ListSKUsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSKUsRequest.ProtoReflect.Descriptor instead.
 func (*ListSKUsRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{30}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSKUsRequest) GetPageSize() int32 {
@@ -2818,7 +3193,7 @@ type ListSKUsResponse struct {
 
 func (x *ListSKUsResponse) Reset() {
 	*x = ListSKUsResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[31]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3205,7 @@ func (x *ListSKUsResponse) String() string {
 func (*ListSKUsResponse) ProtoMessage() {}
 
 func (x *ListSKUsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[31]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3218,7 @@ func (x *ListSKUsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSKUsResponse.ProtoReflect.Descriptor instead.
 func (*ListSKUsResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{31}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSKUsResponse) GetSkus() []string {
@@ -2920,7 +3295,35 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x05buyer\x18\b \x01(\tR\x05buyer\x12-\n" +
 	"\x05state\x18\t \x01(\x0e2\x17.stockctl.v1.OrderStateR\x05state\x126\n" +
 	"\bdeadline\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"8\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"/\n" +
+	"\tOrderLine\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x10\n" +
+	"\x03qty\x18\x02 \x01(\x03R\x03qty\"p\n" +
+	"\x14AllocateOrderRequest\x12\x14\n" +
+	"\x05order\x18\x01 \x01(\tR\x05order\x12,\n" +
+	"\x05lines\x18\x02 \x03(\v2\x16.stockctl.v1.OrderLineR\x05lines\x12\x14\n" +
+	"\x05buyer\x18\x03 \x01(\tR\x05buyer\"\xcc\x01\n" +
+	"\x15AllocateOrderResponse\x12\x14\n" +
+	"\x05order\x18\x01 \x01(\tR\x05order\x123\n" +
+	"\x05lines\x18\x02 \x03(\v2\x1d.stockctl.v1.AllocateResponseR\x05lines\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x1a\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x1a\n" +
+	"\breleased\x18\x05 \x01(\bR\breleased\x12\x14\n" +
+	"\x05buyer\x18\x06 \x01(\tR\x05buyer\"\x9c\x01\n" +
+	"\x13ReserveOrderRequest\x12\x14\n" +
+	"\x05order\x18\x01 \x01(\tR\x05order\x12,\n" +
+	"\x05lines\x18\x02 \x03(\v2\x16.stockctl.v1.OrderLineR\x05lines\x12\x14\n" +
+	"\x05buyer\x18\x03 \x01(\tR\x05buyer\x12+\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xb1\x02\n" +
+	"\x14ReserveOrderResponse\x12\x14\n" +
+	"\x05order\x18\x01 \x01(\tR\x05order\x122\n" +
+	"\x05lines\x18\x02 \x03(\v2\x1c.stockctl.v1.ReserveResponseR\x05lines\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x1a\n" +
+	"\breplayed\x18\x04 \x01(\bR\breplayed\x12\x1a\n" +
+	"\breleased\x18\x05 \x01(\bR\breleased\x12\x14\n" +
+	"\x05buyer\x18\x06 \x01(\tR\x05buyer\x12-\n" +
+	"\x05state\x18\a \x01(\x0e2\x17.stockctl.v1.OrderStateR\x05state\x126\n" +
+	"\bdeadline\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"8\n" +
 	"\x0eConfirmRequest\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05order\x18\x02 \x01(\tR\x05order\"\xfa\x01\n" +
@@ -3098,11 +3501,13 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x1aORDER_EVENT_KIND_CONFIRMED\x10\x03\x12\x1e\n" +
 	"\x1aORDER_EVENT_KIND_CANCELLED\x10\x04\x12\x1d\n" +
 	"\x19ORDER_EVENT_KIND_RELEASED\x10\x05\x12\x1c\n" +
-	"\x18ORDER_EVENT_KIND_EXPIRED\x10\x062\xc8\a\n" +
+	"\x18ORDER_EVENT_KIND_EXPIRED\x10\x062\xf5\b\n" +
 	"\fStockService\x12J\n" +
 	"\tCreateSKU\x12\x1d.stockctl.v1.CreateSKURequest\x1a\x1e.stockctl.v1.CreateSKUResponse\x12G\n" +
 	"\bAllocate\x12\x1c.stockctl.v1.AllocateRequest\x1a\x1d.stockctl.v1.AllocateResponse\x12D\n" +
-	"\aReserve\x12\x1b.stockctl.v1.ReserveRequest\x1a\x1c.stockctl.v1.ReserveResponse\x12D\n" +
+	"\aReserve\x12\x1b.stockctl.v1.ReserveRequest\x1a\x1c.stockctl.v1.ReserveResponse\x12V\n" +
+	"\rAllocateOrder\x12!.stockctl.v1.AllocateOrderRequest\x1a\".stockctl.v1.AllocateOrderResponse\x12S\n" +
+	"\fReserveOrder\x12 .stockctl.v1.ReserveOrderRequest\x1a!.stockctl.v1.ReserveOrderResponse\x12D\n" +
 	"\aConfirm\x12\x1b.stockctl.v1.ConfirmRequest\x1a\x1c.stockctl.v1.ConfirmResponse\x12A\n" +
 	"\x06Cancel\x12\x1a.stockctl.v1.CancelRequest\x1a\x1b.stockctl.v1.CancelResponse\x12D\n" +
 	"\aRelease\x12\x1b.stockctl.v1.ReleaseRequest\x1a\x1c.stockctl.v1.ReleaseResponse\x12D\n" +
@@ -3128,7 +3533,7 @@ func file_stockctl_v1_stock_service_proto_rawDescGZIP() []byte {
 }
 
 var file_stockctl_v1_stock_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_stockctl_v1_stock_service_proto_goTypes = []any{
 	(OrderState)(0),               // 0: stockctl.v1.OrderState
 	(OrderEventKind)(0),           // 1: stockctl.v1.OrderEventKind
@@ -3139,101 +3544,117 @@ var file_stockctl_v1_stock_service_proto_goTypes = []any{
 	(*AllocateResponse)(nil),      // 6: stockctl.v1.AllocateResponse
 	(*ReserveRequest)(nil),        // 7: stockctl.v1.ReserveRequest
 	(*ReserveResponse)(nil),       // 8: stockctl.v1.ReserveResponse
-	(*ConfirmRequest)(nil),        // 9: stockctl.v1.ConfirmRequest
-	(*ConfirmResponse)(nil),       // 10: stockctl.v1.ConfirmResponse
-	(*CancelRequest)(nil),         // 11: stockctl.v1.CancelRequest
-	(*CancelResponse)(nil),        // 12: stockctl.v1.CancelResponse
-	(*ReleaseRequest)(nil),        // 13: stockctl.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 14: stockctl.v1.ReleaseResponse
-	(*RestockRequest)(nil),        // 15: stockctl.v1.RestockRequest
-	(*RestockResponse)(nil),       // 16: stockctl.v1.RestockResponse
-	(*StatusRequest)(nil),         // 17: stockctl.v1.StatusRequest
-	(*StatusResponse)(nil),        // 18: stockctl.v1.StatusResponse
-	(*WatchStatusRequest)(nil),    // 19: stockctl.v1.WatchStatusRequest
-	(*WatchStatusResponse)(nil),   // 20: stockctl.v1.WatchStatusResponse
-	(*WatchOrdersRequest)(nil),    // 21: stockctl.v1.WatchOrdersRequest
-	(*WatchOrdersResponse)(nil),   // 22: stockctl.v1.WatchOrdersResponse
-	(*OrderEvent)(nil),            // 23: stockctl.v1.OrderEvent
-	(*StockStatus)(nil),           // 24: stockctl.v1.StockStatus
-	(*SegmentStatus)(nil),         // 25: stockctl.v1.SegmentStatus
-	(*RebalancerPass)(nil),        // 26: stockctl.v1.RebalancerPass
-	(*AuditRequest)(nil),          // 27: stockctl.v1.AuditRequest
-	(*AuditResponse)(nil),         // 28: stockctl.v1.AuditResponse
-	(*OrderStreamRequest)(nil),    // 29: stockctl.v1.OrderStreamRequest
-	(*OrderStreamResponse)(nil),   // 30: stockctl.v1.OrderStreamResponse
-	(*OrderError)(nil),            // 31: stockctl.v1.OrderError
-	(*ListSKUsRequest)(nil),       // 32: stockctl.v1.ListSKUsRequest
-	(*ListSKUsResponse)(nil),      // 33: stockctl.v1.ListSKUsResponse
-	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 35: google.protobuf.Duration
-	(ErrorReason)(0),              // 36: stockctl.v1.ErrorReason
-	(*anypb.Any)(nil),             // 37: google.protobuf.Any
+	(*OrderLine)(nil),             // 9: stockctl.v1.OrderLine
+	(*AllocateOrderRequest)(nil),  // 10: stockctl.v1.AllocateOrderRequest
+	(*AllocateOrderResponse)(nil), // 11: stockctl.v1.AllocateOrderResponse
+	(*ReserveOrderRequest)(nil),   // 12: stockctl.v1.ReserveOrderRequest
+	(*ReserveOrderResponse)(nil),  // 13: stockctl.v1.ReserveOrderResponse
+	(*ConfirmRequest)(nil),        // 14: stockctl.v1.ConfirmRequest
+	(*ConfirmResponse)(nil),       // 15: stockctl.v1.ConfirmResponse
+	(*CancelRequest)(nil),         // 16: stockctl.v1.CancelRequest
+	(*CancelResponse)(nil),        // 17: stockctl.v1.CancelResponse
+	(*ReleaseRequest)(nil),        // 18: stockctl.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 19: stockctl.v1.ReleaseResponse
+	(*RestockRequest)(nil),        // 20: stockctl.v1.RestockRequest
+	(*RestockResponse)(nil),       // 21: stockctl.v1.RestockResponse
+	(*StatusRequest)(nil),         // 22: stockctl.v1.StatusRequest
+	(*StatusResponse)(nil),        // 23: stockctl.v1.StatusResponse
+	(*WatchStatusRequest)(nil),    // 24: stockctl.v1.WatchStatusRequest
+	(*WatchStatusResponse)(nil),   // 25: stockctl.v1.WatchStatusResponse
+	(*WatchOrdersRequest)(nil),    // 26: stockctl.v1.WatchOrdersRequest
+	(*WatchOrdersResponse)(nil),   // 27: stockctl.v1.WatchOrdersResponse
+	(*OrderEvent)(nil),            // 28: stockctl.v1.OrderEvent
+	(*StockStatus)(nil),           // 29: stockctl.v1.StockStatus
+	(*SegmentStatus)(nil),         // 30: stockctl.v1.SegmentStatus
+	(*RebalancerPass)(nil),        // 31: stockctl.v1.RebalancerPass
+	(*AuditRequest)(nil),          // 32: stockctl.v1.AuditRequest
+	(*AuditResponse)(nil),         // 33: stockctl.v1.AuditResponse
+	(*OrderStreamRequest)(nil),    // 34: stockctl.v1.OrderStreamRequest
+	(*OrderStreamResponse)(nil),   // 35: stockctl.v1.OrderStreamResponse
+	(*OrderError)(nil),            // 36: stockctl.v1.OrderError
+	(*ListSKUsRequest)(nil),       // 37: stockctl.v1.ListSKUsRequest
+	(*ListSKUsResponse)(nil),      // 38: stockctl.v1.ListSKUsResponse
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 40: google.protobuf.Duration
+	(ErrorReason)(0),              // 41: stockctl.v1.ErrorReason
+	(*anypb.Any)(nil),             // 42: google.protobuf.Any
 }
 var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
-	34, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
+	39, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
 	4,  // 1: stockctl.v1.AllocateResponse.parts:type_name -> stockctl.v1.Part
-	35, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	40, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
 	4,  // 3: stockctl.v1.ReserveResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 4: stockctl.v1.ReserveResponse.state:type_name -> stockctl.v1.OrderState
-	34, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
-	4,  // 6: stockctl.v1.ConfirmResponse.parts:type_name -> stockctl.v1.Part
-	34, // 7: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
-	4,  // 8: stockctl.v1.CancelResponse.parts:type_name -> stockctl.v1.Part
-	0,  // 9: stockctl.v1.CancelResponse.state:type_name -> stockctl.v1.OrderState
-	4,  // 10: stockctl.v1.ReleaseResponse.parts:type_name -> stockctl.v1.Part
-	0,  // 11: stockctl.v1.ReleaseResponse.state:type_name -> stockctl.v1.OrderState
-	24, // 12: stockctl.v1.StatusResponse.status:type_name -> stockctl.v1.StockStatus
-	35, // 13: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
-	24, // 14: stockctl.v1.WatchStatusResponse.status:type_name -> stockctl.v1.StockStatus
-	23, // 15: stockctl.v1.WatchOrdersResponse.events:type_name -> stockctl.v1.OrderEvent
-	1,  // 16: stockctl.v1.OrderEvent.event:type_name -> stockctl.v1.OrderEventKind
-	4,  // 17: stockctl.v1.OrderEvent.parts:type_name -> stockctl.v1.Part
-	34, // 18: stockctl.v1.OrderEvent.deadline:type_name -> google.protobuf.Timestamp
-	34, // 19: stockctl.v1.OrderEvent.create_time:type_name -> google.protobuf.Timestamp
-	25, // 20: stockctl.v1.StockStatus.segments:type_name -> stockctl.v1.SegmentStatus
-	34, // 21: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
-	26, // 22: stockctl.v1.StockStatus.rebalancer:type_name -> stockctl.v1.RebalancerPass
-	34, // 23: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
-	5,  // 24: stockctl.v1.OrderStreamRequest.allocate:type_name -> stockctl.v1.AllocateRequest
-	7,  // 25: stockctl.v1.OrderStreamRequest.reserve:type_name -> stockctl.v1.ReserveRequest
-	29, // 26: stockctl.v1.OrderStreamRequest.more:type_name -> stockctl.v1.OrderStreamRequest
-	6,  // 27: stockctl.v1.OrderStreamResponse.allocated:type_name -> stockctl.v1.AllocateResponse
-	8,  // 28: stockctl.v1.OrderStreamResponse.reserved:type_name -> stockctl.v1.ReserveResponse
-	31, // 29: stockctl.v1.OrderStreamResponse.error:type_name -> stockctl.v1.OrderError
-	30, // 30: stockctl.v1.OrderStreamResponse.more:type_name -> stockctl.v1.OrderStreamResponse
-	36, // 31: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
-	37, // 32: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
-	2,  // 33: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
-	5,  // 34: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
-	7,  // 35: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
-	9,  // 36: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
-	11, // 37: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
-	13, // 38: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
-	15, // 39: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
-	17, // 40: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
-	27, // 41: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
-	19, // 42: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
-	21, // 43: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
-	29, // 44: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
-	32, // 45: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
-	3,  // 46: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
-	6,  // 47: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
-	8,  // 48: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
-	10, // 49: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
-	12, // 50: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
-	14, // 51: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
-	16, // 52: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
-	18, // 53: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
-	28, // 54: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
-	20, // 55: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
-	22, // 56: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
-	30, // 57: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
-	33, // 58: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
-	46, // [46:59] is the sub-list for method output_type
-	33, // [33:46] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	39, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
+	9,  // 6: stockctl.v1.AllocateOrderRequest.lines:type_name -> stockctl.v1.OrderLine
+	6,  // 7: stockctl.v1.AllocateOrderResponse.lines:type_name -> stockctl.v1.AllocateResponse
+	9,  // 8: stockctl.v1.ReserveOrderRequest.lines:type_name -> stockctl.v1.OrderLine
+	40, // 9: stockctl.v1.ReserveOrderRequest.ttl:type_name -> google.protobuf.Duration
+	8,  // 10: stockctl.v1.ReserveOrderResponse.lines:type_name -> stockctl.v1.ReserveResponse
+	0,  // 11: stockctl.v1.ReserveOrderResponse.state:type_name -> stockctl.v1.OrderState
+	39, // 12: stockctl.v1.ReserveOrderResponse.deadline:type_name -> google.protobuf.Timestamp
+	4,  // 13: stockctl.v1.ConfirmResponse.parts:type_name -> stockctl.v1.Part
+	39, // 14: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
+	4,  // 15: stockctl.v1.CancelResponse.parts:type_name -> stockctl.v1.Part
+	0,  // 16: stockctl.v1.CancelResponse.state:type_name -> stockctl.v1.OrderState
+	4,  // 17: stockctl.v1.ReleaseResponse.parts:type_name -> stockctl.v1.Part
+	0,  // 18: stockctl.v1.ReleaseResponse.state:type_name -> stockctl.v1.OrderState
+	29, // 19: stockctl.v1.StatusResponse.status:type_name -> stockctl.v1.StockStatus
+	40, // 20: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
+	29, // 21: stockctl.v1.WatchStatusResponse.status:type_name -> stockctl.v1.StockStatus
+	28, // 22: stockctl.v1.WatchOrdersResponse.events:type_name -> stockctl.v1.OrderEvent
+	1,  // 23: stockctl.v1.OrderEvent.event:type_name -> stockctl.v1.OrderEventKind
+	4,  // 24: stockctl.v1.OrderEvent.parts:type_name -> stockctl.v1.Part
+	39, // 25: stockctl.v1.OrderEvent.deadline:type_name -> google.protobuf.Timestamp
+	39, // 26: stockctl.v1.OrderEvent.create_time:type_name -> google.protobuf.Timestamp
+	30, // 27: stockctl.v1.StockStatus.segments:type_name -> stockctl.v1.SegmentStatus
+	39, // 28: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
+	31, // 29: stockctl.v1.StockStatus.rebalancer:type_name -> stockctl.v1.RebalancerPass
+	39, // 30: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
+	5,  // 31: stockctl.v1.OrderStreamRequest.allocate:type_name -> stockctl.v1.AllocateRequest
+	7,  // 32: stockctl.v1.OrderStreamRequest.reserve:type_name -> stockctl.v1.ReserveRequest
+	34, // 33: stockctl.v1.OrderStreamRequest.more:type_name -> stockctl.v1.OrderStreamRequest
+	6,  // 34: stockctl.v1.OrderStreamResponse.allocated:type_name -> stockctl.v1.AllocateResponse
+	8,  // 35: stockctl.v1.OrderStreamResponse.reserved:type_name -> stockctl.v1.ReserveResponse
+	36, // 36: stockctl.v1.OrderStreamResponse.error:type_name -> stockctl.v1.OrderError
+	35, // 37: stockctl.v1.OrderStreamResponse.more:type_name -> stockctl.v1.OrderStreamResponse
+	41, // 38: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
+	42, // 39: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
+	2,  // 40: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
+	5,  // 41: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
+	7,  // 42: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
+	10, // 43: stockctl.v1.StockService.AllocateOrder:input_type -> stockctl.v1.AllocateOrderRequest
+	12, // 44: stockctl.v1.StockService.ReserveOrder:input_type -> stockctl.v1.ReserveOrderRequest
+	14, // 45: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
+	16, // 46: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
+	18, // 47: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
+	20, // 48: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
+	22, // 49: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
+	32, // 50: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
+	24, // 51: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
+	26, // 52: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
+	34, // 53: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
+	37, // 54: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
+	3,  // 55: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
+	6,  // 56: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
+	8,  // 57: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
+	11, // 58: stockctl.v1.StockService.AllocateOrder:output_type -> stockctl.v1.AllocateOrderResponse
+	13, // 59: stockctl.v1.StockService.ReserveOrder:output_type -> stockctl.v1.ReserveOrderResponse
+	15, // 60: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
+	17, // 61: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
+	19, // 62: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
+	21, // 63: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
+	23, // 64: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
+	33, // 65: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
+	25, // 66: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
+	27, // 67: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
+	35, // 68: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
+	38, // 69: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
+	55, // [55:70] is the sub-list for method output_type
+	40, // [40:55] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_stockctl_v1_stock_service_proto_init() }
@@ -3242,11 +3663,11 @@ func file_stockctl_v1_stock_service_proto_init() {
 		return
 	}
 	file_stockctl_v1_errors_proto_init()
-	file_stockctl_v1_stock_service_proto_msgTypes[27].OneofWrappers = []any{
+	file_stockctl_v1_stock_service_proto_msgTypes[32].OneofWrappers = []any{
 		(*OrderStreamRequest_Allocate)(nil),
 		(*OrderStreamRequest_Reserve)(nil),
 	}
-	file_stockctl_v1_stock_service_proto_msgTypes[28].OneofWrappers = []any{
+	file_stockctl_v1_stock_service_proto_msgTypes[33].OneofWrappers = []any{
 		(*OrderStreamResponse_Allocated)(nil),
 		(*OrderStreamResponse_Reserved)(nil),
 		(*OrderStreamResponse_Error)(nil),
@@ -3257,7 +3678,7 @@ func file_stockctl_v1_stock_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_stock_service_proto_rawDesc), len(file_stockctl_v1_stock_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

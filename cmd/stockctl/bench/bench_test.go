@@ -640,3 +640,32 @@ func TestSaleTargetsCosts(t *testing.T) {
 		t.Errorf("judged without limit or redis rows: %v", m)
 	}
 }
+
+// The cart shape on a real etcd: orders of 3 distinct SKUs of small stock,
+// all or none, until they sell out: the row is OK (the books hold what the
+// buyers were served, line by line, nothing oversold), refusals were
+// checked true at their revision, and the keys written per line are the
+// keys per order ÷ 3.
+func TestRunSaleCart(t *testing.T) {
+	counter := &EtcdCounter{}
+	cs := startEtcd(t, 2, grpc.WithChainUnaryInterceptor(counter.Interceptor()))
+	shapes := []SaleShape{{Name: "cart", SKUs: 6, Stock: 20, Lines: 3}}
+	rows, err := RunSale(t.Context(), SaleConfig{Specs: []SaleSpec{StockctlSale()}, Shapes: shapes, Buyers: 8, Processes: 2, Segments: 2,
+		Duration: time.Second, Etcd: cs, Prefix: "/bench-cart-test/", TruthSample: 2, Counter: counter,
+		Server: &EtcdServerMetrics{Gatherer: prometheus.DefaultGatherer, Members: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	r := rows[0]
+	t.Logf("cart: %d orders, %d refusals, %d truth-checked, costs %+v", r.Orders, r.Refusals, r.TruthChecked, r.Costs)
+	if !r.OK || r.Orders == 0 || r.Orders > 6*20/3 || r.Refusals == 0 || r.TruthChecked == 0 || r.Untrue != 0 {
+		t.Fatalf("cart row: %+v", r)
+	}
+	c := r.Costs
+	if c.KeysPerOrder == nil || c.KeysPerLine == nil || *c.KeysPerLine != *c.KeysPerOrder/3 {
+		t.Fatalf("costs: %+v", c)
+	}
+}

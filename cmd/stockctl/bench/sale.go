@@ -34,6 +34,11 @@ type SaleShape struct {
 	// Skew is the Zipf exponent of the SKUs' popularity (a few hot, a long
 	// tail); 0 is uniform.
 	Skew float64 `json:"skew"`
+	// Lines, when more than 1, makes every order a cart of Lines distinct
+	// SKUs (drawn as single orders' SKUs are), 1 unit each, all taken or
+	// none in one call (a CartStrategy's OrderCart); strategies without
+	// carts do not run the shape.
+	Lines int `json:"lines,omitempty"`
 	// Batch, when positive, makes the shape the physical limit instead
 	// of a sale: no SKUs, no strategy, etcd driven with order-sized puts
 	// of new keys, Batch puts a transaction (see runLimitOne).
@@ -62,6 +67,9 @@ const (
 	// segments.
 	DefaultSaleBuyers   = 400
 	DefaultSaleSegments = 20
+	// DefaultCartLines is the cart shape's lines an order (issue 32: a
+	// cart of 3 over 1,000 SKUs).
+	DefaultCartLines = 3
 	// DefaultTruthSample: one order in this many reads etcd's revision
 	// before it starts, and a refusal of it is checked afterwards against
 	// the books at the refusal's revision.
@@ -83,6 +91,7 @@ func DefaultSaleShapes() []SaleShape {
 		{Name: "many", SKUs: DefaultSaleSKUs, Stock: Plenty},
 		{Name: "many-skewed", SKUs: DefaultSaleSKUs, Stock: Plenty, Skew: DefaultSaleSkew},
 		{Name: "many-10k", SKUs: DefaultSaleSKUsLarge, Stock: Plenty},
+		{Name: "cart", SKUs: DefaultSaleSKUs, Stock: Plenty, Lines: DefaultCartLines},
 		LimitShape(DefaultLimitBatch),
 	}
 }
@@ -141,6 +150,17 @@ type OrderOutcome struct {
 	Served bool
 	// Revision and Remaining: where a refusal was judged (etcd strategies).
 	Revision, Remaining int64
+	// Line is a refused cart's line that could not be served (an index
+	// into OrderCart's skus).
+	Line int
+}
+
+// CartStrategy is a SaleStrategy that takes carts: 1 unit of each of
+// skus (distinct) for order, all or none. A refusal is served false with a
+// nil error and, when known, the refused line, its revision and what its
+// SKU held; a retry under the same order ID must not take again.
+type CartStrategy interface {
+	OrderCart(ctx context.Context, process int, skus []int, order string) (OrderOutcome, error)
 }
 
 // truthChecker is a SaleStrategy that can say at which revision an order

@@ -121,6 +121,9 @@ func RunSale(ctx context.Context, cfg SaleConfig) ([]SaleRow, error) {
 			if ctx.Err() != nil {
 				return rows, context.Cause(ctx)
 			}
+			if _, carts := spec.New().(CartStrategy); sh.Lines > 1 && !carts {
+				continue // a strategy without carts does not run the cart shape
+			}
 			rows = append(rows, runSaleOne(ctx, &cfg, spec, sh))
 		}
 	}
@@ -168,6 +171,10 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 		return fail("setup: %v", err)
 	}
 	tc, _ := s.(truthChecker)
+	cs, _ := s.(CartStrategy)
+	if sh.Lines > 1 && (cs == nil || sh.SKUs < sh.Lines) {
+		return fail("carts of %d lines over %d SKUs (strategy with carts: %v)", sh.Lines, sh.SKUs, cs != nil)
+	}
 	picker := newSKUPicker(sh.SKUs, sh.Skew)
 	buyers := make([]saleBuyer, cfg.Buyers)
 	w := startWindow(cfg, tc != nil)
@@ -183,6 +190,12 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 			proc := b % cfg.Processes
 			for n := 0; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
 				sku := picker.pick(r)
+				skus := []int{sku}
+				for len(skus) < sh.Lines {
+					if k := picker.pick(r); !slices.Contains(skus, k) {
+						skus = append(skus, k)
+					}
+				}
 				order := fmt.Sprintf("o-%s-%d-%d", id, b, n)
 				sample := tc != nil && cfg.TruthSample > 0 && seq.Add(1)%int64(cfg.TruthSample) == 0
 				var startRev int64
@@ -193,14 +206,24 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 					}
 				}
 				t0 := time.Now()
-				out, ok := saleAttempts(ctx, cfg, sb, func(actx context.Context) (OrderOutcome, error) { return s.Order(actx, proc, sku, order) })
+				out, ok := saleAttempts(ctx, cfg, sb, func(actx context.Context) (OrderOutcome, error) {
+					if sh.Lines > 1 {
+						return cs.OrderCart(actx, proc, skus, order)
+					}
+					return s.Order(actx, proc, sku, order)
+				})
 				lat := time.Since(t0)
+				if !out.Served && out.Line > 0 && out.Line < len(skus) {
+					sku = skus[out.Line] // the refused line's, for the truth check
+				}
 				switch {
 				case !ok:
 					sb.unresolved++
 				case out.Served:
 					sb.served++
-					sb.sold[sku]++
+					for _, k := range skus {
+						sb.sold[k]++
+					}
 					sb.servedLat = append(sb.servedLat, lat)
 					if sh.Release > 0 && r.Float64() < sh.Release {
 						if _, ok := saleAttempts(ctx, cfg, sb, func(actx context.Context) (OrderOutcome, error) {
@@ -261,6 +284,10 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	row.ServedMs, row.RefusalMs = latencyOf(served), latencyOf(refusals)
 	row.OrdersPerSec = float64(row.Orders) / elapsed.Seconds()
 	row.Costs = orderCosts(row.Orders, row.Etcd, row.EtcdServer)
+	if k := row.Costs.KeysPerOrder; k != nil && sh.Lines > 1 {
+		v := *k / float64(sh.Lines)
+		row.Costs.KeysPerLine = &v
+	}
 	if row.Refusals > 0 {
 		row.RefusalsPerSec = float64(row.Refusals) / time.Since(first).Seconds()
 	}

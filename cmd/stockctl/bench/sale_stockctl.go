@@ -104,6 +104,24 @@ func (s *stockctlSale) Order(ctx context.Context, process, sku int, order string
 	return OrderOutcome{}, err
 }
 
+// OrderCart takes 1 unit of each of skus in one order (AllocateOrder).
+func (s *stockctlSale) OrderCart(ctx context.Context, process int, skus []int, order string) (OrderOutcome, error) {
+	lines := make([]coordinator.Line, len(skus))
+	for i, k := range skus {
+		lines[i] = coordinator.Line{SKU: SKUName(k), Qty: 1}
+	}
+	_, err := s.coords[process].AllocateOrder(ctx, order, lines)
+	var line *coordinator.LineError
+	var refused *coordinator.InsufficientStockError
+	switch {
+	case err == nil:
+		return OrderOutcome{Served: true}, nil
+	case errors.As(err, &line) && errors.As(err, &refused):
+		return OrderOutcome{Line: line.Index, Revision: refused.Revision, Remaining: refused.Remaining}, nil
+	}
+	return OrderOutcome{}, err
+}
+
 func (s *stockctlSale) Release(ctx context.Context, process, sku int, order string) error {
 	_, err := s.coords[process].Release(ctx, SKUName(sku), order)
 	return err

@@ -16,12 +16,13 @@ func allocateCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "allocate",
 		Usage:     "take stock of a SKU for an order (idempotent by order ID)",
-		ArgsUsage: "SKU --order ID --qty N [--route-key KEY] [--buyer B]",
+		ArgsUsage: "SKU --order ID --qty N [--route-key KEY] [--buyer B] | --order ID --line SKU=QTY [--line SKU=QTY ...] [--buyer B]",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "order", Usage: "order ID, unique across SKUs; retrying it is safe (required)"},
 			&ucli.Int64Flag{Name: "qty", Usage: "units to take (required)"},
 			&ucli.StringFlag{Name: "route-key", Usage: "routes the order to a segment, e.g. a user ID (default: the buyer, else a random segment)"},
 			buyerFlag(),
+			lineFlag(),
 		},
 		Action: allocateAction,
 	}
@@ -94,6 +95,9 @@ func allocateAction(c *ucli.Context) error {
 	g, err := readGlobals(c)
 	if err != nil {
 		return err
+	}
+	if c.IsSet("line") {
+		return linesAction(c, g, 0)
 	}
 	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
 	if err != nil {

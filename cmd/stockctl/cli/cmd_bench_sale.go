@@ -28,9 +28,9 @@ func saleFlags() []ucli.Flag {
 		&ucli.BoolFlag{Name: "sale", EnvVars: []string{"STOCKCTL_BENCH_SALE"},
 			Usage: "run the sale shapes instead of the lock shapes: sell-out storms, releases racing them, many SKUs (pure allocation); strategies stockctl, stockctl-lazy (coordinator.WithLazySegments) and, with --redis, the Redis peers"},
 		&ucli.StringFlag{Name: "sale-shapes", EnvVars: []string{"STOCKCTL_BENCH_SALE_SHAPES"},
-			Usage: "with --sale: shapes to run, comma-separated (default: storm, zero, storm-release, one, many, many-skewed, many-10k, limit-64; also limit-1, limit-4, limit-18, the physical limit at smaller batches)"},
+			Usage: "with --sale: shapes to run, comma-separated (default: storm, zero, storm-release, one, many, many-skewed, many-10k, cart, limit-64; also limit-1, limit-4, limit-18, the physical limit at smaller batches)"},
 		&ucli.IntFlag{Name: "sale-skus", Value: bench.DefaultSaleSKUs, EnvVars: []string{"STOCKCTL_BENCH_SALE_SKUS"},
-			Usage: "with --sale: SKUs of the many and many-skewed shapes (many-10k has 10,000)"},
+			Usage: "with --sale: SKUs of the many, many-skewed and cart shapes (many-10k has 10,000)"},
 		&ucli.Int64Flag{Name: "sale-stock", Value: bench.DefaultStormStock, EnvVars: []string{"STOCKCTL_BENCH_SALE_STOCK"},
 			Usage: "with --sale: units of a storm's SKU (it sells out, the buyers go on ordering)"},
 		&ucli.Float64Flag{Name: "release", Value: bench.DefaultSaleRelease, EnvVars: []string{"STOCKCTL_BENCH_RELEASE"},
@@ -206,7 +206,7 @@ func (r saleReport) table() table {
 	t.add("ETCD", r.Config.Etcd)
 	t.header = []string{"SHAPE", "STRATEGY", "SKUS", "STOCK", "ORDERS/S", "REFUSALS/S", "SERVED P99", "REFUSAL P50", "REFUSAL P99",
 		"RELEASES", "ERRORS", "TRUTH", "ETCD W/ORDER", "ETCD R/ORDER",
-		"KEYS/ORDER", "DELS/ORDER", "CMPS/ORDER", "TXNS/ORDER", "ORDERS/COMMIT", "REFUSED COMMITS", "GOROUTINES", "HEAP MiB", "CHECK"}
+		"KEYS/ORDER", "KEYS/LINE", "DELS/ORDER", "CMPS/ORDER", "TXNS/ORDER", "ORDERS/COMMIT", "REFUSED COMMITS", "GOROUTINES", "HEAP MiB", "CHECK"}
 	for _, row := range r.Rows {
 		skus, stock := fmt.Sprint(row.Shape.SKUs), fmt.Sprint(row.Shape.Stock)
 		if row.Shape.Stock == bench.Plenty {
@@ -231,7 +231,7 @@ func (r saleReport) table() table {
 		t.rows = append(t.rows, []string{row.Shape.Name, row.Strategy, skus, stock,
 			fmt.Sprintf("%.0f", row.OrdersPerSec), fmt.Sprintf("%.0f", row.RefusalsPerSec), msText(row.ServedMs.P99),
 			msText(row.RefusalMs.P50), msText(row.RefusalMs.P99), fmt.Sprint(row.Releases), fmt.Sprint(row.Errors), truth,
-			writes, reads, ratioText(co.KeysPerOrder, 2), ratioText(co.DeletesPerOrder, 2), ratioText(co.ComparesPerOrder, 2),
+			writes, reads, ratioText(co.KeysPerOrder, 2), ratioText(co.KeysPerLine, 2), ratioText(co.DeletesPerOrder, 2), ratioText(co.ComparesPerOrder, 2),
 			ratioText(co.TxnsPerOrder, 3), ratioText(co.OrdersPerCommit, 1), percentText(co.RefusedCommits), fmt.Sprint(row.Goroutines), fmt.Sprintf("%.0f", row.HeapMiB), check})
 	}
 	t.notes = append(t.notes, "", "REFUSALS/S: from the first refusal to the end of the run (the storm after the sell-out);",
@@ -242,6 +242,7 @@ func (r saleReport) table() table {
 		"  ORDERS/S is puts/s, the most orders/s this etcd could take at one key per order and N orders a commit;",
 		"KEYS/ORDER, DELS/ORDER: etcd's own count (etcd_mvcc_put_total, etcd_mvcc_delete_total) over the selling",
 		"  window, every writer included (rebalancer moves), per served order; '-' when etcd is not in this process;",
+		"KEYS/LINE: KEYS/ORDER per line of the cart shape's orders (3 SKUs an order, all or none; '-' elsewhere);",
 		"CMPS/ORDER, TXNS/ORDER: the clients' count of compares and write requests, per served order;",
 		"ORDERS/COMMIT: served orders per write request etcd applied (etcd_server_apply_duration_seconds' count);",
 		"REFUSED COMMITS: the clients' write transactions answered as refused by their compares, of all they sent;",

@@ -14,13 +14,14 @@ func reserveCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "reserve",
 		Usage:     "take stock for an order that must be confirmed before its TTL runs out (idempotent by order ID)",
-		ArgsUsage: "SKU --order ID --qty N --ttl D [--route-key KEY] [--buyer B]",
+		ArgsUsage: "SKU --order ID --qty N --ttl D [--route-key KEY] [--buyer B] | --order ID --line SKU=QTY [--line ...] --ttl D [--buyer B]",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "order", Usage: "order ID, unique across SKUs; retrying it is safe (required)"},
 			&ucli.Int64Flag{Name: "qty", Usage: "units to take (required)"},
 			&ucli.DurationFlag{Name: "ttl", Usage: fmt.Sprintf("how long the reservation waits for confirm, e.g. 15m; more than 0, at most %v (required)", segments.MaxReservationTTL)},
 			&ucli.StringFlag{Name: "route-key", Usage: "routes the order to a segment (default: the buyer, else a random segment)"},
 			buyerFlag(),
+			lineFlag(),
 		},
 		Action: reserveAction,
 	}
@@ -30,6 +31,16 @@ func reserveAction(c *ucli.Context) error {
 	g, err := readGlobals(c)
 	if err != nil {
 		return err
+	}
+	if c.IsSet("line") {
+		if err := requireFlags(c, "ttl"); err != nil {
+			return err
+		}
+		ttl := c.Duration("ttl")
+		if err := segments.ValidateTTL(ttl); err != nil {
+			return usageError("--ttl: %v", err)
+		}
+		return linesAction(c, g, ttl)
 	}
 	sku, err := oneArg(c, "SKU", segments.ValidateSKU)
 	if err != nil {

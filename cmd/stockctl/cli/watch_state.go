@@ -42,7 +42,8 @@ type saleState struct {
 	// units: a segment sold lazily (segments.SegmentCounter) is written
 	// only now and then.
 	counterRev []int64
-	orders     int64 // order records, released ones included
+	orders     int64 // keys under the SKU's orders: records, released ones included, and pruned orders' claims
+	claims     int64 // the claims among them (the archive record's count)
 	pass       *segments.RebalancePass
 	// reservations maps each live reservation's index key to its units;
 	// sawReservations says the SKU had one since the watch began, and
@@ -103,7 +104,7 @@ func (s *saleState) load(ctx context.Context, c *coordinator.Coordinator) error 
 	if err != nil {
 		return fmt.Errorf("read the lock and election keys of %s: %w", s.sku, err)
 	}
-	s.meta, s.total, s.pool, s.orders, s.pass = st.Meta, st.Total, st.Pool, st.Orders, st.Rebalancer
+	s.meta, s.total, s.pool, s.orders, s.claims, s.pass = st.Meta, st.Total, st.Pool, st.Orders+st.PrunedClaims, st.PrunedClaims, st.Rebalancer
 	s.counter, s.inbox = make([]int64, len(st.Segments)), make([]int64, len(st.Segments))
 	s.counterRev = make([]int64, len(st.Segments))
 	for i, seg := range st.Segments {
@@ -154,6 +155,15 @@ func (s *saleState) apply(evs []*clientv3.Event, now time.Time) (changed bool, e
 			locks = append(locks, ev)
 		case strings.HasPrefix(key, s.electionPrefix()):
 			election = append(election, ev)
+		case key == s.keys.Archive(s.sku):
+			// A prune: the claims it keeps are keys under orders/, not
+			// orders.
+			if ev.Type == clientv3.EventTypeDelete {
+				s.claims = 0
+			} else if a, err := segments.DecodeArchive(key, ev.Kv.Value); err == nil {
+				s.claims = a.Claims
+			}
+			changed = true
 		case key == s.keys.RebalanceLast():
 			last = append(last, ev)
 		case strings.HasPrefix(key, s.keys.Reservations(s.sku)):
@@ -245,8 +255,9 @@ func (s *saleState) applyStock(evs []*clientv3.Event, now time.Time) error {
 }
 
 // applyOrders applies events under the SKU's orders prefix. A put that
-// creates its key is a new order; a put that updates one is a release,
-// which the stock counters already show.
+// creates its key is a new order; a put that updates one is a release (or
+// a prune's claim, counted by the archive record), which the stock
+// counters already show.
 func (s *saleState) applyOrders(evs []*clientv3.Event, now time.Time) {
 	created := 0
 	for _, ev := range evs {

@@ -357,6 +357,15 @@ func TestStatusWatchFollowsEveryChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("the release", func(v watchView) bool { return v.Allocated == 0 && v.Orders == 1 })
+	// A prune leaves a claim of o1's ID, which is no order; forgetting it
+	// leaves nothing. A new order counts from there.
+	e.ok("prune", "ev", "--older-than", "1ns")
+	wait("the prune", func(v watchView) bool { return v.Orders == 0 })
+	e.ok("prune", "ev", "--older-than", "1ns", "--keep-ids", "0")
+	if _, err := coord.Allocate(t.Context(), "ev", "o2", 1, "k"); err != nil {
+		t.Fatal(err)
+	}
+	wait("an order after the claim was forgotten", func(v watchView) bool { return v.Allocated == 1 && v.Orders == 1 })
 
 	if _, err := shared.client.Delete(t.Context(), engines.Of(coord).Keys.Meta("ev")); err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ type watchSegmentView struct {
 
 // view makes a frame of s at now.
 func (s *saleState) view(now time.Time) watchView {
-	v := watchView{SKU: s.sku, At: now, Revision: s.rev, Total: s.total, Pool: s.pool, Orders: s.orders,
+	v := watchView{SKU: s.sku, At: now, Revision: s.rev, Total: s.total, Pool: s.pool, Orders: s.orders - s.claims,
 		OrdersPerSec:      round1(s.ordersW.rate(now, s.started)),
 		RefillsPerSec:     round1(s.refill.rate(now, s.started)),
 		RateWindowSeconds: watchRateWindow.Seconds(),

@@ -49,6 +49,12 @@ const (
 	StockServiceAllocateProcedure = "/stockctl.v1.StockService/Allocate"
 	// StockServiceReserveProcedure is the fully-qualified name of the StockService's Reserve RPC.
 	StockServiceReserveProcedure = "/stockctl.v1.StockService/Reserve"
+	// StockServiceAllocateOrderProcedure is the fully-qualified name of the StockService's
+	// AllocateOrder RPC.
+	StockServiceAllocateOrderProcedure = "/stockctl.v1.StockService/AllocateOrder"
+	// StockServiceReserveOrderProcedure is the fully-qualified name of the StockService's ReserveOrder
+	// RPC.
+	StockServiceReserveOrderProcedure = "/stockctl.v1.StockService/ReserveOrder"
 	// StockServiceConfirmProcedure is the fully-qualified name of the StockService's Confirm RPC.
 	StockServiceConfirmProcedure = "/stockctl.v1.StockService/Confirm"
 	// StockServiceCancelProcedure is the fully-qualified name of the StockService's Cancel RPC.
@@ -86,6 +92,20 @@ type StockServiceClient interface {
 	// Reserve takes qty units for an order until it is confirmed; unconfirmed
 	// after ttl, the reservation expires and its units go back.
 	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
+	// AllocateOrder takes every line of an order of several SKUs (a cart), or
+	// none, in one etcd transaction: one record per line, under one order ID.
+	// Refused with FAILED_PRECONDITION (INSUFFICIENT_STOCK or
+	// PER_USER_LIMIT_EXCEEDED) naming the line that could not be served in a
+	// RefusedLine detail, beside that line's InsufficientStock or
+	// PerUserLimitExceeded. Idempotent by order ID: a retry with the same
+	// lines returns the first outcome whole; other lines are ALREADY_EXISTS
+	// (ORDER_CONFLICT). Confirm, Cancel and Release called with any one
+	// line's SKU act on the whole order (every line, one transaction) and
+	// answer for that line.
+	AllocateOrder(context.Context, *connect.Request[v1.AllocateOrderRequest]) (*connect.Response[v1.AllocateOrderResponse], error)
+	// ReserveOrder is AllocateOrder as a reservation of every line, with one
+	// deadline: unconfirmed after ttl, every line expires together.
+	ReserveOrder(context.Context, *connect.Request[v1.ReserveOrderRequest]) (*connect.Response[v1.ReserveOrderResponse], error)
 	// Confirm makes a live reservation final (the payment went through).
 	// Idempotent. An expired reservation is FAILED_PRECONDITION
 	// (RESERVATION_EXPIRED); a cancelled one or a plain allocation is
@@ -166,6 +186,18 @@ func NewStockServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(stockServiceMethods.ByName("Reserve")),
 			connect.WithClientOptions(opts...),
 		),
+		allocateOrder: connect.NewClient[v1.AllocateOrderRequest, v1.AllocateOrderResponse](
+			httpClient,
+			baseURL+StockServiceAllocateOrderProcedure,
+			connect.WithSchema(stockServiceMethods.ByName("AllocateOrder")),
+			connect.WithClientOptions(opts...),
+		),
+		reserveOrder: connect.NewClient[v1.ReserveOrderRequest, v1.ReserveOrderResponse](
+			httpClient,
+			baseURL+StockServiceReserveOrderProcedure,
+			connect.WithSchema(stockServiceMethods.ByName("ReserveOrder")),
+			connect.WithClientOptions(opts...),
+		),
 		confirm: connect.NewClient[v1.ConfirmRequest, v1.ConfirmResponse](
 			httpClient,
 			baseURL+StockServiceConfirmProcedure,
@@ -231,19 +263,21 @@ func NewStockServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 
 // stockServiceClient implements StockServiceClient.
 type stockServiceClient struct {
-	createSKU   *connect.Client[v1.CreateSKURequest, v1.CreateSKUResponse]
-	allocate    *connect.Client[v1.AllocateRequest, v1.AllocateResponse]
-	reserve     *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
-	confirm     *connect.Client[v1.ConfirmRequest, v1.ConfirmResponse]
-	cancel      *connect.Client[v1.CancelRequest, v1.CancelResponse]
-	release     *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
-	restock     *connect.Client[v1.RestockRequest, v1.RestockResponse]
-	status      *connect.Client[v1.StatusRequest, v1.StatusResponse]
-	audit       *connect.Client[v1.AuditRequest, v1.AuditResponse]
-	watchStatus *connect.Client[v1.WatchStatusRequest, v1.WatchStatusResponse]
-	watchOrders *connect.Client[v1.WatchOrdersRequest, v1.WatchOrdersResponse]
-	orderStream *connect.Client[v1.OrderStreamRequest, v1.OrderStreamResponse]
-	listSKUs    *connect.Client[v1.ListSKUsRequest, v1.ListSKUsResponse]
+	createSKU     *connect.Client[v1.CreateSKURequest, v1.CreateSKUResponse]
+	allocate      *connect.Client[v1.AllocateRequest, v1.AllocateResponse]
+	reserve       *connect.Client[v1.ReserveRequest, v1.ReserveResponse]
+	allocateOrder *connect.Client[v1.AllocateOrderRequest, v1.AllocateOrderResponse]
+	reserveOrder  *connect.Client[v1.ReserveOrderRequest, v1.ReserveOrderResponse]
+	confirm       *connect.Client[v1.ConfirmRequest, v1.ConfirmResponse]
+	cancel        *connect.Client[v1.CancelRequest, v1.CancelResponse]
+	release       *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
+	restock       *connect.Client[v1.RestockRequest, v1.RestockResponse]
+	status        *connect.Client[v1.StatusRequest, v1.StatusResponse]
+	audit         *connect.Client[v1.AuditRequest, v1.AuditResponse]
+	watchStatus   *connect.Client[v1.WatchStatusRequest, v1.WatchStatusResponse]
+	watchOrders   *connect.Client[v1.WatchOrdersRequest, v1.WatchOrdersResponse]
+	orderStream   *connect.Client[v1.OrderStreamRequest, v1.OrderStreamResponse]
+	listSKUs      *connect.Client[v1.ListSKUsRequest, v1.ListSKUsResponse]
 }
 
 // CreateSKU calls stockctl.v1.StockService.CreateSKU.
@@ -259,6 +293,16 @@ func (c *stockServiceClient) Allocate(ctx context.Context, req *connect.Request[
 // Reserve calls stockctl.v1.StockService.Reserve.
 func (c *stockServiceClient) Reserve(ctx context.Context, req *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
 	return c.reserve.CallUnary(ctx, req)
+}
+
+// AllocateOrder calls stockctl.v1.StockService.AllocateOrder.
+func (c *stockServiceClient) AllocateOrder(ctx context.Context, req *connect.Request[v1.AllocateOrderRequest]) (*connect.Response[v1.AllocateOrderResponse], error) {
+	return c.allocateOrder.CallUnary(ctx, req)
+}
+
+// ReserveOrder calls stockctl.v1.StockService.ReserveOrder.
+func (c *stockServiceClient) ReserveOrder(ctx context.Context, req *connect.Request[v1.ReserveOrderRequest]) (*connect.Response[v1.ReserveOrderResponse], error) {
+	return c.reserveOrder.CallUnary(ctx, req)
 }
 
 // Confirm calls stockctl.v1.StockService.Confirm.
@@ -323,6 +367,20 @@ type StockServiceHandler interface {
 	// Reserve takes qty units for an order until it is confirmed; unconfirmed
 	// after ttl, the reservation expires and its units go back.
 	Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error)
+	// AllocateOrder takes every line of an order of several SKUs (a cart), or
+	// none, in one etcd transaction: one record per line, under one order ID.
+	// Refused with FAILED_PRECONDITION (INSUFFICIENT_STOCK or
+	// PER_USER_LIMIT_EXCEEDED) naming the line that could not be served in a
+	// RefusedLine detail, beside that line's InsufficientStock or
+	// PerUserLimitExceeded. Idempotent by order ID: a retry with the same
+	// lines returns the first outcome whole; other lines are ALREADY_EXISTS
+	// (ORDER_CONFLICT). Confirm, Cancel and Release called with any one
+	// line's SKU act on the whole order (every line, one transaction) and
+	// answer for that line.
+	AllocateOrder(context.Context, *connect.Request[v1.AllocateOrderRequest]) (*connect.Response[v1.AllocateOrderResponse], error)
+	// ReserveOrder is AllocateOrder as a reservation of every line, with one
+	// deadline: unconfirmed after ttl, every line expires together.
+	ReserveOrder(context.Context, *connect.Request[v1.ReserveOrderRequest]) (*connect.Response[v1.ReserveOrderResponse], error)
 	// Confirm makes a live reservation final (the payment went through).
 	// Idempotent. An expired reservation is FAILED_PRECONDITION
 	// (RESERVATION_EXPIRED); a cancelled one or a plain allocation is
@@ -399,6 +457,18 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(stockServiceMethods.ByName("Reserve")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stockServiceAllocateOrderHandler := connect.NewUnaryHandler(
+		StockServiceAllocateOrderProcedure,
+		svc.AllocateOrder,
+		connect.WithSchema(stockServiceMethods.ByName("AllocateOrder")),
+		connect.WithHandlerOptions(opts...),
+	)
+	stockServiceReserveOrderHandler := connect.NewUnaryHandler(
+		StockServiceReserveOrderProcedure,
+		svc.ReserveOrder,
+		connect.WithSchema(stockServiceMethods.ByName("ReserveOrder")),
+		connect.WithHandlerOptions(opts...),
+	)
 	stockServiceConfirmHandler := connect.NewUnaryHandler(
 		StockServiceConfirmProcedure,
 		svc.Confirm,
@@ -467,6 +537,10 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 			stockServiceAllocateHandler.ServeHTTP(w, r)
 		case StockServiceReserveProcedure:
 			stockServiceReserveHandler.ServeHTTP(w, r)
+		case StockServiceAllocateOrderProcedure:
+			stockServiceAllocateOrderHandler.ServeHTTP(w, r)
+		case StockServiceReserveOrderProcedure:
+			stockServiceReserveOrderHandler.ServeHTTP(w, r)
 		case StockServiceConfirmProcedure:
 			stockServiceConfirmHandler.ServeHTTP(w, r)
 		case StockServiceCancelProcedure:
@@ -506,6 +580,14 @@ func (UnimplementedStockServiceHandler) Allocate(context.Context, *connect.Reque
 
 func (UnimplementedStockServiceHandler) Reserve(context.Context, *connect.Request[v1.ReserveRequest]) (*connect.Response[v1.ReserveResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.Reserve is not implemented"))
+}
+
+func (UnimplementedStockServiceHandler) AllocateOrder(context.Context, *connect.Request[v1.AllocateOrderRequest]) (*connect.Response[v1.AllocateOrderResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.AllocateOrder is not implemented"))
+}
+
+func (UnimplementedStockServiceHandler) ReserveOrder(context.Context, *connect.Request[v1.ReserveOrderRequest]) (*connect.Response[v1.ReserveOrderResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.ReserveOrder is not implemented"))
 }
 
 func (UnimplementedStockServiceHandler) Confirm(context.Context, *connect.Request[v1.ConfirmRequest]) (*connect.Response[v1.ConfirmResponse], error) {

@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18stockctl/v1/errors.proto\x12\x0bstockctl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"S\n\x11InsufficientStock\x12\x0b\n\x03sku\x18\x01 \x01(\t\x12\x0c\n\x04want\x18\x02 \x01(\x03\x12\x11\n\tremaining\x18\x03 \x01(\x03\x12\x10\n\x08revision\x18\x04 \x01(\x03\"o\n\x14PerUserLimitExceeded\x12\x0b\n\x03sku\x18\x01 \x01(\t\x12\r\n\x05\x62uyer\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04held\x18\x04 \x01(\x03\x12\x0c\n\x04want\x18\x05 \x01(\x03\x12\x10\n\x08revision\x18\x06 \x01(\x03\"p\n\x12ReservationExpired\x12\x0b\n\x03sku\x18\x01 \x01(\t\x12\r\n\x05order\x18\x02 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x04 \x01(\x03\"U\n\x0bOrderPruned\x12\x0b\n\x03sku\x18\x01 \x01(\t\x12\r\n\x05order\x18\x02 \x01(\t\x12*\n\x06pruned\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\x08LockBusy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x04wait\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"@\n\rLimitMismatch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x12\n\nheld_limit\x18\x03 \x01(\x05\";\n\x0f\x43ursorCompacted\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03\x12\x18\n\x10\x63ompact_revision\x18\x02 \x01(\x03\"/\n\x0b\x43ursorAhead\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03\x12\x10\n\x08revision\x18\x02 \x01(\x03\"a\n\x08LockLost\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\'\n\x06reason\x18\x03 \x01(\x0e\x32\x17.stockctl.v1.LostReason\x12\x0f\n\x07message\x18\x04 \x01(\t*\xee\x08\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x01\x12\x1e\n\x1a\x45RROR_REASON_SKU_NOT_FOUND\x10\x02\x12 \n\x1c\x45RROR_REASON_ORDER_NOT_FOUND\x10\x03\x12\x1b\n\x17\x45RROR_REASON_SKU_EXISTS\x10\x04\x12\x1f\n\x1b\x45RROR_REASON_ORDER_CONFLICT\x10\x05\x12%\n!ERROR_REASON_ORDER_STATE_CONFLICT\x10\x06\x12#\n\x1f\x45RROR_REASON_INSUFFICIENT_STOCK\x10\x07\x12(\n$ERROR_REASON_PER_USER_LIMIT_EXCEEDED\x10\x08\x12$\n ERROR_REASON_RESERVATION_EXPIRED\x10\t\x12\x1a\n\x16\x45RROR_REASON_LOCK_BUSY\x10\n\x12\x1a\n\x16\x45RROR_REASON_LOCK_LOST\x10\x0b\x12\x1f\n\x1b\x45RROR_REASON_HOLD_NOT_FOUND\x10\x0c\x12\x1b\n\x17\x45RROR_REASON_CONTENTION\x10\r\x12\x1b\n\x17\x45RROR_REASON_OVERLOADED\x10\x0e\x12\x1f\n\x1b\x45RROR_REASON_TOO_MANY_HOLDS\x10\x0f\x12\x1f\n\x1b\x45RROR_REASON_BODY_TOO_LARGE\x10\x10\x12\x1e\n\x1a\x45RROR_REASON_TOKEN_MISSING\x10\x11\x12\x1e\n\x1a\x45RROR_REASON_TOKEN_INVALID\x10\x12\x12\x1d\n\x19\x45RROR_REASON_TOKEN_IN_URL\x10\x13\x12!\n\x1d\x45RROR_REASON_ETCD_UNAVAILABLE\x10\x14\x12\x1d\n\x19\x45RROR_REASON_SESSION_LOST\x10\x15\x12\x1e\n\x1a\x45RROR_REASON_SHUTTING_DOWN\x10\x16\x12\x1d\n\x19\x45RROR_REASON_DATA_CORRUPT\x10\x17\x12\"\n\x1e\x45RROR_REASON_DEADLINE_EXCEEDED\x10\x18\x12\x19\n\x15\x45RROR_REASON_CANCELED\x10\x19\x12%\n!ERROR_REASON_DELIVERY_UNSUPPORTED\x10\x1a\x12&\n\"ERROR_REASON_LOCK_KIND_UNSUPPORTED\x10\x1b\x12\x19\n\x15\x45RROR_REASON_INTERNAL\x10\x1c\x12\"\n\x1e\x45RROR_REASON_DELIVERY_CONFLICT\x10\x1d\x12\x1f\n\x1b\x45RROR_REASON_LIMIT_MISMATCH\x10\x1e\x12!\n\x1d\x45RROR_REASON_CURSOR_COMPACTED\x10\x1f\x12\x1d\n\x19\x45RROR_REASON_CURSOR_AHEAD\x10 \x12\x1d\n\x19\x45RROR_REASON_ORDER_PRUNED\x10!*\xa8\x01\n\nLostReason\x12\x1b\n\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n\x18LOST_REASON_SESSION_LOST\x10\x01\x12!\n\x1dLOST_REASON_KEEPALIVE_TIMEOUT\x10\x02\x12\x1f\n\x1bLOST_REASON_SERVER_SHUTDOWN\x10\x03\x12\x1b\n\x17LOST_REASON_CALLER_GONE\x10\x04\x42S\n\x16\x63om.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18stockctl/v1/errors.proto\x12\x0bstockctl.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"S\n\x11InsufficientStock\x12\x0b\n\x03sku\x18\x01 \x01(\t\x12\x0c\n\x04want\x18\x02 \x01(\x03\x12\x11\n\tremaining\x18\x03 \x01(\x03\x12\x10\n\x08revision\x18\x04 \x01(\x03\"6\n\x0bRefusedLine\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0b\n\x03sku\x18\x02 \x01(\t\x12\x0b\n\x03qty\x18\x03 \x01(\x03\"o\n\x14PerUserLimitExceeded\x12\x0b\n\x03sku\x18\x01 \x01(\t\x12\r\n\x05\x62uyer\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0c\n\x04held\x18\x04 \x01(\x03\x12\x0c\n\x04want\x18\x05 \x01(\x03\x12\x10\n\x08revision\x18\x06 \x01(\x03\"p\n\x12ReservationExpired\x12\x0b\n\x03sku\x18\x01 \x01(\t\x12\r\n\x05order\x18\x02 \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08revision\x18\x04 \x01(\x03\"U\n\x0bOrderPruned\x12\x0b\n\x03sku\x18\x01 \x01(\t\x12\r\n\x05order\x18\x02 \x01(\t\x12*\n\x06pruned\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\x08LockBusy\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\'\n\x04wait\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"@\n\rLimitMismatch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x12\n\nheld_limit\x18\x03 \x01(\x05\";\n\x0f\x43ursorCompacted\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03\x12\x18\n\x10\x63ompact_revision\x18\x02 \x01(\x03\"/\n\x0b\x43ursorAhead\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x03\x12\x10\n\x08revision\x18\x02 \x01(\x03\"a\n\x08LockLost\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05token\x18\x02 \x01(\x03\x12\'\n\x06reason\x18\x03 \x01(\x0e\x32\x17.stockctl.v1.LostReason\x12\x0f\n\x07message\x18\x04 \x01(\t*\xee\x08\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x01\x12\x1e\n\x1a\x45RROR_REASON_SKU_NOT_FOUND\x10\x02\x12 \n\x1c\x45RROR_REASON_ORDER_NOT_FOUND\x10\x03\x12\x1b\n\x17\x45RROR_REASON_SKU_EXISTS\x10\x04\x12\x1f\n\x1b\x45RROR_REASON_ORDER_CONFLICT\x10\x05\x12%\n!ERROR_REASON_ORDER_STATE_CONFLICT\x10\x06\x12#\n\x1f\x45RROR_REASON_INSUFFICIENT_STOCK\x10\x07\x12(\n$ERROR_REASON_PER_USER_LIMIT_EXCEEDED\x10\x08\x12$\n ERROR_REASON_RESERVATION_EXPIRED\x10\t\x12\x1a\n\x16\x45RROR_REASON_LOCK_BUSY\x10\n\x12\x1a\n\x16\x45RROR_REASON_LOCK_LOST\x10\x0b\x12\x1f\n\x1b\x45RROR_REASON_HOLD_NOT_FOUND\x10\x0c\x12\x1b\n\x17\x45RROR_REASON_CONTENTION\x10\r\x12\x1b\n\x17\x45RROR_REASON_OVERLOADED\x10\x0e\x12\x1f\n\x1b\x45RROR_REASON_TOO_MANY_HOLDS\x10\x0f\x12\x1f\n\x1b\x45RROR_REASON_BODY_TOO_LARGE\x10\x10\x12\x1e\n\x1a\x45RROR_REASON_TOKEN_MISSING\x10\x11\x12\x1e\n\x1a\x45RROR_REASON_TOKEN_INVALID\x10\x12\x12\x1d\n\x19\x45RROR_REASON_TOKEN_IN_URL\x10\x13\x12!\n\x1d\x45RROR_REASON_ETCD_UNAVAILABLE\x10\x14\x12\x1d\n\x19\x45RROR_REASON_SESSION_LOST\x10\x15\x12\x1e\n\x1a\x45RROR_REASON_SHUTTING_DOWN\x10\x16\x12\x1d\n\x19\x45RROR_REASON_DATA_CORRUPT\x10\x17\x12\"\n\x1e\x45RROR_REASON_DEADLINE_EXCEEDED\x10\x18\x12\x19\n\x15\x45RROR_REASON_CANCELED\x10\x19\x12%\n!ERROR_REASON_DELIVERY_UNSUPPORTED\x10\x1a\x12&\n\"ERROR_REASON_LOCK_KIND_UNSUPPORTED\x10\x1b\x12\x19\n\x15\x45RROR_REASON_INTERNAL\x10\x1c\x12\"\n\x1e\x45RROR_REASON_DELIVERY_CONFLICT\x10\x1d\x12\x1f\n\x1b\x45RROR_REASON_LIMIT_MISMATCH\x10\x1e\x12!\n\x1d\x45RROR_REASON_CURSOR_COMPACTED\x10\x1f\x12\x1d\n\x19\x45RROR_REASON_CURSOR_AHEAD\x10 \x12\x1d\n\x19\x45RROR_REASON_ORDER_PRUNED\x10!*\xa8\x01\n\nLostReason\x12\x1b\n\x17LOST_REASON_UNSPECIFIED\x10\x00\x12\x1c\n\x18LOST_REASON_SESSION_LOST\x10\x01\x12!\n\x1dLOST_REASON_KEEPALIVE_TIMEOUT\x10\x02\x12\x1f\n\x1bLOST_REASON_SERVER_SHUTDOWN\x10\x03\x12\x1b\n\x17LOST_REASON_CALLER_GONE\x10\x04\x42S\n\x16\x63om.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'stockctl.v1.errors_pb2', globals())
@@ -23,26 +23,28 @@ if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'\n\026com.github.stockctl.v1P\001Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1'
-  _ERRORREASON._serialized_start=848
-  _ERRORREASON._serialized_end=1982
-  _LOSTREASON._serialized_start=1985
-  _LOSTREASON._serialized_end=2153
+  _ERRORREASON._serialized_start=904
+  _ERRORREASON._serialized_end=2038
+  _LOSTREASON._serialized_start=2041
+  _LOSTREASON._serialized_end=2209
   _INSUFFICIENTSTOCK._serialized_start=106
   _INSUFFICIENTSTOCK._serialized_end=189
-  _PERUSERLIMITEXCEEDED._serialized_start=191
-  _PERUSERLIMITEXCEEDED._serialized_end=302
-  _RESERVATIONEXPIRED._serialized_start=304
-  _RESERVATIONEXPIRED._serialized_end=416
-  _ORDERPRUNED._serialized_start=418
-  _ORDERPRUNED._serialized_end=503
-  _LOCKBUSY._serialized_start=505
-  _LOCKBUSY._serialized_end=570
-  _LIMITMISMATCH._serialized_start=572
-  _LIMITMISMATCH._serialized_end=636
-  _CURSORCOMPACTED._serialized_start=638
-  _CURSORCOMPACTED._serialized_end=697
-  _CURSORAHEAD._serialized_start=699
-  _CURSORAHEAD._serialized_end=746
-  _LOCKLOST._serialized_start=748
-  _LOCKLOST._serialized_end=845
+  _REFUSEDLINE._serialized_start=191
+  _REFUSEDLINE._serialized_end=245
+  _PERUSERLIMITEXCEEDED._serialized_start=247
+  _PERUSERLIMITEXCEEDED._serialized_end=358
+  _RESERVATIONEXPIRED._serialized_start=360
+  _RESERVATIONEXPIRED._serialized_end=472
+  _ORDERPRUNED._serialized_start=474
+  _ORDERPRUNED._serialized_end=559
+  _LOCKBUSY._serialized_start=561
+  _LOCKBUSY._serialized_end=626
+  _LIMITMISMATCH._serialized_start=628
+  _LIMITMISMATCH._serialized_end=692
+  _CURSORCOMPACTED._serialized_start=694
+  _CURSORCOMPACTED._serialized_end=753
+  _CURSORAHEAD._serialized_start=755
+  _CURSORAHEAD._serialized_end=802
+  _LOCKLOST._serialized_start=804
+  _LOCKLOST._serialized_end=901
 # @@protoc_insertion_point(module_scope)

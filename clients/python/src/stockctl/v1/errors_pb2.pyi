@@ -130,6 +130,16 @@ class PerUserLimitExceeded(_message.Message):
     want: int
     def __init__(self, sku: _Optional[str] = ..., buyer: _Optional[str] = ..., limit: _Optional[int] = ..., held: _Optional[int] = ..., want: _Optional[int] = ..., revision: _Optional[int] = ...) -> None: ...
 
+class RefusedLine(_message.Message):
+    __slots__ = ["index", "qty", "sku"]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    qty: int
+    sku: str
+    def __init__(self, index: _Optional[int] = ..., sku: _Optional[str] = ..., qty: _Optional[int] = ...) -> None: ...
+
 class ReservationExpired(_message.Message):
     __slots__ = ["deadline", "order", "revision", "sku"]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]

@@ -22,6 +22,32 @@ ORDER_STATE_EXPIRED: OrderState
 ORDER_STATE_RESERVED: OrderState
 ORDER_STATE_UNSPECIFIED: OrderState
 
+class AllocateOrderRequest(_message.Message):
+    __slots__ = ["buyer", "lines", "order"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    lines: _containers.RepeatedCompositeFieldContainer[OrderLine]
+    order: str
+    def __init__(self, order: _Optional[str] = ..., lines: _Optional[_Iterable[_Union[OrderLine, _Mapping]]] = ..., buyer: _Optional[str] = ...) -> None: ...
+
+class AllocateOrderResponse(_message.Message):
+    __slots__ = ["buyer", "lines", "order", "released", "replayed", "revision"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    lines: _containers.RepeatedCompositeFieldContainer[AllocateResponse]
+    order: str
+    released: bool
+    replayed: bool
+    revision: int
+    def __init__(self, order: _Optional[str] = ..., lines: _Optional[_Iterable[_Union[AllocateResponse, _Mapping]]] = ..., revision: _Optional[int] = ..., replayed: bool = ..., released: bool = ..., buyer: _Optional[str] = ...) -> None: ...
+
 class AllocateRequest(_message.Message):
     __slots__ = ["buyer", "order", "qty", "route_key", "sku"]
     BUYER_FIELD_NUMBER: _ClassVar[int]
@@ -248,6 +274,14 @@ class OrderEvent(_message.Message):
     version: int
     def __init__(self, revision: _Optional[int] = ..., event: _Optional[_Union[OrderEventKind, str]] = ..., sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., buyer: _Optional[str] = ..., reservation: bool = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
 
+class OrderLine(_message.Message):
+    __slots__ = ["qty", "sku"]
+    QTY_FIELD_NUMBER: _ClassVar[int]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    qty: int
+    sku: str
+    def __init__(self, sku: _Optional[str] = ..., qty: _Optional[int] = ...) -> None: ...
+
 class OrderStreamRequest(_message.Message):
     __slots__ = ["allocate", "id", "more", "reserve"]
     ALLOCATE_FIELD_NUMBER: _ClassVar[int]
@@ -327,6 +361,38 @@ class ReleaseResponse(_message.Message):
     sku: str
     state: OrderState
     def __init__(self, sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., revision: _Optional[int] = ..., replayed: bool = ..., buyer: _Optional[str] = ..., state: _Optional[_Union[OrderState, str]] = ...) -> None: ...
+
+class ReserveOrderRequest(_message.Message):
+    __slots__ = ["buyer", "lines", "order", "ttl"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    lines: _containers.RepeatedCompositeFieldContainer[OrderLine]
+    order: str
+    ttl: _duration_pb2.Duration
+    def __init__(self, order: _Optional[str] = ..., lines: _Optional[_Iterable[_Union[OrderLine, _Mapping]]] = ..., buyer: _Optional[str] = ..., ttl: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class ReserveOrderResponse(_message.Message):
+    __slots__ = ["buyer", "deadline", "lines", "order", "released", "replayed", "revision", "state"]
+    BUYER_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    buyer: str
+    deadline: _timestamp_pb2.Timestamp
+    lines: _containers.RepeatedCompositeFieldContainer[ReserveResponse]
+    order: str
+    released: bool
+    replayed: bool
+    revision: int
+    state: OrderState
+    def __init__(self, order: _Optional[str] = ..., lines: _Optional[_Iterable[_Union[ReserveResponse, _Mapping]]] = ..., revision: _Optional[int] = ..., replayed: bool = ..., released: bool = ..., buyer: _Optional[str] = ..., state: _Optional[_Union[OrderState, str]] = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
     __slots__ = ["buyer", "order", "qty", "route_key", "sku", "ttl"]

@@ -33,6 +33,16 @@ class StockServiceStub(object):
         request_serializer=stockctl_dot_v1_dot_stock__service__pb2.ReserveRequest.SerializeToString,
         response_deserializer=stockctl_dot_v1_dot_stock__service__pb2.ReserveResponse.FromString,
         )
+    self.AllocateOrder = channel.unary_unary(
+        '/stockctl.v1.StockService/AllocateOrder',
+        request_serializer=stockctl_dot_v1_dot_stock__service__pb2.AllocateOrderRequest.SerializeToString,
+        response_deserializer=stockctl_dot_v1_dot_stock__service__pb2.AllocateOrderResponse.FromString,
+        )
+    self.ReserveOrder = channel.unary_unary(
+        '/stockctl.v1.StockService/ReserveOrder',
+        request_serializer=stockctl_dot_v1_dot_stock__service__pb2.ReserveOrderRequest.SerializeToString,
+        response_deserializer=stockctl_dot_v1_dot_stock__service__pb2.ReserveOrderResponse.FromString,
+        )
     self.Confirm = channel.unary_unary(
         '/stockctl.v1.StockService/Confirm',
         request_serializer=stockctl_dot_v1_dot_stock__service__pb2.ConfirmRequest.SerializeToString,
@@ -113,6 +123,30 @@ class StockServiceServicer(object):
   def Reserve(self, request, context):
     """Reserve takes qty units for an order until it is confirmed; unconfirmed
     after ttl, the reservation expires and its units go back.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
+  def AllocateOrder(self, request, context):
+    """AllocateOrder takes every line of an order of several SKUs (a cart), or
+    none, in one etcd transaction: one record per line, under one order ID.
+    Refused with FAILED_PRECONDITION (INSUFFICIENT_STOCK or
+    PER_USER_LIMIT_EXCEEDED) naming the line that could not be served in a
+    RefusedLine detail, beside that line's InsufficientStock or
+    PerUserLimitExceeded. Idempotent by order ID: a retry with the same
+    lines returns the first outcome whole; other lines are ALREADY_EXISTS
+    (ORDER_CONFLICT). Confirm, Cancel and Release called with any one
+    line's SKU act on the whole order (every line, one transaction) and
+    answer for that line.
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
+  def ReserveOrder(self, request, context):
+    """ReserveOrder is AllocateOrder as a reservation of every line, with one
+    deadline: unconfirmed after ttl, every line expires together.
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
@@ -234,6 +268,16 @@ def add_StockServiceServicer_to_server(servicer, server):
           servicer.Reserve,
           request_deserializer=stockctl_dot_v1_dot_stock__service__pb2.ReserveRequest.FromString,
           response_serializer=stockctl_dot_v1_dot_stock__service__pb2.ReserveResponse.SerializeToString,
+      ),
+      'AllocateOrder': grpc.unary_unary_rpc_method_handler(
+          servicer.AllocateOrder,
+          request_deserializer=stockctl_dot_v1_dot_stock__service__pb2.AllocateOrderRequest.FromString,
+          response_serializer=stockctl_dot_v1_dot_stock__service__pb2.AllocateOrderResponse.SerializeToString,
+      ),
+      'ReserveOrder': grpc.unary_unary_rpc_method_handler(
+          servicer.ReserveOrder,
+          request_deserializer=stockctl_dot_v1_dot_stock__service__pb2.ReserveOrderRequest.FromString,
+          response_serializer=stockctl_dot_v1_dot_stock__service__pb2.ReserveOrderResponse.SerializeToString,
       ),
       'Confirm': grpc.unary_unary_rpc_method_handler(
           servicer.Confirm,

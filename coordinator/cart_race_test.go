@@ -1,0 +1,210 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// cartOutcome is what a caller was told about one order of several lines,
+// after retries under its ID.
+type cartOutcome struct {
+	lines    []coordinator.Line
+	served   bool
+	released bool
+	refusal  *coordinator.LineError // the refusal, if refused
+	startRev int64                  // a revision read before the first attempt
+	err      error
+}
+
+// Invariants of orders of several lines racing across processes near a
+// sell-out: 3 coordinators (their own clients and sessions) on one etcd,
+// 5 SKUs of 20–32 units in pools and segments, the rebalancer moving stock,
+// one process selling single-SKU orders with a business step (so segments
+// are held and carts must go through their locks) while 12 buyers order
+// carts of 2–3 overlapping SKUs, 1–2 units a line, until every SKU is
+// nearly sold out; a quarter of the served carts are released again. Each
+// order is retried under its ID until served or refused. Then:
+//   - never a partial order: every line of a served cart has its record,
+//     no line of another one has;
+//   - a retry after a lost reply applies once: each SKU's audit allocates
+//     exactly what the callers were told is held (served and not released);
+//   - a refusal is true: the line it names held less than its quantity at
+//     the revision it reports, which is no older than the order's start;
+//   - the books of every SKU balance.
+func TestCartsRaceAcrossProcesses(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		every int64 // every n-th commit writing order records loses its reply after applying (0: none)
+		lazy  bool
+	}{
+		{name: "no faults"},
+		{name: "replies lost", every: 5},
+		{name: "lazy segments, replies lost", every: 5, lazy: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := []etcdtest.Option{etcdtest.WithNoFsync()}
+			sab := &commitSaboteur{every: tc.every, applied: true, orders: coordinator.DefaultPrefix + "orders/"}
+			if tc.every > 0 {
+				opts = append(opts, etcdtest.WithGRPCServerOptions(grpc.ChainUnaryInterceptor(sab.intercept)))
+			}
+			etcd := etcdtest.NewSingle(t, opts...)
+			var copts []coordinator.Option
+			if tc.lazy {
+				copts = append(copts, coordinator.WithLazySegments())
+			}
+			cs := newCoordinators(t, etcd, 3, copts...)
+			raw := etcd.Client(t)
+			ctx := t.Context()
+			skus := []string{"s0", "s1", "s2", "s3", "s4"}
+			for i, s := range skus {
+				mustCreate(t, cs[0], s, coordinator.SKUConfig{Total: int64(20 + 3*i), Segments: 1 + i%3,
+					InitialFill: int64(3 * (i % 3)), RefillBatch: 2, LowWatermark: 1})
+			}
+			startRebalancer(t, cs[0])
+
+			var mu sync.Mutex
+			outcomes := map[string]*cartOutcome{}
+			singles := map[string]string{} // order -> SKU of served single-SKU orders
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			// Single-SKU orders: with a step on process 0 (it holds
+			// segments), plain on process 1 (sold directly, lazily in the
+			// lazy case).
+			wg.Go(func() {
+				for n := range 16 {
+					sku := skus[n%len(skus)]
+					order := fmt.Sprintf("single-%d", n)
+					for range 20 {
+						var err error
+						if n%2 == 0 {
+							_, err = cs[0].AllocateFunc(ctx, sku, order, 1, "", func(context.Context) error { return nil })
+						} else {
+							_, err = cs[1].Allocate(ctx, sku, order, 1, "")
+						}
+						if err == nil {
+							mu.Lock()
+							singles[order] = sku
+							mu.Unlock()
+						}
+						if err == nil || errors.Is(err, coordinator.ErrInsufficientStock) {
+							break
+						}
+					}
+				}
+			})
+			for g := range 12 {
+				c := cs[g%len(cs)]
+				rng := rand.New(rand.NewPCG(uint64(g), 7))
+				wg.Go(func() {
+					for {
+						n := next.Add(1)
+						if n > 100 {
+							return
+						}
+						order := fmt.Sprintf("cart-%d", n)
+						perm := rng.Perm(len(skus))[:2+rng.IntN(2)]
+						o := &cartOutcome{}
+						for _, i := range perm {
+							o.lines = append(o.lines, coordinator.Line{SKU: skus[i], Qty: int64(1 + rng.IntN(2))})
+						}
+						resp, err := raw.Get(ctx, "rev")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						o.startRev = resp.Header.Revision
+						for range 30 {
+							_, o.err = c.AllocateOrder(ctx, order, o.lines)
+							if o.err == nil {
+								o.served = true
+								break
+							}
+							if errors.As(o.err, &o.refusal) {
+								break
+							}
+						}
+						if !o.served && o.refusal == nil {
+							t.Errorf("order %s: still failing after 30 attempts: %v", order, o.err)
+						}
+						if o.served && n%4 == 0 {
+							for range 30 {
+								_, err := c.ReleaseOrder(ctx, o.lines[0].SKU, order)
+								if err == nil {
+									o.released = true
+									break
+								}
+							}
+							if !o.released {
+								t.Errorf("release of %s kept failing", order)
+							}
+						}
+						mu.Lock()
+						outcomes[order] = o
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+
+			held := map[string]int64{}
+			for _, sku := range singles {
+				held[sku]++
+			}
+			refused := 0
+			for order, o := range outcomes {
+				for _, l := range o.lines {
+					rec, _, ok := readRecord(t, cs[1], l.SKU, order)
+					if ok != o.served {
+						t.Fatalf("order %s line %s: recorded %v, the caller was told served=%v (%v)", order, l.SKU, ok, o.served, o.err)
+					}
+					if ok && rec.Released != o.released {
+						t.Fatalf("order %s line %s: released %v, the caller was told %v", order, l.SKU, rec.Released, o.released)
+					}
+					if o.served && !o.released {
+						held[l.SKU] += l.Qty
+					}
+				}
+				if r := o.refusal; r != nil {
+					refused++
+					var ise *coordinator.InsufficientStockError
+					if !errors.As(r, &ise) || r.SKU != o.lines[r.Index].SKU || ise.Want != o.lines[r.Index].Qty {
+						t.Fatalf("order %s: refusal %v does not name a line of %v", order, r, o.lines)
+					}
+					if ise.Revision < o.startRev {
+						t.Fatalf("order %s: refused at revision %d, older than its start %d", order, ise.Revision, o.startRev)
+					}
+					rep, err := cs[2].AuditAt(ctx, r.SKU, ise.Revision)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if have := rep.Pool + rep.Segments; have >= ise.Want || have != ise.Remaining {
+						t.Fatalf("order %s: refused line %s (want %d, reported %d) held %d at revision %d",
+							order, r.SKU, ise.Want, ise.Remaining, have, ise.Revision)
+					}
+				}
+			}
+			for _, s := range skus {
+				if rep := mustAudit(t, cs[1], s); rep.Allocated != held[s] {
+					t.Fatalf("%s: audit allocates %d, callers hold %d", s, rep.Allocated, held[s])
+				}
+			}
+			if refused == 0 {
+				t.Fatal("no order was refused: the sale never came near a sell-out")
+			}
+			if tc.every > 0 && sab.failed.Load() == 0 {
+				t.Fatal("no reply was lost: the fault was not injected")
+			}
+			t.Logf("%d carts, %d refused, %d replies lost", len(outcomes), refused, sab.failed.Load())
+		})
+	}
+}

@@ -1,0 +1,124 @@
+package coordinator
+
+import (
+	"context"
+	"time"
+
+	"github.com/stockctl/stockctl/segments"
+)
+
+// Orders of several lines: a cart (a phone and its case), or a warehouse's
+// outbound order, deducted all or nothing under one order ID.
+
+// Line is one line of an order of several lines: Qty units of SKU. An
+// order names each SKU at most once.
+type Line = segments.Line
+
+// MaxOrderLines is the most lines one order may have; the etcd server's
+// --max-txn-ops (WithMaxTxnOps) may allow fewer (see segments.MaxOrderLines:
+// with the default 128, about 32 lines of one place each).
+const MaxOrderLines = segments.MaxOrderLines
+
+// OrderAllocation is the outcome of AllocateOrder and ReserveOrder: one
+// Allocation per line, in the order the lines were given, and the one
+// revision at which they all committed.
+type OrderAllocation = segments.OrderAllocation
+
+// OrderReleased is the outcome of ReleaseOrder and CancelOrder: one
+// Released per line, by SKU name.
+type OrderReleased = segments.OrderReleased
+
+// OrderConfirmed is the outcome of ConfirmOrder: one Confirmed per line,
+// by SKU name.
+type OrderConfirmed = segments.OrderConfirmed
+
+// LineError is the error of an order of several lines refused for one of
+// its lines: Index (from 0, in the order given) and SKU name the line, Err
+// is the *InsufficientStockError or *LimitExceededError of that line.
+// errors.Is(err, ErrInsufficientStock) and errors.As work through it.
+type LineError = segments.LineError
+
+// AllocateOrder takes every line of an order, or none: each line's units
+// of its SKU, all in one etcd transaction that also writes one order
+// record per line (at the line's SKU, under orderID). No caller, process
+// or crash can see or leave a part of the order applied.
+//
+// A line is served from its SKU's pool and the segments no process holds
+// a lock on (a transaction that compares each place's counter and that its
+// lock has no key, as a plain order without a held segment does); when
+// the stock sits in segments other processes hold, the order locks the
+// places it needs in the global order (SKU name, then the pool, then
+// segments by index), waiting for each at most the fallback wait
+// (WithFallbackWait), and commits fenced by every lock. Lazy segments
+// (WithLazySegments) are only used through their locks.
+//
+// The order is refused, nothing deducted, with an error wrapping a
+// *LineError that names the first line (in the order given) that could not
+// be served: its *InsufficientStockError says that at that revision (read
+// after the call began, one revision for every line) its SKU's pool and
+// segments together held less than the line's quantity; a
+// *LimitExceededError says the buyer's limit of that SKU (WithBuyer is
+// then required) would be passed. An order is never refused while every
+// line could be served at the revision it reports.
+//
+// Idempotent by orderID: a retry with the same lines (in any order) and
+// buyer returns the first outcome whole, with Replayed set, deducting
+// nothing; the same ID with other SKUs, quantities or buyer, or already
+// used by a single-SKU order of one of the SKUs, is ErrConflict. After a
+// timeout or a lost reply, retrying with the same order ID tells the true
+// outcome. ctx bounds the call; when it ends after the transaction was
+// sent, the order may have been applied (retry to learn it).
+//
+// Lines are 1 to MaxOrderLines, each SKU at most once, each quantity
+// 1 to segments.MaxQty; an order too large for one transaction under the
+// server's --max-txn-ops is ErrInvalid. Release, cancel, confirm and
+// expiry act on the whole order: ReleaseOrder and the others, and also
+// Release, Cancel and Confirm called with any one line's SKU.
+//
+// Over several clusters (NewClusters) every line's SKU must be in one
+// cluster (one transaction cannot span two): an order over SKUs of two
+// clusters is ErrInvalidArgument naming them, and changes nothing.
+func (c *Coordinator) AllocateOrder(ctx context.Context, orderID string, lines []Line, opts ...OrderOption) (*OrderAllocation, error) {
+	return onLines(ctx, c, lines, func(e *segments.Engine) (*OrderAllocation, error) {
+		return e.AllocateOrder(ctx, orderID, lines, opts...)
+	})
+}
+
+// ReserveOrder is AllocateOrder as a reservation: every line holds its
+// units until ConfirmOrder, or until ttl after the commit, when the elected
+// rebalancer's sweep expires every line together (one transaction). The
+// lines share one deadline. ttl is Reserve's: more than 0, at most
+// segments.MaxReservationTTL. A retry returns the first outcome (and the
+// first deadline); the same ID used for a plain AllocateOrder is
+// ErrConflict.
+func (c *Coordinator) ReserveOrder(ctx context.Context, orderID string, lines []Line, ttl time.Duration, opts ...OrderOption) (*OrderAllocation, error) {
+	return onLines(ctx, c, lines, func(e *segments.Engine) (*OrderAllocation, error) {
+		return e.ReserveOrder(ctx, orderID, lines, ttl, opts...)
+	})
+}
+
+// ReleaseOrder gives back every line of an order in one transaction and
+// marks every line released (Release's rules: any active order, a live
+// reservation or a confirmed one; *ExpiredError for an expired one). sku is
+// any one SKU of the order: its record lists the others. Releasing again
+// reports Released false. An order of one SKU (Allocate) is released as
+// Release does, as an order of one line.
+func (c *Coordinator) ReleaseOrder(ctx context.Context, sku, orderID string) (*OrderReleased, error) {
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderReleased, error) { return e.ReleaseOrder(ctx, sku, orderID) })
+}
+
+// CancelOrder gives back every line of a live reserved order (ReserveOrder)
+// in one transaction (Cancel's rules: ErrConflict for a confirmed or plain
+// order, *ExpiredError for an expired one). sku is any SKU of the order.
+func (c *Coordinator) CancelOrder(ctx context.Context, sku, orderID string) (*OrderReleased, error) {
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderReleased, error) { return e.CancelOrder(ctx, sku, orderID) })
+}
+
+// ConfirmOrder makes every line of a live reserved order final, in one
+// transaction (Confirm's rules: idempotent, with Replayed on a repeat;
+// *ExpiredError when the order expired, including when this call finds it
+// past its deadline and expires every line itself). sku is any SKU of the
+// order.
+func (c *Coordinator) ConfirmOrder(ctx context.Context, sku, orderID string) (*OrderConfirmed, error) {
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderConfirmed, error) { return e.ConfirmOrder(ctx, sku, orderID) })
+}
