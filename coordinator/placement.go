@@ -71,6 +71,18 @@ func decodePin(key string, b []byte) (pin, error) {
 	return pin{gen: n, dead: state == "dead"}, nil
 }
 
+// mix64 is splitmix64's finaliser. FNV-1a of two strings that differ only
+// in one byte differ mostly in low bits: compared raw, one cluster name
+// would win nearly every key.
+func mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
 // rendezvous picks, of names, the one with the highest hash of (name,
 // key): a stable choice that moves only the keys a new name wins.
 func rendezvous(names []string, key string) string {
@@ -80,7 +92,7 @@ func rendezvous(names []string, key string) string {
 		h.Write([]byte(n))
 		h.Write([]byte{0})
 		h.Write([]byte(key))
-		if s := h.Sum64(); best == "" || s > bestScore {
+		if s := mix64(h.Sum64()); best == "" || s > bestScore {
 			best, bestScore = n, s
 		}
 	}

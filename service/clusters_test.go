@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
+	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/service"
@@ -96,6 +97,43 @@ func TestServiceOverClusters(t *testing.T) {
 				lockA = name
 			}
 		}
+		l.Unlock(cx)
+	}
+
+	// The console's lock listing covers both clusters, with each holder's
+	// identity read in its own cluster.
+	held := map[string]*coordinator.Lock{}
+	in := map[string]bool{} // the clusters a held lock lives in
+	for i := 0; len(in) < 2; i++ {
+		name := "held" + string(rune('a'+i))
+		l, err := coord.Lock(cx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[name] = l
+		ls, _, err := coord.Locks(cx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range ls {
+			in[s.Cluster] = true
+		}
+	}
+	insp := stockctlv1connect.NewInspectServiceClient(httpClient(t, false, ""), e.url, connect.WithProtoJSON())
+	ll, err := insp.ListLocks(cx, connect.NewRequest(&stockctlv1.ListLocksRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, lk := range ll.Msg.Locks {
+		if held[lk.Name] != nil && len(lk.Holders) == 1 && lk.Holders[0].Identity != "" {
+			found++
+		}
+	}
+	if found != len(held) {
+		t.Fatalf("ListLocks: %v, want %d held locks with identities", ll.Msg.Locks, len(held))
+	}
+	for _, l := range held {
 		l.Unlock(cx)
 	}
 
