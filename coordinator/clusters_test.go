@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -452,5 +453,162 @@ func TestClustersOrderOfSeveralLines(t *testing.T) {
 		if sku == "b1" && r.Allocated != 0 {
 			t.Fatalf("b1 allocated %d after the refused order", r.Allocated)
 		}
+	}
+}
+
+// A sale of many SKUs over three clusters by two processes, with
+// reservations, confirms, releases and restocks; one cluster is stopped
+// mid-sale. Every operation on the other clusters' SKUs succeeds; every
+// failure is on the stopped cluster's SKUs and names it; every
+// acknowledged order is recorded in its SKU's cluster; the books of every
+// SKU balance; once the cluster is back its SKUs sell again.
+func TestClustersSaleWithOneStoppedMidSale(t *testing.T) {
+	tcs := newTestClusters(t, "a", "b", "c")
+	procs := []*coordinator.Coordinator{mustFleet(t, tcs), mustFleet(t, tcs)}
+	ctx := t.Context()
+	var skus []string
+	in := map[string]string{}
+	for i := range 9 {
+		sku := fmt.Sprintf("sale%d", i)
+		mustCreate(t, procs[0], sku, coordinator.SKUConfig{Total: 10000, Segments: 4, InitialFill: 2000})
+		skus = append(skus, sku)
+		in[sku] = metaIn(t, tcs, sku)[0]
+	}
+	for _, cl := range []string{"a", "b", "c"} {
+		found := false
+		for _, w := range in {
+			found = found || w == cl
+		}
+		if !found {
+			t.Fatalf("no SKU placed in %s: %v", cl, in)
+		}
+	}
+	const buyers, opsEach = 6, 60
+	var (
+		mu      sync.Mutex
+		acked   = map[string][]string{} // sku → acknowledged order IDs
+		done    int
+		stopped = make(chan struct{})
+	)
+	var failedOnC atomic.Int64
+	fail := func(sku, what string, err error) {
+		failedOnC.Add(1)
+		if in[sku] != "c" {
+			t.Errorf("%s on %s (cluster %s) while c is down: %v", what, sku, in[sku], err)
+			return
+		}
+		if ce, ok := errors.AsType[*coordinator.ClusterError](err); (!ok || ce.Cluster != "c") && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s on %s: %v, want an error naming cluster c", what, sku, err)
+		}
+	}
+	var wg sync.WaitGroup
+	for bi := range buyers {
+		c := procs[bi%2]
+		wg.Go(func() {
+			for j := range opsEach {
+				sku := skus[(bi+j)%len(skus)]
+				order := fmt.Sprintf("b%d-%d", bi, j)
+				octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				var err error
+				switch j % 5 {
+				case 0:
+					_, err = c.Restock(octx, sku, "d-"+order, 3)
+				case 1:
+					if _, err = c.Reserve(octx, sku, order, 1, order, time.Minute); err == nil {
+						_, err = c.Confirm(octx, sku, order)
+					}
+				case 2:
+					if _, err = c.Allocate(octx, sku, order, 2, order); err == nil {
+						_, err = c.Release(octx, sku, order)
+					}
+				default:
+					_, err = c.Allocate(octx, sku, order, 1, order)
+				}
+				cancel()
+				mu.Lock()
+				if err == nil && j%5 != 0 {
+					acked[sku] = append(acked[sku], order)
+				}
+				done++
+				if done == buyers*opsEach/3 {
+					tcs[2].etcd.Stop() // mid-sale
+					close(stopped)
+				}
+				mu.Unlock()
+				select {
+				case <-stopped:
+					if err != nil {
+						fail(sku, "order "+order, err)
+					}
+				default:
+					if err != nil {
+						t.Errorf("order %s on %s before the stop: %v", order, sku, err)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failedOnC.Load() == 0 {
+		t.Fatal("no order failed on cluster c after it was stopped: the fault was not exercised")
+	}
+	tcs[2].etcd.Restart(t)
+	for _, sku := range skus {
+		if in[sku] != "c" {
+			continue
+		}
+		etcdtest.WaitFor(t, "cluster c sells "+sku+" again", time.Minute, func() bool {
+			octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := procs[1].Allocate(octx, sku, "after", 1, "")
+			return err == nil
+		})
+	}
+	for _, sku := range skus {
+		mustAudit(t, procs[0], sku)
+		tc := tcs[map[string]int{"a": 0, "b": 1, "c": 2}[in[sku]]]
+		for _, order := range acked[sku] {
+			resp, err := tc.raw.Get(ctx, coordinator.DefaultPrefix+"orders/"+sku+"/"+order)
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("acknowledged order %s of %s not recorded in cluster %s (%v)", order, sku, in[sku], err)
+			}
+		}
+	}
+}
+
+// Moving a SKU (docs/deploy.md): delete it in one cluster and create it
+// again in another. A process that cached the old cluster finds the new
+// one on its next order; the new SKU's books start afresh, and an old
+// order ID is a new order there (as the docs warn).
+func TestClustersMoveSKU(t *testing.T) {
+	tcs := newTestClusters(t, "a", "b")
+	admin, seller := mustFleet(t, tcs), mustFleet(t, tcs)
+	ctx := t.Context()
+	cfg := coordinator.SKUConfig{Total: 50, Segments: 2, InitialFill: 50}
+	if _, err := admin.CreateSKUIn(ctx, "a", "mv", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seller.Allocate(ctx, "mv", "o1", 5, "u"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.DeleteSKU(ctx, "mv"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateSKUIn(ctx, "b", "mv", coordinator.SKUConfig{Total: 45, Segments: 1, InitialFill: 45}); err != nil {
+		t.Fatalf("create again in b: %v", err)
+	}
+	if in := metaIn(t, tcs, "mv"); len(in) != 1 || in[0] != "b" {
+		t.Fatalf("after the move: meta in %v", in)
+	}
+	a, err := seller.Allocate(ctx, "mv", "o1", 5, "u")
+	if err != nil || a.Replayed {
+		t.Fatalf("old order ID on the moved SKU, from a process that cached cluster a: %+v, %v (want a new order)", a, err)
+	}
+	if where, _ := seller.ClusterOf(ctx, "mv"); where != "b" {
+		t.Fatalf("seller finds mv in %q", where)
+	}
+	r := mustAudit(t, seller, "mv")
+	if r.Total != 45 || r.Allocated != 5 {
+		t.Fatalf("moved SKU's books: total %d allocated %d", r.Total, r.Allocated)
 	}
 }
