@@ -31,6 +31,11 @@ type Coordinator struct {
 	stock   *segments.Engine
 	metrics prometheus.Collector // nil without WithMetrics
 	reg     prometheus.Registerer
+	// fleet is set on a coordinator over several clusters (NewClusters):
+	// the fields above are then its first cluster's, and every SKU and
+	// lock is routed to its own cluster's member. inFleet marks a member.
+	fleet   *fleet
+	inFleet bool
 }
 
 func init() {
@@ -98,7 +103,8 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 	return c, nil
 }
 
-// Client is the etcd client the coordinator uses.
+// Client is the etcd client the coordinator uses (over several clusters:
+// the first cluster's).
 func (c *Coordinator) Client() *clientv3.Client { return c.client }
 
 // Prefix is the etcd key prefix the coordinator works under.
@@ -109,6 +115,9 @@ func (c *Coordinator) Prefix() string { return c.keys.Prefix() }
 // (their cause is ErrClosed); waiters fail with ErrClosed. Close is
 // idempotent. It does not close the etcd client.
 func (c *Coordinator) Close() error {
+	if c.fleet != nil {
+		return c.fleet.close()
+	}
 	open, err := c.locks.Close()
 	if !open {
 		return nil

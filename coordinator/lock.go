@@ -128,6 +128,17 @@ func (c *Coordinator) acquire(ctx context.Context, verb, name string, kind LockK
 	if err != nil {
 		return nil, fmt.Errorf("%s %q: %w", verb, name, err)
 	}
+	if c.fleet != nil { // the cluster the name is placed in
+		m, err := c.fleet.lockMember(ctx, name)
+		if err == nil {
+			err = m.connected(ctx)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %w", verb, name, err)
+		}
+		l, err := m.c.acquire(ctx, verb, name, kind, limit, opts)
+		return l, m.wrap(err)
+	}
 	spec := lock.Spec{Prefix: c.keys.Lock(name), Limit: limit, Wait: wait}
 	switch kind {
 	case KindExclusive:

@@ -2,6 +2,9 @@ package coordinator
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sync"
 
 	"github.com/stockctl/stockctl/internal/lock"
 )
@@ -11,6 +14,9 @@ import (
 // goroutines of a process that share a key, or queue behind it, are not
 // visible outside that process.
 type LockState struct {
+	// Cluster names the cluster the lock lives in, over several clusters
+	// ("" for one).
+	Cluster   string
 	Name      string
 	Semaphore bool // a semaphore (its own name space), else a lock
 	Limit     int  // a semaphore's limit
@@ -28,8 +34,14 @@ type LockKeyState struct {
 
 // Locks lists every named lock and semaphore that has a holder or a waiter,
 // read at one etcd revision (returned), locks first, by name. ctx bounds
-// the read.
+// the read. Over several clusters it lists every cluster's, read at once,
+// in the clusters' order, each naming its cluster; the revision is then 0
+// (each cluster has its own), and a cluster that cannot be read fails the
+// call, naming it.
 func (c *Coordinator) Locks(ctx context.Context) ([]LockState, int64, error) {
+	if c.fleet != nil {
+		return c.fleet.locksAll(ctx)
+	}
 	ls, rev, err := lock.List(ctx, c.kv, c.keys)
 	if err != nil {
 		return nil, 0, err
@@ -48,4 +60,28 @@ func keyStates(ks []lock.ListedKey) []LockKeyState {
 		out[i] = LockKeyState{Kind: kind, Key: k.Key, Lease: k.Lease, Revision: k.Revision}
 	}
 	return out
+}
+
+// locksAll is Locks over every cluster of a fleet.
+func (f *fleet) locksAll(ctx context.Context) ([]LockState, int64, error) {
+	per := make([][]LockState, len(f.members))
+	errs := make([]error, len(f.members))
+	var wg sync.WaitGroup
+	for i, m := range f.members {
+		wg.Go(func() {
+			if errs[i] = f.ready(ctx, m); errs[i] != nil {
+				return
+			}
+			ls, _, err := m.c.Locks(ctx)
+			for j := range ls {
+				ls[j].Cluster = m.name
+			}
+			per[i], errs[i] = ls, m.wrap(err)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, 0, err
+	}
+	return slices.Concat(per...), 0, nil
 }

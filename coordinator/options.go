@@ -106,11 +106,13 @@ type options struct {
 	logger            *slog.Logger
 	metrics           prometheus.Registerer // nil: no metrics
 	identity          string
+	fleetCheckWait    time.Duration
 }
 
 func defaultOptions() options {
 	return options{
 		prefix:            DefaultPrefix,
+		fleetCheckWait:    DefaultFleetCheckWait,
 		sessionTTL:        DefaultSessionTTL,
 		cohortMaxHandoffs: DefaultCohortMaxHandoffs,
 		cohortMaxHold:     DefaultCohortMaxHold,
@@ -339,6 +341,20 @@ const MaxLockDelay = time.Minute
 func WithLazySegments() Option {
 	return func(o *options) error {
 		o.lazySegments = true
+		return nil
+	}
+}
+
+// WithFleetCheckWait bounds how long NewClusters waits for the clusters'
+// fleet records (DefaultFleetCheckWait if not given); it must be more than
+// 0. A cluster that has not answered by then is checked when first needed.
+// New ignores it.
+func WithFleetCheckWait(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("fleet check wait %v: must be more than 0", d)
+		}
+		o.fleetCheckWait = d
 		return nil
 	}
 }

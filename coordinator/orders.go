@@ -77,8 +77,14 @@ type LineError = segments.LineError
 // server's --max-txn-ops is ErrInvalid. Release, cancel, confirm and
 // expiry act on the whole order: ReleaseOrder and the others, and also
 // Release, Cancel and Confirm called with any one line's SKU.
+//
+// Over several clusters (NewClusters) every line's SKU must be in one
+// cluster (one transaction cannot span two): an order over SKUs of two
+// clusters is ErrInvalidArgument naming them, and changes nothing.
 func (c *Coordinator) AllocateOrder(ctx context.Context, orderID string, lines []Line, opts ...OrderOption) (*OrderAllocation, error) {
-	return c.stock.AllocateOrder(ctx, orderID, lines, opts...)
+	return onLines(ctx, c, lines, func(e *segments.Engine) (*OrderAllocation, error) {
+		return e.AllocateOrder(ctx, orderID, lines, opts...)
+	})
 }
 
 // ReserveOrder is AllocateOrder as a reservation: every line holds its
@@ -89,7 +95,9 @@ func (c *Coordinator) AllocateOrder(ctx context.Context, orderID string, lines [
 // first deadline); the same ID used for a plain AllocateOrder is
 // ErrConflict.
 func (c *Coordinator) ReserveOrder(ctx context.Context, orderID string, lines []Line, ttl time.Duration, opts ...OrderOption) (*OrderAllocation, error) {
-	return c.stock.ReserveOrder(ctx, orderID, lines, ttl, opts...)
+	return onLines(ctx, c, lines, func(e *segments.Engine) (*OrderAllocation, error) {
+		return e.ReserveOrder(ctx, orderID, lines, ttl, opts...)
+	})
 }
 
 // ReleaseOrder gives back every line of an order in one transaction and
@@ -99,14 +107,14 @@ func (c *Coordinator) ReserveOrder(ctx context.Context, orderID string, lines []
 // reports Released false. An order of one SKU (Allocate) is released as
 // Release does, as an order of one line.
 func (c *Coordinator) ReleaseOrder(ctx context.Context, sku, orderID string) (*OrderReleased, error) {
-	return c.stock.ReleaseOrder(ctx, sku, orderID)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderReleased, error) { return e.ReleaseOrder(ctx, sku, orderID) })
 }
 
 // CancelOrder gives back every line of a live reserved order (ReserveOrder)
 // in one transaction (Cancel's rules: ErrConflict for a confirmed or plain
 // order, *ExpiredError for an expired one). sku is any SKU of the order.
 func (c *Coordinator) CancelOrder(ctx context.Context, sku, orderID string) (*OrderReleased, error) {
-	return c.stock.CancelOrder(ctx, sku, orderID)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderReleased, error) { return e.CancelOrder(ctx, sku, orderID) })
 }
 
 // ConfirmOrder makes every line of a live reserved order final, in one
@@ -115,5 +123,5 @@ func (c *Coordinator) CancelOrder(ctx context.Context, sku, orderID string) (*Or
 // past its deadline and expires every line itself). sku is any SKU of the
 // order.
 func (c *Coordinator) ConfirmOrder(ctx context.Context, sku, orderID string) (*OrderConfirmed, error) {
-	return c.stock.ConfirmOrder(ctx, sku, orderID)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderConfirmed, error) { return e.ConfirmOrder(ctx, sku, orderID) })
 }

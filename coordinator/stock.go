@@ -2,6 +2,10 @@ package coordinator
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/stockctl/stockctl/segments"
@@ -74,8 +78,35 @@ func DefaultRefillBatch(total int64, segs int) int64 { return segments.DefaultRe
 // completes it; another config, another InitialFill included, is
 // ErrConflict naming the config of the creation in progress (nothing
 // changes). The result's InitialFill is the fill the segments were given.
+//
+// Over several clusters (NewClusters) the SKU is placed in the cluster its
+// name hashes to, unless its name is already placed (an interrupted
+// creation, or a SKU created with CreateSKUIn), and stays there: see
+// CreateSKUIn.
 func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (segments.Meta, error) {
+	switch {
+	case c.fleet != nil:
+		return c.fleet.create(ctx, sku, "", cfg)
+	case c.inFleet:
+		return segments.Meta{}, fmt.Errorf("create %s: %w: this coordinator is one cluster of a fleet: create SKUs through the fleet's", sku, ErrInvalidArgument)
+	}
 	return c.stock.CreateSKU(ctx, sku, cfg)
+}
+
+// CreateSKUIn is CreateSKU in the named cluster of a coordinator over
+// several. The name is claimed in the fleet's first cluster (the
+// registry) before the SKU is created, so two creations of one name never
+// both succeed, in one cluster or two; a name already placed in another
+// cluster is ErrConflict naming it. The SKU stays in its cluster until
+// DeleteSKU. On a one-cluster coordinator, cluster must be "".
+func (c *Coordinator) CreateSKUIn(ctx context.Context, cluster, sku string, cfg SKUConfig) (segments.Meta, error) {
+	if c.fleet == nil {
+		if cluster != "" {
+			return segments.Meta{}, fmt.Errorf("create %s: cluster %q: %w: this coordinator has one cluster", sku, cluster, ErrInvalidArgument)
+		}
+		return c.CreateSKU(ctx, sku, cfg)
+	}
+	return c.fleet.create(ctx, sku, cluster, cfg)
 }
 
 // Allocate takes qty units of sku for an order, and records the order.
@@ -106,7 +137,9 @@ func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) 
 // ends may still be committed (retry with the same order ID to learn the
 // outcome).
 func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64, routeKey string, opts ...OrderOption) (*Allocation, error) {
-	return c.stock.Allocate(ctx, sku, order, qty, routeKey, opts...)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Allocation, error) {
+		return e.Allocate(ctx, sku, order, qty, routeKey, opts...)
+	})
 }
 
 // AllocateFunc is Allocate with a business step: step runs while the locks
@@ -130,7 +163,9 @@ func (c *Coordinator) Allocate(ctx context.Context, sku, order string, qty int64
 // so a service that recovers from the panic keeps selling the SKU. Undo
 // what step did before it panicked, as for any failed step.
 func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty int64, routeKey string, step Step, opts ...OrderOption) (*Allocation, error) {
-	return c.stock.AllocateFunc(ctx, sku, order, qty, routeKey, step, opts...)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Allocation, error) {
+		return e.AllocateFunc(ctx, sku, order, qty, routeKey, step, opts...)
+	})
 }
 
 // Reserve takes qty units of sku for an order, as Allocate does (same
@@ -148,7 +183,9 @@ func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty i
 // the reservation counts against the buyer's limit until it expires or is
 // cancelled.
 func (c *Coordinator) Reserve(ctx context.Context, sku, order string, qty int64, routeKey string, ttl time.Duration, opts ...OrderOption) (*Allocation, error) {
-	return c.stock.Reserve(ctx, sku, order, qty, routeKey, ttl, opts...)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Allocation, error) {
+		return e.Reserve(ctx, sku, order, qty, routeKey, ttl, opts...)
+	})
 }
 
 // Confirm makes a live reservation a final allocation, in one transaction
@@ -165,7 +202,7 @@ func (c *Coordinator) Reserve(ctx context.Context, sku, order string, qty int64,
 // elsewhere cannot succeed; ErrConflict for a plain allocation (nothing to
 // confirm) and for a reservation that was cancelled or released.
 func (c *Coordinator) Confirm(ctx context.Context, sku, order string) (*Confirmed, error) {
-	return c.stock.Confirm(ctx, sku, order)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Confirmed, error) { return e.Confirm(ctx, sku, order) })
 }
 
 // Cancel gives a live reservation's units back (to the places they came
@@ -178,7 +215,7 @@ func (c *Coordinator) Confirm(ctx context.Context, sku, order string) (*Confirme
 // allocation; *ExpiredError (ErrExpired) for a reservation that expired, its
 // units already back.
 func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released, error) {
-	return c.stock.Cancel(ctx, sku, order)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Released, error) { return e.Cancel(ctx, sku, order) })
 }
 
 // Release returns an order's stock and marks the order released, in one
@@ -196,7 +233,7 @@ func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released,
 // units went back already. Units counted against a buyer's per-user limit
 // are taken off the buyer's counter in the same transaction.
 func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released, error) {
-	return c.stock.Release(ctx, sku, order)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Released, error) { return e.Release(ctx, sku, order) })
 }
 
 // Restock adds a new delivery of qty units to sku's pool and total (a
@@ -216,13 +253,13 @@ func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released
 // ID to learn the outcome; it never adds the delivery twice. Audit counts
 // the deliveries of a SKU.
 func (c *Coordinator) Restock(ctx context.Context, sku, delivery string, qty int64) (*Restocked, error) {
-	return c.stock.Restock(ctx, sku, delivery, qty)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Restocked, error) { return e.Restock(ctx, sku, delivery, qty) })
 }
 
 // Status reads sku's stock in one transaction, so every figure is from the
 // same revision.
 func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
-	return c.stock.Status(ctx, sku)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Status, error) { return e.Status(ctx, sku) })
 }
 
 // Audit checks sku's books at the current revision: the meta record's total
@@ -236,13 +273,13 @@ func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {
 // together cannot exceed the total. A failed audit is reported in the
 // report (OK false), not as an error; errors are for failing to read.
 func (c *Coordinator) Audit(ctx context.Context, sku string) (*AuditReport, error) {
-	return c.stock.AuditAt(ctx, sku, 0)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*AuditReport, error) { return e.AuditAt(ctx, sku, 0) })
 }
 
 // AuditAt is Audit at a past revision rev (0: the current one). etcd keeps
 // past revisions until they are compacted.
 func (c *Coordinator) AuditAt(ctx context.Context, sku string, rev int64) (*AuditReport, error) {
-	return c.stock.AuditAt(ctx, sku, rev)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*AuditReport, error) { return e.AuditAt(ctx, sku, rev) })
 }
 
 // Pruned is the outcome of Prune; Deleted of DeleteSKU.
@@ -267,7 +304,7 @@ type (
 // was pruned stays pruned (each batch in one balanced transaction) and
 // calling again goes on. See docs/operations.md.
 func (c *Coordinator) Prune(ctx context.Context, sku string, before time.Time, opts ...PruneOption) (*Pruned, error) {
-	return c.stock.Prune(ctx, sku, before, opts...)
+	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Pruned, error) { return e.Prune(ctx, sku, before, opts...) })
 }
 
 // PruneOption changes how Prune archives.
@@ -293,13 +330,77 @@ const DefaultPrunedIDRetention = segments.DefaultPrunedIDRetention
 // that cached the old SKU fails its next order cleanly (ErrUnknownSKU, or
 // ErrConflict if the SKU was created again: retry it), writing nothing, and
 // reads the SKU again.
+//
+// Over several clusters, the name's placement is forgotten once the SKU is
+// deleted, so it may be created again in any cluster; DeleteSKU of a name
+// whose SKU is gone but whose placement remains (an interrupted delete)
+// forgets it and returns ErrUnknownSKU.
 func (c *Coordinator) DeleteSKU(ctx context.Context, sku string) (*Deleted, error) {
-	return c.stock.DeleteSKU(ctx, sku)
+	if c.fleet == nil {
+		return c.stock.DeleteSKU(ctx, sku)
+	}
+	d, err := onSKU(ctx, c, sku, func(e *segments.Engine) (*Deleted, error) { return e.DeleteSKU(ctx, sku) })
+	if err != nil && !errors.Is(err, ErrUnknownSKU) {
+		return d, err
+	}
+	if uerr := c.fleet.unplace(ctx, sku); uerr != nil {
+		return d, fmt.Errorf("delete %s: forget its placement: %w", sku, uerr)
+	}
+	return d, err
 }
 
 // SKUs lists the SKUs whose creation has completed, in name order.
+//
+// Over several clusters it lists every cluster's, at once; a cluster that
+// cannot be read fails the call, naming it (ClusterSKUs lists the others).
 func (c *Coordinator) SKUs(ctx context.Context) ([]string, error) {
-	return c.stock.SKUs(ctx)
+	if c.fleet == nil {
+		return c.stock.SKUs(ctx)
+	}
+	var all []string
+	var errs []error
+	for _, l := range c.ClusterSKUs(ctx) {
+		all = append(all, l.SKUs...)
+		if l.Err != nil {
+			errs = append(errs, l.Err)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	slices.Sort(all)
+	return all, nil
+}
+
+// ClusterListing is one cluster's SKUs, from ClusterSKUs.
+type ClusterListing struct {
+	Cluster string
+	SKUs    []string
+	Err     error // the cluster could not be read (a *ClusterError)
+}
+
+// ClusterSKUs lists the SKUs of every cluster, read at once, in the
+// clusters' order; a one-cluster coordinator's listing has Cluster "".
+func (c *Coordinator) ClusterSKUs(ctx context.Context) []ClusterListing {
+	if c.fleet == nil {
+		skus, err := c.stock.SKUs(ctx)
+		return []ClusterListing{{SKUs: skus, Err: err}}
+	}
+	out := make([]ClusterListing, len(c.fleet.members))
+	var wg sync.WaitGroup
+	for i, m := range c.fleet.members {
+		wg.Go(func() {
+			out[i].Cluster = m.name
+			if err := c.fleet.ready(ctx, m); err != nil {
+				out[i].Err = err
+				return
+			}
+			skus, err := m.c.stock.SKUs(ctx)
+			out[i].SKUs, out[i].Err = skus, m.wrap(err)
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // Metrics bounds: the stock gauges cover the MetricsMaxSKUs SKUs this

@@ -121,9 +121,18 @@ type Rebalancer struct {
 
 // New returns a rebalancer acting through c. It does nothing until Run or
 // RunOnce.
+//
+// A rebalancer is elected in one etcd cluster and moves the stock of that
+// cluster's SKUs, its every move fenced by its leadership there. For a
+// coordinator over several clusters (coordinator.NewClusters) make one per
+// cluster, on c.Cluster(name) (New refuses the fleet's coordinator itself).
 func New(c *coordinator.Coordinator, cfg Config) (*Rebalancer, error) {
 	if c == nil {
 		return nil, fmt.Errorf("rebalance: coordinator is nil: %w", coordinator.ErrInvalidArgument)
+	}
+	if cs := c.Clusters(); cs != nil {
+		return nil, fmt.Errorf("rebalance: %w: the coordinator spans clusters %v: make one rebalancer per cluster, on c.Cluster(name)",
+			coordinator.ErrInvalidArgument, cs)
 	}
 	if cfg.SweepInterval < 0 || cfg.IdleAfter < 0 || cfg.DrainWait < 0 || cfg.ExpiryPoll < 0 {
 		return nil, fmt.Errorf("rebalance: %w: intervals must not be negative", coordinator.ErrInvalidArgument)

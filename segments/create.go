@@ -71,7 +71,13 @@ func (cfg SKUConfig) validate() error {
 // completes it; with another config (the initial fill included) it is
 // ErrConflict, naming the config of the creation in progress, and changes
 // nothing. The result is the SKU as created, with its InitialFill.
-func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta, error) {
+//
+// fence, if given, is compared in the transaction that writes the meta
+// record: a failed fence is ErrConflict and writes nothing (a coordinator
+// over several clusters fences a creation by the SKU's placement pin).
+// Resuming an interrupted creation does not compare it: the meta record
+// already holds the name in this cluster.
+func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig, fence ...clientv3.Cmp) (Meta, error) {
 	if err := ValidateSKU(sku); err != nil {
 		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
 	}
@@ -87,7 +93,7 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta
 	}
 	metaKey := e.keys.Meta(sku)
 	resp, err := e.kv.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(metaKey), "=", 0)).
+		If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(metaKey), "=", 0)}, fence...)...).
 		Then(clientv3.OpPut(metaKey, EncodeMeta(meta)),
 			clientv3.OpPut(e.keys.Pool(sku), EncodeCounter(cfg.Total))).
 		Else(clientv3.OpGet(metaKey)).
@@ -97,7 +103,11 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (Meta
 	}
 	metaRev := resp.Header.Revision
 	if !resp.Succeeded {
-		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 { // only a fence fails with no meta record
+			return Meta{}, fmt.Errorf("create %s: %w: its placement changed meanwhile (a concurrent delete or creation): retry", sku, ErrConflict)
+		}
+		kv := kvs[0]
 		old, err := DecodeMeta(metaKey, kv.Value)
 		if err != nil {
 			return Meta{}, fmt.Errorf("create %s: %w", sku, err)

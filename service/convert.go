@@ -124,9 +124,24 @@ func (s *Server) withLeader(ctx context.Context, st *stockctlv1.StockStatus) *st
 	if err != nil {
 		return st
 	}
-	resp, err := etcdcall.KV(s.c.Client()).Get(ctx, ks.Election()+"/", clientv3.WithFirstCreate()...)
+	resp, err := etcdcall.KV(s.skuCluster(ctx, st.Sku).Client()).Get(ctx, ks.Election()+"/", clientv3.WithFirstCreate()...)
 	if err == nil && len(resp.Kvs) > 0 {
 		st.RebalancerLeader = string(resp.Kvs[0].Value)
 	}
 	return st
+}
+
+// skuCluster is the one-cluster coordinator of sku's cluster, for reads
+// the coordinator's API does not offer (the leader, a watch); the server's
+// coordinator itself when it has one cluster, or when the cluster cannot
+// be found (the read then fails or finds nothing, as it would).
+func (s *Server) skuCluster(ctx context.Context, sku string) *coordinator.Coordinator {
+	if s.c.Clusters() == nil {
+		return s.c
+	}
+	name, err := s.c.ClusterOf(ctx, sku)
+	if err != nil || s.c.Cluster(name) == nil {
+		return s.c
+	}
+	return s.c.Cluster(name)
 }

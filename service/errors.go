@@ -93,6 +93,13 @@ func apiError(ctx context.Context, o op, err error) *connect.Error {
 		return e
 	}
 	switch {
+	case errors.Is(err, coordinator.ErrClusterUnavailable):
+		// One etcd cluster of several is down: its SKUs and locks only.
+		var meta map[string]string
+		if cl, ok := errors.AsType[*coordinator.ClusterError](err); ok {
+			meta = map[string]string{"cluster": cl.Cluster}
+		}
+		return newError(connect.CodeUnavailable, stockctlv1.ErrorReason_ERROR_REASON_ETCD_UNAVAILABLE, err, meta, retryAfter(time.Second))
 	case errors.Is(err, errEtcdUnavailable):
 		return newError(connect.CodeUnavailable, stockctlv1.ErrorReason_ERROR_REASON_ETCD_UNAVAILABLE, err, nil, retryAfter(time.Second))
 	case errors.Is(err, errShuttingDown), errors.Is(err, coordinator.ErrClosed):

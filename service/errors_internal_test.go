@@ -36,6 +36,8 @@ func TestErrorsOfFaultsMapToTheirReasons(t *testing.T) {
 			connect.CodeUnavailable, stockctlv1.ErrorReason_ERROR_REASON_SHUTTING_DOWN, false},
 		{"session lost under a stock call", fmt.Errorf("restock: %w", coordinator.ErrSessionLost),
 			connect.CodeUnavailable, stockctlv1.ErrorReason_ERROR_REASON_SESSION_LOST, true},
+		{"one cluster of several unreachable", fmt.Errorf("allocate: %w", &coordinator.ClusterError{Cluster: "b", Unavailable: true, Err: context.DeadlineExceeded}),
+			connect.CodeUnavailable, stockctlv1.ErrorReason_ERROR_REASON_ETCD_UNAVAILABLE, true},
 		{"anything else", errors.New("something unexpected"),
 			connect.CodeInternal, stockctlv1.ErrorReason_ERROR_REASON_INTERNAL, false},
 	}

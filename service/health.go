@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
@@ -32,8 +33,23 @@ func (h healthChecker) Check(_ context.Context, req *grpchealth.CheckRequest) (*
 
 // etcdConnected reports whether the coordinator's etcd connection is up
 // (or idle, which the next call wakes).
+//
+// Over several clusters: whether any cluster's is (a cluster that is down
+// fails only its own SKUs and locks, each call saying so).
 func (s *Server) etcdConnected() bool {
-	conn := s.c.Client().ActiveConnection()
+	if names := s.c.Clusters(); names != nil {
+		for _, n := range names {
+			if connUp(s.c.Cluster(n).Client().ActiveConnection()) {
+				return true
+			}
+		}
+		return false
+	}
+	return connUp(s.c.Client().ActiveConnection())
+}
+
+// connUp reports whether conn is up or idle (nil: not known, so up).
+func connUp(conn *grpc.ClientConn) bool {
 	if conn == nil {
 		return true
 	}
@@ -48,7 +64,12 @@ func (s *Server) etcdConnected() bool {
 //
 // It is a gate at the start of a call, not a guarantee: etcd can go away
 // during the call, which then ends with an etcd error or the deadline.
+// Over several clusters there is no gate: a call's error names its
+// cluster when that one is down (coordinator.ErrClusterUnavailable).
 func (s *Server) etcdReady(ctx context.Context) error {
+	if s.c.Clusters() != nil {
+		return nil
+	}
 	conn := s.c.Client().ActiveConnection()
 	if conn == nil {
 		return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,18 +44,28 @@ func (h inspectService) ListLocks(ctx context.Context, _ *connect.Request[stockc
 		if err != nil {
 			return nil, err
 		}
-		// The identities are the keys' values, at the listing's revision.
-		var names []string
+		// The identities are the keys' values, at the listing's revision
+		// (over several clusters, rev is 0: each cluster's keys now, read
+		// in that cluster).
+		names := map[string][]string{}
 		for _, l := range ls {
 			for _, k := range slices.Concat(l.Holders, l.Waiters) {
 				if k.Kind != coordinator.KindSemaphore {
-					names = append(names, k.Key)
+					names[l.Cluster] = append(names[l.Cluster], k.Key)
 				}
 			}
 		}
-		idents, err := h.values(ctx, names, rev)
-		if err != nil {
-			return nil, err
+		idents := map[string]string{}
+		for cl, ns := range names {
+			c := h.s.c
+			if cl != "" {
+				c = h.s.c.Cluster(cl)
+			}
+			got, err := h.values(ctx, c.Client(), ns, rev)
+			if err != nil {
+				return nil, err
+			}
+			maps.Copy(idents, got)
 		}
 		res := &stockctlv1.ListLocksResponse{Revision: rev, Locks: []*stockctlv1.LockListing{}}
 		for _, l := range ls {
@@ -90,9 +101,9 @@ func lockKind(k coordinator.LockKind) stockctlv1.LockKind {
 
 // values reads the values of ks at rev, in transactions of at most 64 gets
 // (etcd's default bound is 128 operations a transaction).
-func (h inspectService) values(ctx context.Context, ks []string, rev int64) (map[string]string, error) {
+func (h inspectService) values(ctx context.Context, client *clientv3.Client, ks []string, rev int64) (map[string]string, error) {
 	out := map[string]string{}
-	kv := etcdcall.KV(h.s.c.Client())
+	kv := etcdcall.KV(client)
 	for chunk := range slices.Chunk(ks, 64) {
 		ops := make([]clientv3.Op, len(chunk))
 		for i, k := range chunk {
@@ -118,7 +129,7 @@ func (h inspectService) ListPlaceHolders(ctx context.Context, req *connect.Reque
 			return nil, badField("sku", "must name a SKU")
 		}
 		sp := h.space()
-		resp, err := etcdcall.KV(h.s.c.Client()).Txn(ctx).Then(
+		resp, err := etcdcall.KV(h.s.skuCluster(ctx, sku).Client()).Txn(ctx).Then(
 			clientv3.OpGet(sp.StockLocks(sku), clientv3.WithPrefix()),
 			clientv3.OpGet(sp.Election()+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(1)),
 		).Commit()

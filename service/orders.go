@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/feed"
 )
 
@@ -51,7 +53,13 @@ func (h stockService) WatchOrders(ctx context.Context, req *connect.Request[stoc
 		}
 	}()
 
-	client := s.c.Client()
+	// Over several clusters a SKU's feed is its cluster's (its revisions
+	// that cluster's); the merged feed of every cluster is not built yet.
+	if s.c.Clusters() != nil && m.Sku == "" {
+		return s.fail(ctx, opRead, method, fmt.Errorf("%w: every SKU's orders over several etcd clusters (a merged feed) is not supported yet: name a SKU",
+			coordinator.ErrInvalidArgument))
+	}
+	client := s.skuCluster(ctx, m.Sku).Client()
 	cfg := feed.Config{Prefix: s.c.Prefix(), SKU: m.Sku, Since: m.Since}
 	// The response headers now, not with the first message, which may be
 	// long in coming (a snapshot waits for a page slot): a client's call
@@ -154,7 +162,7 @@ func (s *Server) sendSnapshot(ctx context.Context, stream *connect.ServerStream[
 	if err := take(); err != nil { // for the first page's read
 		return 0, err
 	}
-	err := feed.SnapshotPages(ctx, s.c.Client(), cfg, func(b feed.Batch, last bool) error {
+	err := feed.SnapshotPages(ctx, s.skuCluster(ctx, cfg.SKU).Client(), cfg, func(b feed.Batch, last bool) error {
 		msg := &stockctlv1.WatchOrdersResponse{Events: orderEvents(b.Events), Snapshot: true}
 		b.Events = nil
 		if last {

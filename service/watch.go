@@ -103,7 +103,7 @@ func (h stockService) WatchStatus(ctx context.Context, req *connect.Request[stoc
 func (s *Server) watchSKU(ctx context.Context, sku string, rev int64) <-chan error {
 	out := make(chan error, 1)
 	ks := engines.Of(s.c).Keys
-	client := s.c.Client()
+	client := s.skuCluster(ctx, sku).Client() // the watch revision rev is that cluster's
 	watches := []clientv3.WatchChan{
 		client.Watch(ctx, ks.Meta(sku), clientv3.WithRev(rev)),
 		client.Watch(ctx, ks.SKUStock(sku), clientv3.WithPrefix(), clientv3.WithRev(rev)),

@@ -23,6 +23,7 @@ func auditCommand() *ucli.Command {
 // auditView is the result of audit.
 type auditView struct {
 	SKU            string   `json:"sku"`
+	Cluster        string   `json:"cluster,omitempty"` // with several clusters: the one that holds the SKU
 	OK             bool     `json:"ok"`
 	Total          int64    `json:"total"`
 	Pool           int64    `json:"pool"`
@@ -52,6 +53,9 @@ func auditViewOf(r *coordinator.AuditReport) auditView {
 func (v auditView) table() table {
 	var t table
 	t.add("SKU", v.SKU)
+	if v.Cluster != "" {
+		t.add("CLUSTER", v.Cluster)
+	}
 	verdict := "ok: the books balance"
 	if !v.OK {
 		verdict = "FAILED"
@@ -101,7 +105,9 @@ func auditAction(c *ucli.Context) error {
 		if err != nil {
 			return opFailed(ctx, err)
 		}
-		if err := show(c, g, auditViewOf(r)); err != nil {
+		v := auditViewOf(r)
+		v.Cluster, _ = cn.coord.ClusterOf(ctx, sku)
+		if err := show(c, g, v); err != nil {
 			return err
 		}
 		if !r.OK {

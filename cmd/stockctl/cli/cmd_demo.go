@@ -368,7 +368,7 @@ func startDemoRebalancer(ctx context.Context, cn *conn, t *demoTally) (stop func
 		if r.Leader() {
 			return stop, r.Identity(), nil
 		}
-		if leader = currentLeader(cn); leader != "" {
+		if leader = currentLeader(cn, cn.coord); leader != "" {
 			return stop, leader, nil
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -21,6 +21,7 @@ func initCommand() *ucli.Command {
 			&ucli.Int64Flag{Name: "initial-fill", Usage: "units that start in the segments, spread evenly; the rest starts in the pool (default: the total)"},
 			&ucli.Int64Flag{Name: "low-watermark", Usage: "the rebalancer refills a segment holding less than this"},
 			&ucli.Int64Flag{Name: "refill-batch", Usage: "units the rebalancer moves into a segment at once (0: total/(4×segments))"},
+			&ucli.StringFlag{Name: "cluster", Usage: "with several clusters (global --cluster): the cluster to create the SKU in (default: the one its name hashes to)"},
 			&ucli.Int64Flag{Name: "per-user-limit", Usage: "most units one buyer may hold (confirmed and reserved); orders must then name --buyer (0: no limit)"},
 		},
 		Action: initAction,
@@ -30,6 +31,7 @@ func initCommand() *ucli.Command {
 // skuView is a SKU's meta record, the result of init.
 type skuView struct {
 	SKU          string    `json:"sku"`
+	Cluster      string    `json:"cluster,omitempty"` // with several clusters: the one it was created in
 	Total        int64     `json:"total"`
 	Segments     int       `json:"segments"`
 	InitialFill  int64     `json:"initialFill"`
@@ -42,6 +44,9 @@ type skuView struct {
 func (v skuView) table() table {
 	var t table
 	t.add("SKU", v.SKU)
+	if v.Cluster != "" {
+		t.add("CLUSTER", v.Cluster)
+	}
 	t.add("TOTAL", v.Total)
 	t.add("SEGMENTS", v.Segments)
 	t.add("INITIAL FILL", v.InitialFill)
@@ -81,11 +86,12 @@ func initAction(c *ucli.Context) error {
 		return err
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
-		meta, err := cn.coord.CreateSKU(ctx, sku, cfg)
+		meta, err := cn.coord.CreateSKUIn(ctx, c.String("cluster"), sku, cfg)
 		if err != nil {
 			return opFailed(ctx, err)
 		}
-		return show(c, g, skuView{SKU: sku, Total: meta.Total, Segments: meta.Segments, InitialFill: meta.InitialFill,
+		where, _ := cn.coord.ClusterOf(ctx, sku)
+		return show(c, g, skuView{SKU: sku, Cluster: where, Total: meta.Total, Segments: meta.Segments, InitialFill: meta.InitialFill,
 			LowWatermark: meta.LowWatermark, RefillBatch: meta.RefillBatch, PerUserLimit: meta.PerUserLimit, Created: meta.Created})
 	})
 }

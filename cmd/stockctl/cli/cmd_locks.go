@@ -28,6 +28,7 @@ type locksView struct {
 }
 
 type lockStateRow struct {
+	Cluster string       `json:"cluster,omitempty"` // with several clusters: the one the lock lives in
 	Name    string       `json:"name"`
 	Type    string       `json:"type"`  // "lock" or "semaphore"
 	Limit   int          `json:"limit"` // 0 for locks
@@ -45,7 +46,7 @@ type lockKeyRow struct {
 func locksViewOf(ls []coordinator.LockState, rev int64) locksView {
 	v := locksView{Revision: rev, Locks: []lockStateRow{}}
 	for _, l := range ls {
-		r := lockStateRow{Name: l.Name, Type: "lock", Limit: l.Limit, Holders: keyRows(l.Holders), Waiters: keyRows(l.Waiters)}
+		r := lockStateRow{Cluster: l.Cluster, Name: l.Name, Type: "lock", Limit: l.Limit, Holders: keyRows(l.Holders), Waiters: keyRows(l.Waiters)}
 		if l.Semaphore {
 			r.Type = "semaphore"
 		}
@@ -64,18 +65,30 @@ func keyRows(ks []coordinator.LockKeyState) []lockKeyRow {
 
 func (v locksView) table() table {
 	var t table
-	t.add("REVISION", v.Revision)
-	t.header = []string{"NAME", "TYPE", "STATE", "KIND", "LEASE", "REVISION", "KEY"}
+	several := v.Revision == 0 && len(v.Locks) > 0 && v.Locks[0].Cluster != ""
+	if several {
+		t.add("REVISION", "one per cluster")
+		t.header = []string{"CLUSTER", "NAME", "TYPE", "STATE", "KIND", "LEASE", "REVISION", "KEY"}
+	} else {
+		t.add("REVISION", v.Revision)
+		t.header = []string{"NAME", "TYPE", "STATE", "KIND", "LEASE", "REVISION", "KEY"}
+	}
+	row := func(l lockStateRow, cells ...string) {
+		if several {
+			cells = append([]string{l.Cluster}, cells...)
+		}
+		t.rows = append(t.rows, cells)
+	}
 	for _, l := range v.Locks {
 		typ := l.Type
 		if l.Type == "semaphore" {
 			typ = fmt.Sprintf("semaphore/%d", l.Limit)
 		}
 		for _, k := range l.Holders {
-			t.rows = append(t.rows, []string{l.Name, typ, "holds", k.Kind, k.Lease, strconv.FormatInt(k.Revision, 10), k.Key})
+			row(l, l.Name, typ, "holds", k.Kind, k.Lease, strconv.FormatInt(k.Revision, 10), k.Key)
 		}
 		for i, k := range l.Waiters {
-			t.rows = append(t.rows, []string{l.Name, typ, fmt.Sprintf("waits (%d)", i+1), k.Kind, k.Lease, strconv.FormatInt(k.Revision, 10), k.Key})
+			row(l, l.Name, typ, fmt.Sprintf("waits (%d)", i+1), k.Kind, k.Lease, strconv.FormatInt(k.Revision, 10), k.Key)
 		}
 	}
 	if len(v.Locks) == 0 {

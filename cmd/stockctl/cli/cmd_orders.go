@@ -213,10 +213,24 @@ func ordersAction(c *ucli.Context) error {
 		fmt.Fprintf(c.App.ErrWriter, "stockctl: orders --follow: following the embedded etcd in %s: no other process can change it "+
 			"while this runs (run `stockctl serve`, and follow with --endpoints)\n", g.dataDir)
 	}
+	client := cn.client
+	if cn.coord.Clusters() != nil {
+		// Several clusters: a SKU's feed is its cluster's, its revisions
+		// that cluster's. The merged feed of every cluster is not built
+		// yet.
+		if a.sku == "" {
+			return usageError("orders --all with several clusters is not supported yet: name a SKU (its cluster's feed)")
+		}
+		where, err := cn.coord.ClusterOf(sctx, a.sku)
+		if err != nil {
+			return followEnd(ctx, a, ordersFailed(sctx, "find the cluster of "+a.sku, err))
+		}
+		client = cn.coord.Cluster(where).Client()
+	}
 	p := &ordersPrinter{w: c.App.Writer, json: g.output == outputJSON, cursor: a.since}
 	cfg := feed.Config{Prefix: g.prefix, SKU: a.sku, Since: a.since, UntilOpen: !a.follow}
 	if a.snapshot {
-		snap, err := feed.Snapshot(sctx, cn.client, cfg)
+		snap, err := feed.Snapshot(sctx, client, cfg)
 		if err != nil {
 			return followEnd(ctx, a, ordersFailed(sctx, "read a snapshot of the "+what, err))
 		}
@@ -231,7 +245,7 @@ func ordersAction(c *ucli.Context) error {
 			return writeFailed(err)
 		}
 	}
-	f, err := feed.Open(sctx, cn.client, cfg)
+	f, err := feed.Open(sctx, client, cfg)
 	if err != nil {
 		return followEnd(ctx, a, ordersFailed(sctx, "read the "+what, err))
 	}

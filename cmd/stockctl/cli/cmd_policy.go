@@ -67,7 +67,11 @@ func policyAction(c *ucli.Context) error {
 		}
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
-		m, err := engines.Of(cn.coord).Stock.SetPolicy(ctx, sku, low, batch)
+		where, err := cn.coord.ClusterOf(ctx, sku)
+		if err != nil {
+			return opFailed(ctx, err)
+		}
+		m, err := engines.Of(clusterCoord(cn.coord, where)).Stock.SetPolicy(ctx, sku, low, batch)
 		if err != nil {
 			return opFailed(ctx, err)
 		}

@@ -130,10 +130,15 @@ func rebalanceAction(c *ucli.Context) error {
 		return err
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
-		if _, _, err := engines.Of(cn.coord).Stock.Meta(ctx, sku); err != nil {
+		where, err := cn.coord.ClusterOf(ctx, sku)
+		if err != nil {
 			return failed(ctx, "rebalance "+sku, err)
 		}
-		r, err := rebalance.New(cn.coord, rebalance.Config{Identity: g.identity})
+		in := clusterCoord(cn.coord, where) // the rebalancer of the SKU's cluster
+		if _, _, err := engines.Of(in).Stock.Meta(ctx, sku); err != nil {
+			return failed(ctx, "rebalance "+sku, err)
+		}
+		r, err := rebalance.New(in, rebalance.Config{Identity: g.identity})
 		if err != nil {
 			return failed(ctx, "set up the rebalancer", err)
 		}
@@ -141,7 +146,7 @@ func rebalanceAction(c *ucli.Context) error {
 		if err != nil {
 			// RunOnce's error names the pass: "rebalance SKU: ...".
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(context.Cause(ctx), context.DeadlineExceeded) || ctx.Err() != nil {
-				if leader := currentLeader(cn); leader != "" {
+				if leader := currentLeader(cn, in); leader != "" {
 					err = fmt.Errorf("%w; another rebalancer leads (%s): its passes keep %s stocked", err, leader, sku)
 				}
 			}
@@ -160,10 +165,12 @@ func rebalanceAction(c *ucli.Context) error {
 
 // currentLeader names the elected rebalancer, or "" if there is none or
 // it cannot be read.
-func currentLeader(cn *conn) string {
+// With several clusters, in is the one-cluster coordinator of the cluster
+// whose rebalancer is wanted.
+func currentLeader(cn *conn, in *coordinator.Coordinator) string {
 	ctx, cancel := context.WithTimeout(context.Background(), cn.g.dialTimeout)
 	defer cancel()
-	resp, err := engines.Of(cn.coord).KV.Get(ctx, engines.Of(cn.coord).Keys.Election()+"/", clientv3.WithFirstCreate()...)
+	resp, err := engines.Of(in).KV.Get(ctx, engines.Of(in).Keys.Election()+"/", clientv3.WithFirstCreate()...)
 	if err != nil || len(resp.Kvs) == 0 {
 		return ""
 	}
@@ -203,8 +210,31 @@ func watchRebalancer(c *ucli.Context, g *globals, sku string) error {
 // runRebalancer runs a rebalancer on cn until ctx ends; an interrupt is a
 // normal end.
 // Its metrics go to reg, if not nil.
+//
+// With several clusters it runs one rebalancer per cluster, each elected in
+// its own cluster, their metrics labelled with the cluster.
 func runRebalancer(ctx context.Context, c *ucli.Context, cn *conn, printer *movePrinter, reg prometheus.Registerer) error {
-	r, err := rebalance.New(cn.coord, rebalance.Config{
+	names := cn.coord.Clusters()
+	if names == nil {
+		return runRebalancerIn(ctx, c, cn, cn.coord, "", printer, reg)
+	}
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		creg := reg
+		if reg != nil {
+			creg = prometheus.WrapRegistererWith(prometheus.Labels{"cluster": name}, reg)
+		}
+		wg.Go(func() { errs[i] = runRebalancerIn(ctx, c, cn, cn.coord.Cluster(name), name, printer, creg) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// runRebalancerIn runs the rebalancer of one cluster (name "": the only
+// one) until ctx ends.
+func runRebalancerIn(ctx context.Context, c *ucli.Context, cn *conn, in *coordinator.Coordinator, name string, printer *movePrinter, reg prometheus.Registerer) error {
+	r, err := rebalance.New(in, rebalance.Config{
 		Identity: cn.g.identity,
 		Logger:   cn.g.logger(c.App.ErrWriter),
 		OnMove:   printer.print,
@@ -217,7 +247,11 @@ func runRebalancer(ctx context.Context, c *ucli.Context, cn *conn, printer *move
 			return failed(ctx, "register the rebalancer's metrics", err)
 		}
 	}
-	fmt.Fprintf(c.App.ErrWriter, "rebalancer %s campaigning under %s; interrupt (^C) to stop\n", r.Identity(), cn.g.prefix)
+	where := ""
+	if name != "" {
+		where = " in cluster " + name
+	}
+	fmt.Fprintf(c.App.ErrWriter, "rebalancer %s campaigning under %s%s; interrupt (^C) to stop\n", r.Identity(), cn.g.prefix, where)
 	if err := r.Run(ctx); err != nil {
 		return failed(ctx, "run the rebalancer", err)
 	}

@@ -30,6 +30,7 @@ func statusCommand() *ucli.Command {
 // statusView is the result of status: the SKU's stock at one revision.
 type statusView struct {
 	SKU          string        `json:"sku"`
+	Cluster      string        `json:"cluster,omitempty"` // with several clusters: the one that holds the SKU
 	Total        int64         `json:"total"`
 	Pool         int64         `json:"pool"`
 	Allocated    int64         `json:"allocated"`
@@ -91,6 +92,9 @@ func statusViewOf(st *coordinator.Status) statusView {
 func (v statusView) table() table {
 	var t table
 	t.add("SKU", v.SKU)
+	if v.Cluster != "" {
+		t.add("CLUSTER", v.Cluster)
+	}
 	t.add("TOTAL", v.Total)
 	t.add("POOL", v.Pool)
 	t.add("ALLOCATED", allocatedText(v.Allocated, v.Orders, v.ArchivedOrders))
@@ -156,8 +160,14 @@ func statusAction(c *ucli.Context) error {
 			return opFailed(ctx, err)
 		}
 		v := statusViewOf(st)
-		v.Leader = currentLeader(cn)
-		v.Etcd = readSpace(ctx, cn.client, cn.endpoints)
+		v.Cluster, _ = cn.coord.ClusterOf(ctx, sku)
+		in := clusterCoord(cn.coord, v.Cluster) // its cluster's rebalancer and etcd
+		v.Leader = currentLeader(cn, in)
+		if v.Cluster == "" {
+			v.Etcd = readSpace(ctx, cn.client, cn.endpoints)
+		} else {
+			v.Etcd = readSpace(ctx, in.Client(), in.Client().Endpoints())
+		}
 		return show(c, g, v)
 	})
 }

@@ -24,7 +24,8 @@ type conn struct {
 	g         *globals
 	server    *embedetcd.Server // nil with --endpoints
 	endpoints []string
-	client    *clientv3.Client
+	client    *clientv3.Client   // with --cluster: the first cluster's
+	clients   []*clientv3.Client // with --cluster: every cluster's
 	coord     *coordinator.Coordinator
 }
 
@@ -34,6 +35,15 @@ type conn struct {
 // ready to return from an action.
 func connect(ctx context.Context, c *ucli.Context, g *globals, opts ...coordinator.Option) (*conn, error) {
 	cn := &conn{g: g, endpoints: g.endpoints}
+	opts = append([]coordinator.Option{coordinator.WithPrefix(g.prefix), coordinator.WithLogger(g.logger(c.App.ErrWriter)),
+		coordinator.WithIdentity(g.identity)}, opts...)
+	if len(g.clusters) > 0 {
+		if err := connectClusters(ctx, c, g, cn, opts); err != nil {
+			cn.Close()
+			return nil, err
+		}
+		return cn, nil
+	}
 	if len(cn.endpoints) == 0 {
 		_, statErr := os.Stat(g.dataDir)
 		srv, err := startEmbedded(ctx, embedetcd.Config{Dir: g.dataDir})
@@ -55,8 +65,6 @@ func connect(ctx context.Context, c *ucli.Context, g *globals, opts ...coordinat
 		return nil, err
 	}
 	cn.client = client
-	opts = append([]coordinator.Option{coordinator.WithPrefix(g.prefix), coordinator.WithLogger(g.logger(c.App.ErrWriter)),
-		coordinator.WithIdentity(g.identity)}, opts...)
 	coord, err := coordinator.New(client, opts...)
 	if err != nil {
 		cn.Close()
@@ -72,7 +80,12 @@ func (cn *conn) Close() {
 	if cn.coord != nil {
 		_ = cn.coord.Close()
 	}
-	if cn.client != nil {
+	switch {
+	case cn.clients != nil:
+		for _, cl := range cn.clients {
+			_ = cl.Close()
+		}
+	case cn.client != nil:
 		_ = cn.client.Close()
 	}
 	if cn.server != nil {
@@ -111,7 +124,7 @@ func dial(ctx context.Context, g *globals, endpoints []string, opts ...grpc.Dial
 		Password:    g.password,
 		// The client logs every retry at warn level; stockctl reports the
 		// errors that matter itself.
-		Logger:      zap.NewNop(),
+		Logger:      quietLogger(),
 		DialOptions: opts,
 	})
 	if err != nil {
@@ -141,3 +154,6 @@ func withConn(c *ucli.Context, g *globals, f func(ctx context.Context, cn *conn)
 	defer cn.Close()
 	return f(ctx, cn)
 }
+
+// quietLogger is the etcd clients' logger: none.
+func quietLogger() *zap.Logger { return zap.NewNop() }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -53,6 +54,9 @@ func globalFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "endpoints", EnvVars: []string{"STOCKCTL_ENDPOINTS"},
 			Usage: "etcd endpoints, comma-separated host:port, http://host:port or https://host:port (host:port is https with --cacert/--cert/--key); " +
 				"none: an embedded etcd in --data-dir for the command's duration"},
+		&ucli.GenericFlag{Name: "cluster", Value: &clusterFlag{}, // STOCKCTL_CLUSTERS: read by readGlobals
+			Usage: "NAME=ep1,ep2,...: one etcd cluster of several (repeat it; the first is the fleet's registry, every process " +
+				"names the same clusters in the same order; in STOCKCTL_CLUSTERS separate them with ';'); instead of --endpoints: docs/clusters.md"},
 		&ucli.StringFlag{Name: "prefix", Value: coordinator.DefaultPrefix, EnvVars: []string{"STOCKCTL_PREFIX"},
 			Usage: "etcd key prefix stockctl keeps everything under (a trailing / is added when missing)"},
 		&ucli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: outputTable, EnvVars: []string{"STOCKCTL_OUTPUT"},
@@ -77,6 +81,7 @@ func globalFlags() []ucli.Flag {
 // globals are the validated global flags.
 type globals struct {
 	endpoints   []string
+	clusters    []clusterSpec // --cluster, in order; nil: one cluster (--endpoints or embedded)
 	prefix      string
 	output      string
 	dialTimeout time.Duration
@@ -110,6 +115,36 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 		}
 		g.endpoints = append(g.endpoints, norm)
 	}
+	cf := globalClusters(c)
+	if cf == nil || len(cf.specs) == 0 {
+		// The environment only when no --cluster is given (a Generic
+		// flag's EnvVars would add to the flags instead).
+		cf = &clusterFlag{}
+		if err := cf.Set(os.Getenv("STOCKCTL_CLUSTERS")); err != nil {
+			return nil, usageError("invalid STOCKCTL_CLUSTERS: %v", err)
+		}
+	}
+	if len(cf.specs) > 0 {
+		if len(g.endpoints) > 0 {
+			return nil, usageError("give --endpoints (one cluster) or --cluster (several), not both")
+		}
+		seen := map[string]bool{}
+		for _, sp := range cf.specs {
+			if seen[sp.name] {
+				return nil, usageError("invalid --cluster: %q named twice", sp.name)
+			}
+			seen[sp.name] = true
+			cs := clusterSpec{name: sp.name}
+			for _, ep := range sp.endpoints {
+				norm, err := normalizeEndpoint(ep, tlsFiles)
+				if err != nil {
+					return nil, err
+				}
+				cs.endpoints = append(cs.endpoints, norm)
+			}
+			g.clusters = append(g.clusters, cs)
+		}
+	}
 	ks, err := keys.New(g.prefix)
 	if err != nil {
 		return nil, usageError("invalid --prefix %q: %v", g.prefix, err)
@@ -134,7 +169,7 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 	if g.identity, err = readIdentity(c); err != nil {
 		return nil, err
 	}
-	if g.dataDir == "" && len(g.endpoints) == 0 {
+	if g.dataDir == "" && len(g.endpoints) == 0 && len(g.clusters) == 0 {
 		return nil, usageError("--data-dir is empty: name a directory for the embedded etcd, or give --endpoints")
 	}
 	if u := c.String("user"); u != "" {
@@ -145,7 +180,11 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 		}
 		g.user, g.password = name, password
 	}
-	tc, err := tlsConfig(c.String("cacert"), c.String("cert"), c.String("key"), g.endpoints)
+	all := slices.Clone(g.endpoints)
+	for _, cs := range g.clusters {
+		all = append(all, cs.endpoints...)
+	}
+	tc, err := tlsConfig(c.String("cacert"), c.String("cert"), c.String("key"), all)
 	if err != nil {
 		return nil, err
 	}

@@ -225,8 +225,17 @@ func watchStatus(c *ucli.Context, g *globals, sku string) error {
 	if loadTimeout <= 0 {
 		loadTimeout = DefaultTimeout
 	}
-	w := newSaleWatch(cn.coord, sku, loadTimeout, c.App.ErrWriter)
-	if err := w.state.load(sctx, cn.coord); errors.Is(err, coordinator.ErrUnknownSKU) {
+	// With several clusters: watch the SKU's own cluster.
+	in := cn.coord
+	if cn.coord.Clusters() != nil {
+		where, err := cn.coord.ClusterOf(sctx, sku)
+		if err != nil {
+			return opFailed(sctx, err)
+		}
+		in = cn.coord.Cluster(where)
+	}
+	w := newSaleWatch(in, sku, loadTimeout, c.App.ErrWriter)
+	if err := w.state.load(sctx, in); errors.Is(err, coordinator.ErrUnknownSKU) {
 		cancel()
 		// Until it exists: a wait, not setup, so not bounded by --timeout.
 		if err := w.waitForSKU(ctx, c.App.ErrWriter); err != nil {

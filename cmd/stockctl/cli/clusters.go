@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	ucli "github.com/urfave/cli/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/coordinator"
+)
+
+// clusterSpec is one --cluster NAME=ep1,ep2,...
+type clusterSpec struct {
+	name      string
+	endpoints []string // normalised by readGlobals
+}
+
+// clusterFlag is the repeatable --cluster flag (a flag.Value): each value
+// is NAME=ep1,ep2,...; the environment variable holds several separated by
+// ';'. Names are checked by coordinator.NewClusters.
+type clusterFlag struct{ specs []clusterSpec }
+
+func (f *clusterFlag) Set(v string) error {
+	for _, one := range strings.Split(v, ";") {
+		if one = strings.TrimSpace(one); one == "" {
+			continue
+		}
+		name, eps, ok := strings.Cut(one, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return fmt.Errorf("invalid --cluster %q: want NAME=ep1,ep2,...", one)
+		}
+		sp := clusterSpec{name: name}
+		for _, ep := range strings.Split(eps, ",") {
+			if ep = strings.TrimSpace(ep); ep != "" {
+				sp.endpoints = append(sp.endpoints, ep)
+			}
+		}
+		if len(sp.endpoints) == 0 {
+			return fmt.Errorf("invalid --cluster %q: no endpoint", one)
+		}
+		f.specs = append(f.specs, sp)
+	}
+	return nil
+}
+
+func (f *clusterFlag) String() string {
+	var parts []string
+	for _, sp := range f.specs {
+		parts = append(parts, sp.name+"="+strings.Join(sp.endpoints, ","))
+	}
+	return strings.Join(parts, ";")
+}
+
+// connectClusters makes the coordinator over --cluster's clusters. Each is
+// dialled and checked at once, within --dial-timeout; one that does not
+// answer is reported on stderr and left to the coordinator, which serves
+// the others and checks it when first needed. A cluster that refuses the
+// credentials, or none answering, fails the command.
+func connectClusters(ctx context.Context, c *ucli.Context, g *globals, cn *conn, opts []coordinator.Option) error {
+	clients := make([]*clientv3.Client, len(g.clusters))
+	errs := make([]error, len(g.clusters))
+	var wg sync.WaitGroup
+	for i, cs := range g.clusters {
+		wg.Go(func() { clients[i], errs[i] = dial(ctx, g, cs.endpoints) })
+	}
+	wg.Wait()
+	answered := 0
+	cls := make([]coordinator.Cluster, len(g.clusters))
+	for i, cs := range g.clusters {
+		if errs[i] != nil {
+			// Not reachable now: a client that keeps trying, without the
+			// check.
+			fmt.Fprintf(c.App.ErrWriter, "stockctl: warning: cluster %s: %v; serving the other clusters meanwhile\n", cs.name, errs[i])
+			cl, err := clientv3.New(clientv3.Config{Endpoints: cs.endpoints, DialTimeout: g.dialTimeout, TLS: g.tls,
+				Username: g.user, Password: g.password, Logger: quietLogger()})
+			if err != nil {
+				return failed(ctx, "connect to cluster "+cs.name, err)
+			}
+			clients[i] = cl
+		} else {
+			answered++
+		}
+		cn.clients = append(cn.clients, clients[i])
+		cls[i] = coordinator.Cluster{Name: cs.name, Client: clients[i]}
+	}
+	if answered == 0 {
+		return failed(ctx, "reach any of the clusters", errs[0])
+	}
+	coord, err := coordinator.NewClusters(ctx, cls, append(opts, coordinator.WithFleetCheckWait(g.dialTimeout))...)
+	if err != nil {
+		return failed(ctx, "set up the coordinator", err)
+	}
+	cn.coord = coord
+	cn.client = clients[0]
+	for _, cs := range g.clusters {
+		cn.endpoints = append(cn.endpoints, cs.endpoints...)
+	}
+	return nil
+}
+
+// clusterNames are the coordinator's clusters, or one "" for one cluster:
+// what the commands that cover every cluster go over.
+func clusterNames(coord *coordinator.Coordinator) []string {
+	if cs := coord.Clusters(); cs != nil {
+		return cs
+	}
+	return []string{""}
+}
+
+// clusterCoord is the one-cluster coordinator of name ("" : coord itself).
+func clusterCoord(coord *coordinator.Coordinator, name string) *coordinator.Coordinator {
+	if name == "" {
+		return coord
+	}
+	return coord.Cluster(name)
+}
+
+// globalClusters is the global --cluster flag's value: looked up through
+// the context's lineage, since a command may have a --cluster flag of its
+// own (init's names the cluster to create a SKU in).
+func globalClusters(c *ucli.Context) *clusterFlag {
+	for _, cc := range c.Lineage() {
+		if cf, ok := cc.Generic("cluster").(*clusterFlag); ok {
+			return cf
+		}
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// The CLI over two clusters: init places a SKU where --cluster says (or
+// by its name), list, status, audit and rebalance name the cluster that
+// holds it, orders go there; processes whose --cluster lists disagree are
+// refused; with one cluster stopped, the other's SKUs still sell and the
+// stopped one's fail naming it.
+func TestCLIClusters(t *testing.T) {
+	a, b := etcdtest.NewSingle(t, etcdtest.WithNoFsync()), etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	prefix := "/clusters-cli/"
+	fleet := []string{"--cluster", "a=" + a.Endpoints()[0], "--cluster", "b=" + b.Endpoints()[0], "--prefix", prefix, "--dial-timeout", "2s"}
+	e := &env{t: t, prefix: prefix}
+	okRun := func(args ...string) string {
+		t.Helper()
+		r := run(t, append(fleet, args...)...)
+		if r.code != 0 {
+			t.Fatalf("stockctl %s: exit %d, stderr %q", strings.Join(args, " "), r.code, r.stderr)
+		}
+		return r.stdout
+	}
+	var sv skuView
+	decode(t, okRun("-o", "json", "init", "inb", "--total", "100", "--segments", "2", "--cluster", "b"), &sv)
+	if sv.Cluster != "b" {
+		t.Fatalf("init --cluster b: %+v", sv)
+	}
+	decode(t, okRun("-o", "json", "init", "ina", "--total", "100", "--segments", "2", "--initial-fill", "10", "--low-watermark", "8", "--refill-batch", "10", "--cluster", "a"), &sv)
+	if sv.Cluster != "a" {
+		t.Fatalf("init --cluster a: %+v", sv)
+	}
+	okRun("init", "hashed", "--total", "10", "--segments", "1")
+	var l listView
+	decode(t, okRun("-o", "json", "list"), &l)
+	got := map[string]string{}
+	for _, r := range l.SKUs {
+		got[r.SKU] = r.Cluster
+	}
+	if len(l.SKUs) != 3 || got["inb"] != "b" || got["ina"] != "a" || got["hashed"] == "" || len(l.Revisions) != 2 {
+		t.Fatalf("list: %+v", l)
+	}
+	if out := okRun("list"); !strings.Contains(out, "CLUSTER") {
+		t.Fatalf("list table names no cluster:\n%s", out)
+	}
+	okRun("allocate", "inb", "--order", "o1", "--qty", "2")
+	var st statusView
+	decode(t, okRun("-o", "json", "status", "inb"), &st)
+	if st.Cluster != "b" || st.Allocated != 2 {
+		t.Fatalf("status inb: cluster %q, allocated %d", st.Cluster, st.Allocated)
+	}
+	var av auditView
+	decode(t, okRun("-o", "json", "audit", "inb"), &av)
+	if av.Cluster != "b" || !av.OK {
+		t.Fatalf("audit inb: %+v", av)
+	}
+	if out := okRun("-o", "json", "orders", "inb", "--snapshot"); !strings.Contains(out, `"o1"`) {
+		t.Fatalf("orders inb (cluster b) shows no o1:\n%s", out)
+	}
+	if r := run(t, append(fleet, "orders", "--all")...); r.code != ExitUsage {
+		t.Fatalf("orders --all over two clusters: exit %d, %q", r.code, r.stderr)
+	}
+	okRun("allocate", "ina", "--order", "o1", "--qty", "9")
+	var pv passView
+	decode(t, okRun("-o", "json", "rebalance", "ina"), &pv)
+	if len(pv.Moves) == 0 {
+		t.Fatalf("rebalance ina (cluster a) made no move: %+v", pv)
+	}
+	okRun("lock", "some-lock", "--", "true")
+
+	// Another order: refused.
+	r := run(t, "--cluster", "b="+b.Endpoints()[0], "--cluster", "a="+a.Endpoints()[0], "--prefix", prefix, "list")
+	if r.code == 0 || !strings.Contains(r.stderr, "does not match the fleet") {
+		t.Fatalf("clusters in another order: exit %d, stderr %q", r.code, r.stderr)
+	}
+	e.fails(ExitUsage, "not both", append([]string{"--cluster", "a=" + a.Endpoints()[0]}, "list")...)
+	// The environment variable, ';'-separated.
+	t.Setenv("STOCKCTL_CLUSTERS", "a="+a.Endpoints()[0]+";b="+b.Endpoints()[0])
+	r = run(t, "--prefix", prefix, "-o", "json", "status", "inb")
+	if r.code != 0 {
+		t.Fatalf("status with STOCKCTL_CLUSTERS: exit %d, %q", r.code, r.stderr)
+	}
+
+	// Cluster b stopped: a's SKUs sell, b's fail naming it.
+	b.Stop()
+	okRun("allocate", "ina", "--order", "o2", "--qty", "1")
+	r = run(t, append(fleet, "--timeout", "3s", "allocate", "inb", "--order", "o2", "--qty", "1")...)
+	if r.code == 0 || !strings.Contains(r.stderr, `"b"`) {
+		t.Fatalf("allocate on stopped cluster b: exit %d, stderr %q", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,161 @@
+package service_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
+	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
+	"github.com/stockctl/stockctl/service"
+)
+
+// A server over two clusters: the API is the same for clients; orders and
+// status go to each SKU's cluster; with one cluster stopped its SKUs are
+// UNAVAILABLE (ETCD_UNAVAILABLE, naming the cluster) while the other's
+// sell on through the same server, and a lock placed in the other cluster
+// is still taken.
+func TestServiceOverClusters(t *testing.T) {
+	a, b := etcdtest.NewSingle(t, etcdtest.WithNoFsync()), etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	coord, err := coordinator.NewClusters(t.Context(), []coordinator.Cluster{
+		{Name: "a", Client: a.Client(t)}, {Name: "b", Client: b.Client(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = coord.Close() })
+	srv, err := service.New(coord, service.Config{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{coord: coord, srv: srv, url: serve(t, srv, nil)}
+	c := e.grpcStock(t)
+	cx := ctx(t)
+	for _, cl := range []string{"a", "b"} {
+		if _, err := coord.CreateSKUIn(cx, cl, "in-"+cl, coordinator.SKUConfig{Total: 100, Segments: 2, InitialFill: 100}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Allocate(cx, connect.NewRequest(&stockctlv1.AllocateRequest{Sku: "in-" + cl, Order: "o1", Qty: 2})); err != nil {
+			t.Fatalf("allocate in-%s: %v", cl, err)
+		}
+		st, err := c.Status(cx, connect.NewRequest(&stockctlv1.StatusRequest{Sku: "in-" + cl}))
+		if err != nil || st.Msg.Status.Allocated != 2 {
+			t.Fatalf("status in-%s: %v %v", cl, st, err)
+		}
+	}
+	// A SKU's order feed is its cluster's; every SKU's at once is refused
+	// (the merged feed is not built yet).
+	wctx, wcancel := context.WithCancel(cx)
+	stream, err := c.WatchOrders(wctx, connect.NewRequest(&stockctlv1.WatchOrdersRequest{Sku: "in-b", Snapshot: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := false
+	for !seen && stream.Receive() {
+		for _, ev := range stream.Msg().Events {
+			seen = seen || ev.Order == "o1" && ev.Sku == "in-b"
+		}
+	}
+	wcancel()
+	stream.Close()
+	if !seen {
+		t.Fatalf("WatchOrders in-b: no event of o1 (%v)", stream.Err())
+	}
+	all, err := c.WatchOrders(cx, connect.NewRequest(&stockctlv1.WatchOrdersRequest{}))
+	if err == nil {
+		for all.Receive() {
+		}
+		err = all.Err()
+		all.Close()
+	}
+	if code, _ := errorInfo(t, err); code != connect.CodeInvalidArgument {
+		t.Fatalf("WatchOrders of every SKU over two clusters: %v, want INVALID_ARGUMENT", err)
+	}
+	// A SKU created through the API lands in one cluster.
+	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "via-api", Total: 10, Segments: 1, InitialFill: 10})
+	if where, err := coord.ClusterOf(cx, "via-api"); err != nil || where == "" {
+		t.Fatalf("via-api: cluster %q, %v", where, err)
+	}
+	var lockA string
+	for i := 0; lockA == ""; i++ {
+		name := "lk" + string(rune('a'+i))
+		l, err := coord.Lock(cx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, _, err := coord.Locks(cx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range ls {
+			if s.Name == name && s.Cluster == "a" {
+				lockA = name
+			}
+		}
+		l.Unlock(cx)
+	}
+
+	// The console's lock listing covers both clusters, with each holder's
+	// identity read in its own cluster.
+	held := map[string]*coordinator.Lock{}
+	in := map[string]bool{} // the clusters a held lock lives in
+	for i := 0; len(in) < 2; i++ {
+		name := "held" + string(rune('a'+i))
+		l, err := coord.Lock(cx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[name] = l
+		ls, _, err := coord.Locks(cx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range ls {
+			in[s.Cluster] = true
+		}
+	}
+	insp := stockctlv1connect.NewInspectServiceClient(httpClient(t, false, ""), e.url, connect.WithProtoJSON())
+	ll, err := insp.ListLocks(cx, connect.NewRequest(&stockctlv1.ListLocksRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, lk := range ll.Msg.Locks {
+		if held[lk.Name] != nil && len(lk.Holders) == 1 && lk.Holders[0].Identity != "" {
+			found++
+		}
+	}
+	if found != len(held) {
+		t.Fatalf("ListLocks: %v, want %d held locks with identities", ll.Msg.Locks, len(held))
+	}
+	for _, l := range held {
+		l.Unlock(cx)
+	}
+
+	b.Stop()
+	short, cancel := context.WithTimeout(cx, 3*time.Second)
+	_, err = c.Allocate(short, connect.NewRequest(&stockctlv1.AllocateRequest{Sku: "in-b", Order: "o2", Qty: 1}))
+	cancel()
+	code, reason := errorInfo(t, err)
+	if code != connect.CodeUnavailable || reason != "ETCD_UNAVAILABLE" || !strings.Contains(err.Error(), `"b"`) {
+		t.Fatalf("allocate on stopped cluster b: %v (code %v, reason %s), want UNAVAILABLE ETCD_UNAVAILABLE naming b", err, code, reason)
+	}
+	for i := range 10 {
+		if _, err := c.Allocate(cx, connect.NewRequest(&stockctlv1.AllocateRequest{Sku: "in-a", Order: "a" + string(rune('0'+i)), Qty: 1})); err != nil {
+			t.Fatalf("allocate on cluster a while b is stopped: %v", err)
+		}
+	}
+	l := e.grpcLocks(t)
+	resp, err := l.Acquire(cx, connect.NewRequest(&stockctlv1.AcquireRequest{Name: lockA}))
+	if err != nil {
+		t.Fatalf("acquire %s (cluster a) while b is stopped: %v", lockA, err)
+	}
+	if _, err := l.Release(cx, connect.NewRequest(&stockctlv1.LockServiceReleaseRequest{HoldId: resp.Msg.HoldId})); err != nil {
+		t.Fatal(err)
+	}
+}
