@@ -74,7 +74,7 @@ type LineError = segments.LineError
 //
 // Lines are 1 to MaxOrderLines, each SKU at most once, each quantity
 // 1 to segments.MaxQty; an order too large for one transaction under the
-// server's --max-txn-ops is ErrInvalid. Release, cancel, confirm and
+// server's --max-txn-ops is ErrInvalidArgument. Release, cancel, confirm and
 // expiry act on the whole order: ReleaseOrder and the others, and also
 // Release, Cancel and Confirm called with any one line's SKU.
 //
