@@ -66,9 +66,11 @@ func ParseCursor(s string) (Cursor, error) {
 // cursor once it is applied.
 type MergedBatch struct {
 	Cluster string
+	// Batch is the cluster's batch; its Cursor is a revision of that
+	// cluster.
 	Batch
-	// Cursor is the merged cursor to store once the batch is applied.
-	Cursor string
+	// Merged is the merged cursor to store once the batch is applied.
+	Merged string
 }
 
 // ClusterError is an error of one cluster of a merged feed: errors.Is
@@ -223,7 +225,7 @@ func (m *Merged) Next(ctx context.Context) (MergedBatch, error) {
 				return MergedBatch{}, &ClusterError{Cluster: r.cluster, Err: r.err}
 			}
 			m.cursor[r.cluster] = r.b.Cursor
-			return MergedBatch{Cluster: r.cluster, Batch: r.b, Cursor: m.cursor.String()}, nil
+			return MergedBatch{Cluster: r.cluster, Batch: r.b, Merged: m.cursor.String()}, nil
 		}
 	}
 }

@@ -82,7 +82,7 @@ func TestMergedFeedAcrossAnOutage(t *testing.T) {
 				}
 				delivered[k] = true
 			}
-			marks = append(marks, mark{cursor: b.Cursor, before: maps.Clone(delivered)})
+			marks = append(marks, mark{cursor: b.Merged, before: maps.Clone(delivered)})
 		}
 	}
 	count := func(cl string) func(int) func() bool {

@@ -61,10 +61,32 @@ func TestCLIClusters(t *testing.T) {
 	if out := okRun("-o", "json", "orders", "inb", "--snapshot"); !strings.Contains(out, `"o1"`) {
 		t.Fatalf("orders inb (cluster b) shows no o1:\n%s", out)
 	}
-	if r := run(t, append(fleet, "orders", "--all")...); r.code != ExitUsage {
-		t.Fatalf("orders --all over two clusters: exit %d, %q", r.code, r.stderr)
-	}
 	okRun("allocate", "ina", "--order", "o1", "--qty", "9")
+	// The merged feed: every cluster's events, each line naming its
+	// cluster and the merged cursor after it; resumed from a line's
+	// cursor it prints exactly the lines after it.
+	var evs []orderEventView
+	for _, ln := range strings.Split(strings.TrimSpace(okRun("-o", "json", "orders", "--all")), "\n") {
+		var v orderEventView
+		decode(t, ln, &v)
+		evs = append(evs, v)
+	}
+	inCl := map[string]bool{}
+	for _, v := range evs {
+		inCl[v.Cluster] = true
+	}
+	if len(evs) != 2 || !inCl["a"] || !inCl["b"] || evs[0].MergedCursor == "" {
+		t.Fatalf("orders --all over two clusters: %+v", evs)
+	}
+	rest := strings.TrimSpace(okRun("-o", "json", "orders", "--all", "--since", evs[0].MergedCursor))
+	var v orderEventView
+	decode(t, rest, &v)
+	if strings.Count(rest, "\n") != 0 || v.Order != evs[1].Order || v.Cluster != evs[1].Cluster {
+		t.Fatalf("orders --all --since %s: %q, want only %+v", evs[0].MergedCursor, rest, evs[1])
+	}
+	if r := run(t, append(fleet, "orders", "--all", "--since", "5")...); r.code != ExitUsage {
+		t.Fatalf("orders --all --since 5 over two clusters: exit %d, %q", r.code, r.stderr)
+	}
 	var pv passView
 	decode(t, okRun("-o", "json", "rebalance", "ina"), &pv)
 	if len(pv.Moves) == 0 {
