@@ -8,10 +8,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -206,5 +208,147 @@ func TestCartsRaceAcrossProcesses(t *testing.T) {
 			}
 			t.Logf("%d carts, %d refused, %d replies lost", len(outcomes), refused, sab.failed.Load())
 		})
+	}
+}
+
+// Invariant: a reserved order of several lines is confirmed whole or
+// expired whole, never both and never partly: 40 carts of 2–3 SKUs
+// reserved on one process with TTLs of 1–40 ms, each confirmed at once
+// through another process (ConfirmOrder with a random line's SKU) while
+// the rebalancer sweeps. A confirm told success leaves every line
+// confirmed, one told ErrExpired every line expired (after the sweep,
+// none is left reserved); the books of every SKU balance, holding exactly
+// the confirmed carts.
+func TestCartConfirmRacesExpiry(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	cs := newCoordinators(t, etcd, 2)
+	ctx := t.Context()
+	skus := []string{"a", "b", "c"}
+	for _, s := range skus {
+		mustCreate(t, cs[0], s, coordinator.SKUConfig{Total: 500, Segments: 2, InitialFill: 100})
+	}
+	startRebalancer(t, cs[0])
+	rng := rand.New(rand.NewPCG(1, 2))
+	type cart struct {
+		id        string
+		lines     []coordinator.Line
+		confirmed bool
+	}
+	var carts []*cart
+	for i := range 40 {
+		c := &cart{id: fmt.Sprintf("r-%d", i)}
+		for _, k := range rng.Perm(3)[:2+rng.IntN(2)] {
+			c.lines = append(c.lines, coordinator.Line{SKU: skus[k], Qty: int64(1 + rng.IntN(3))})
+		}
+		carts = append(carts, c)
+	}
+	var wg sync.WaitGroup
+	for i, c := range carts {
+		ttl := time.Duration(1+i) * time.Millisecond
+		via := c.lines[i%len(c.lines)].SKU
+		wg.Go(func() {
+			if _, err := cs[0].ReserveOrder(ctx, c.id, c.lines, ttl); err != nil {
+				t.Errorf("reserve %s: %v", c.id, err)
+				return
+			}
+			for range 20 {
+				_, err := cs[1].ConfirmOrder(ctx, via, c.id)
+				if err == nil {
+					c.confirmed = true
+					return
+				}
+				if errors.Is(err, coordinator.ErrExpired) {
+					return
+				}
+			}
+			t.Errorf("confirm %s kept failing", c.id)
+		})
+	}
+	wg.Wait()
+	want := map[string]int64{}
+	for _, c := range carts {
+		for _, l := range c.lines {
+			etcdtest.WaitFor(t, "no line left reserved", etcdtest.MinWait, func() bool {
+				o, _, _ := readRecord(t, cs[0], l.SKU, c.id)
+				return o.State != "reserved" || o.Released
+			})
+			o, _, _ := readRecord(t, cs[0], l.SKU, c.id)
+			switch {
+			case c.confirmed && o.State != "confirmed", !c.confirmed && o.State != "expired":
+				t.Fatalf("cart %s (confirmed %v): line %s is %q", c.id, c.confirmed, l.SKU, o.State)
+			}
+			if c.confirmed {
+				want[l.SKU] += l.Qty
+			}
+		}
+	}
+	confirmed := 0
+	for _, c := range carts {
+		if c.confirmed {
+			confirmed++
+		}
+	}
+	for _, s := range skus {
+		if rep := mustAudit(t, cs[0], s); rep.Reserved != 0 || rep.Confirmed != want[s] {
+			t.Fatalf("%s: reserved %d confirmed %d, want 0 and %d", s, rep.Reserved, rep.Confirmed, want[s])
+		}
+	}
+	t.Logf("%d of %d carts confirmed, the others expired", confirmed, len(carts))
+}
+
+// Invariant: an order of several lines never writes a segment another
+// process holds: while B's order runs its business step on the one segment
+// that holds hot's stock, A's cart (hot and cold) waits for that
+// segment's lock and the segment's counter does not move; once B's step
+// ends, A's cart is served through the lock, and the books balance.
+func TestCartNeverWritesAHeldSegment(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	a := newCoordinators(t, etcd, 1, coordinator.WithWaitBudgets(coordinator.DefaultHomeWait, time.Minute))[0]
+	b := newCoordinators(t, etcd, 1)[0]
+	raw := etcd.Client(t)
+	ctx := t.Context()
+	mustCreate(t, a, "hot", coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10})
+	mustCreate(t, a, "cold", coordinator.SKUConfig{Total: 10, Segments: 2})
+	counter := engines.Of(a).Keys.Segment("hot", 0)
+	inStep, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := b.AllocateFunc(ctx, "hot", "b-1", 1, "", func(context.Context) error {
+			close(inStep)
+			<-release
+			return nil
+		})
+		if err != nil {
+			t.Errorf("B's order: %v", err)
+		}
+	})
+	<-inStep
+	before := readCounter(t, raw, counter)
+	var cartErr error
+	cartDone := make(chan struct{})
+	wg.Go(func() {
+		defer close(cartDone)
+		_, cartErr = a.AllocateOrder(ctx, "cart-1", []coordinator.Line{{SKU: "hot", Qty: 2}, {SKU: "cold", Qty: 1}})
+	})
+	// A's cart waits for the lock (its waiter key is there), or, wrongly,
+	// is done already: either way the counter is checked now.
+	etcdtest.WaitFor(t, "A's cart to wait for the held segment's lock", etcdtest.MinWait, func() bool {
+		select {
+		case <-cartDone:
+			return true
+		default:
+		}
+		return countKeys(t, raw, engines.Of(a).Keys.SegmentLock("hot", 0)) > 1
+	})
+	if during := readCounter(t, raw, counter); during != before {
+		t.Fatalf("hot's segment counter moved from %d to %d while B held it", before, during)
+	}
+	close(release)
+	wg.Wait()
+	if cartErr != nil {
+		t.Fatalf("A's cart: %v", cartErr)
+	}
+	if got := auditAll(t, a, "hot", "cold"); got["hot"] != 3 || got["cold"] != 1 {
+		t.Fatalf("allocated %v, want hot 3 (B's 1, the cart's 2), cold 1", got)
 	}
 }

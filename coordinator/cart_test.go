@@ -3,9 +3,12 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
@@ -212,6 +215,16 @@ func TestCartReservations(t *testing.T) {
 	if !errors.As(err, &le) || le.SKU != "sock" || !errors.Is(err, coordinator.ErrLimitExceeded) {
 		t.Fatalf("over the limit: %v", err)
 	}
+	// A retry of the applied order with a line over the limit by itself
+	// is a conflict (the order ID was used), not a refusal; a new order
+	// with that line is refused by the limit, naming the line.
+	if _, err := c.ReserveOrder(ctx, "r-1", []coordinator.Line{{SKU: "shoe", Qty: 2}, {SKU: "sock", Qty: 4}}, time.Hour, buyer); !errors.Is(err, coordinator.ErrConflict) {
+		t.Fatalf("retry with 4 socks: %v, want ErrConflict", err)
+	}
+	_, err = c.ReserveOrder(ctx, "r-9", []coordinator.Line{{SKU: "shoe", Qty: 1}, {SKU: "sock", Qty: 4}}, time.Hour, coordinator.WithBuyer("bob"))
+	if !errors.As(err, &le) || le.Index != 1 || !errors.Is(err, coordinator.ErrLimitExceeded) {
+		t.Fatalf("4 socks for a new buyer: %v", err)
+	}
 	cf, err := c.ConfirmOrder(ctx, "sock", "r-1")
 	if err != nil || cf.Replayed || len(cf.Lines) != 2 {
 		t.Fatalf("confirm: %+v, %v", cf, err)
@@ -338,5 +351,74 @@ func TestCartLinePruned(t *testing.T) {
 	sameKeys(t, "calls on a partly pruned order", before, stateKeys(t, raw))
 	if got := auditAll(t, c, "a", "b"); got["a"] != 0 || got["b"] != 3 {
 		t.Fatalf("allocated: %v (a's line is in its archive)", got)
+	}
+}
+
+// Each line of an order of several lines counts as an allocation of its
+// SKU in stockctl_allocations_total; a refusal counts once, for the
+// refused line's SKU; a replay once per line.
+func TestCartMetrics(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	reg := prometheus.NewRegistry()
+	c, err := coordinator.New(etcd.Client(t), coordinator.WithMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := t.Context()
+	mustCreate(t, c, "x", coordinator.SKUConfig{Total: 10, Segments: 2, InitialFill: 10})
+	mustCreate(t, c, "y", coordinator.SKUConfig{Total: 1, Segments: 1, InitialFill: 1})
+	lines := []coordinator.Line{{SKU: "x", Qty: 1}, {SKU: "y", Qty: 1}}
+	for _, order := range []string{"m-1", "m-1", "m-2"} {
+		_, _ = c.AllocateOrder(ctx, order, lines)
+	}
+	g := gather(t, reg)
+	for _, tc := range []struct {
+		outcome string
+		want    float64
+	}{{"served", 2}, {"replayed", 2}, {"insufficient", 1}} {
+		if got := g.sum("stockctl_allocations_total", map[string]string{"op": "allocate", "outcome": tc.outcome}); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.outcome, got, tc.want)
+		}
+	}
+}
+
+// The documented bound: an order of MaxOrderLines lines is one transaction
+// on an etcd whose --max-txn-ops allows it (here 512, with
+// WithMaxTxnOps), every line at one revision; released whole; each SKU's
+// books balance. With the 65th line it is refused before anything is read.
+func TestCartOfMaxLines(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithMaxTxnOps(512))
+	c := newCoordinators(t, etcd, 1, coordinator.WithMaxTxnOps(512))[0]
+	ctx := t.Context()
+	var lines []coordinator.Line
+	for i := range coordinator.MaxOrderLines {
+		sku := fmt.Sprintf("sku-%02d", i)
+		mustCreate(t, c, sku, coordinator.SKUConfig{Total: 5, Segments: 2, InitialFill: 2})
+		lines = append(lines, coordinator.Line{SKU: sku, Qty: int64(1 + i%5)})
+	}
+	a, err := c.AllocateOrder(ctx, "big", lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range a.Lines {
+		if l.Revision != a.Revision || l.Qty != lines[i].Qty {
+			t.Fatalf("line %d: %+v at %d", i, l, a.Revision)
+		}
+		if rep := mustAudit(t, c, l.SKU); rep.Allocated != l.Qty {
+			t.Fatalf("%s allocated %d, want %d", l.SKU, rep.Allocated, l.Qty)
+		}
+	}
+	if r, err := c.ReleaseOrder(ctx, "sku-07", "big"); err != nil || len(r.Lines) != coordinator.MaxOrderLines {
+		t.Fatalf("release: %+v, %v", r, err)
+	}
+	for _, l := range lines {
+		if rep := mustAudit(t, c, l.SKU); rep.Allocated != 0 {
+			t.Fatalf("%s allocated %d after the release", l.SKU, rep.Allocated)
+		}
+	}
+	more := append(lines, coordinator.Line{SKU: "sku-extra", Qty: 1})
+	if _, err := c.AllocateOrder(ctx, "bigger", more); !errors.Is(err, coordinator.ErrInvalidArgument) {
+		t.Fatalf("65 lines: %v", err)
 	}
 }

@@ -157,7 +157,8 @@ func (e *Engine) ReserveOrder(ctx context.Context, order string, lines []Line, t
 // the places it reads keep moving under other processes' orders.
 const maxFreeAttempts = 4
 
-func (e *Engine) allocateLines(ctx context.Context, verb, order string, lines []Line, ttl time.Duration, opts []OrderOption) (*OrderAllocation, error) {
+func (e *Engine) allocateLines(ctx context.Context, verb, order string, lines []Line, ttl time.Duration, opts []OrderOption) (out *OrderAllocation, outErr error) {
+	defer func() { e.linesMetrics(verb, lines, out, outErr) }()
 	var o orderOpts
 	for _, opt := range opts {
 		opt(&o)
@@ -190,10 +191,9 @@ func (e *Engine) allocateLines(ctx context.Context, verb, order string, lines []
 				return fail(fmt.Errorf("line %d (%s): %w", i, l.SKU, &InvalidError{Field: "buyer", Value: `""`,
 					Reason: fmt.Sprintf("is required: the SKU has a per-user limit of %d", info.perUserLimit)}))
 			}
-			if l.Qty > info.perUserLimit {
-				return fail(&LineError{Index: i, SKU: l.SKU, Qty: l.Qty,
-					Err: &LimitExceededError{SKU: l.SKU, Buyer: o.buyer, Limit: info.perUserLimit, Want: l.Qty}})
-			}
+			// A line over the limit by itself is refused by judgeLines,
+			// after the records are read: a retry of an applied order
+			// under its ID replays it or is ErrConflict, never a refusal.
 			req.userKey = e.keys.User(l.SKU, o.buyer)
 		}
 		ls[i] = &lineReq{idx: i, req: req}
@@ -612,4 +612,25 @@ func (e *Engine) commitLocked(ctx context.Context, ls []*lineReq, views []*lineV
 		hp.committed(a.Revision)
 	}
 	return a, false, nil
+}
+
+// linesMetrics counts an order of several lines in the allocation metrics:
+// each line served is an allocation of its SKU; a refusal counts for the
+// refused line's SKU, any other failure for the first line's.
+func (e *Engine) linesMetrics(verb string, lines []Line, out *OrderAllocation, err error) {
+	if e.metrics == nil || len(lines) == 0 || ValidateLines(lines) != nil {
+		return
+	}
+	if err == nil {
+		for _, a := range out.Lines {
+			e.metrics.allocated(verb, a.SKU, a, nil)
+		}
+		return
+	}
+	sku := lines[0].SKU
+	var le *LineError
+	if errors.As(err, &le) {
+		sku = le.SKU
+	}
+	e.metrics.allocated(verb, sku, nil, err)
 }

@@ -170,8 +170,10 @@ func (e *Engine) returnLines(ctx context.Context, o Order, kind returnKind, now 
 	var ops []clientv3.Op
 	for i, lo := range os {
 		if kvs[i] == nil {
-			return nil, false, fmt.Errorf("%w: line %s of order %q has no record (pruned or deleted) while the others are active",
-				ErrCorrupt, o.Lines[i], o.ID)
+			// Its SKU was deleted (DeleteSKU archives the records) or
+			// the record pruned: the order can no longer move whole.
+			return nil, false, fmt.Errorf("%w: line %s of order %q has no record any more (its SKU deleted, or pruned) while the others are active",
+				ErrConflict, o.Lines[i], o.ID)
 		}
 		info, err := e.sku(ctx, lo.SKU)
 		if err != nil {
@@ -291,7 +293,7 @@ func (e *Engine) confirmLines(ctx context.Context, o Order) ([]*Confirmed, bool,
 	var ops []clientv3.Op
 	for i, lo := range os {
 		if kvs[i] == nil {
-			return nil, false, fmt.Errorf("%w: line %s of order %q has no record (pruned or deleted)", ErrCorrupt, o.Lines[i], o.ID)
+			return nil, false, fmt.Errorf("%w: line %s of order %q has no record any more (its SKU deleted, or pruned)", ErrConflict, o.Lines[i], o.ID)
 		}
 		cs[i] = &Confirmed{SKU: lo.SKU, Order: lo.ID, Qty: lo.Qty, Parts: lo.Parts, Buyer: lo.Buyer, Deadline: lo.Deadline, Revision: kvs[i].ModRevision}
 		switch {

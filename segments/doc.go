@@ -32,6 +32,8 @@
 // place cache (placecache.go, heldplace.go). Around it: SKU creation and
 // restock (create.go), moves between the pool and segments (moves.go),
 // returns (returns.go), reservations, confirms and expiry (reserve.go,
-// confirmer.go, expire_batch.go), the books (status.go) and metrics
-// (metrics.go). docs/architecture.md draws the whole path.
+// confirmer.go, expire_batch.go), orders of several SKUs, all lines or none
+// in one transaction, and their whole-order returns and confirms (cart.go,
+// cartreturn.go), the books (status.go) and metrics (metrics.go).
+// docs/architecture.md draws the whole path.
 package segments

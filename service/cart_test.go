@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -97,5 +98,101 @@ func TestStockServiceOrdersOfSeveralLines(t *testing.T) {
 	}
 	if st := status(t, c, "phone"); st.Allocated != 1 {
 		t.Fatalf("phone allocated %d, want the confirmed order's 1 (the carts were released)", st.Allocated)
+	}
+}
+
+// Orders of several SKUs on OrderStream: carts near a sell-out answered
+// each on its own (allocated_order, reserved_order, or an error with the
+// RefusedLine detail), a retry of the stream replayed whole, the books
+// holding exactly the carts served.
+func TestOrderStreamCarts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.grpcStock(t)
+	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "a", Total: 20, Segments: 2, InitialFill: 10})
+	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "b", Total: 30, Segments: 2, InitialFill: 10})
+	const n = 40
+	var reqs []*stockctlv1.OrderStreamRequest
+	for i := range n {
+		lines := []*stockctlv1.OrderLine{{Sku: "a", Qty: 1}, {Sku: "b", Qty: 1}}
+		r := &stockctlv1.OrderStreamRequest{Id: int64(i + 1)}
+		if i%2 == 0 {
+			r.Order = &stockctlv1.OrderStreamRequest_ReserveOrder{ReserveOrder: &stockctlv1.ReserveOrderRequest{
+				Order: fmt.Sprintf("cart-%d", i), Lines: lines, Ttl: durationpb.New(time.Hour)}}
+		} else {
+			r.Order = &stockctlv1.OrderStreamRequest_AllocateOrder{AllocateOrder: &stockctlv1.AllocateOrderRequest{
+				Order: fmt.Sprintf("cart-%d", i), Lines: lines}}
+		}
+		reqs = append(reqs, r)
+	}
+	tally := func(got map[int64]*stockctlv1.OrderStreamResponse) (served, refused, replayed int) {
+		t.Helper()
+		for _, r := range reqs {
+			switch o := got[r.Id].GetOutcome().(type) {
+			case *stockctlv1.OrderStreamResponse_AllocatedOrder:
+				if o.AllocatedOrder.Order != r.GetAllocateOrder().GetOrder() || len(o.AllocatedOrder.Lines) != 2 {
+					t.Fatalf("id %d: %v for %v", r.Id, o.AllocatedOrder, r)
+				}
+				served++
+				if o.AllocatedOrder.Replayed {
+					replayed++
+				}
+			case *stockctlv1.OrderStreamResponse_ReservedOrder:
+				if o.ReservedOrder.Order != r.GetReserveOrder().GetOrder() || o.ReservedOrder.State != stockctlv1.OrderState_ORDER_STATE_RESERVED {
+					t.Fatalf("id %d: %v for %v", r.Id, o.ReservedOrder, r)
+				}
+				served++
+				if o.ReservedOrder.Replayed {
+					replayed++
+				}
+			case *stockctlv1.OrderStreamResponse_Error:
+				if o.Error.Reason != stockctlv1.ErrorReason_ERROR_REASON_INSUFFICIENT_STOCK {
+					t.Fatalf("id %d: error %v", r.Id, o.Error)
+				}
+				var found bool
+				for _, d := range o.Error.Details {
+					var rl stockctlv1.RefusedLine
+					if d.UnmarshalTo(&rl) == nil {
+						found = rl.Sku == "a" && rl.Index == 0
+					}
+				}
+				if !found {
+					t.Fatalf("id %d: no RefusedLine naming a's line in %v", r.Id, o.Error)
+				}
+				refused++
+			default:
+				t.Fatalf("id %d: no outcome", r.Id)
+			}
+		}
+		return
+	}
+	served, refused, replayed := tally(orderStream(t, c, reqs))
+	if served != 20 || refused != n-20 || replayed != 0 {
+		t.Fatalf("served %d, refused %d, replayed %d; want 20, %d, 0", served, refused, replayed, n-20)
+	}
+	served2, _, replayed2 := tally(orderStream(t, c, reqs))
+	if served2 != 20 || replayed2 != 20 {
+		t.Fatalf("retry: served %d, replayed %d; want 20, 20", served2, replayed2)
+	}
+	// WatchOrders: every event of a cart carries its lines, and the two
+	// lines of each placement share a revision (so one message).
+	ws := watchOrders(t, c, ctx(t), &stockctlv1.WatchOrdersRequest{})
+	ws.until(t, 40, 0)
+	perRev := map[int64]int{}
+	for _, ev := range ws.events {
+		if len(ev.Lines) != 2 || ev.Lines[0] != "a" || ev.Lines[1] != "b" {
+			t.Fatalf("event %v: lines %v", ev, ev.Lines)
+		}
+		perRev[ev.Revision]++
+	}
+	for rev, n := range perRev {
+		if n%2 != 0 {
+			t.Fatalf("revision %d holds %d lines of carts of 2", rev, n)
+		}
+	}
+	for sku, want := range map[string]int64{"a": 20, "b": 20} {
+		if a := audit(t, c, sku); !a.Ok || a.Allocated != want {
+			t.Fatalf("audit %s: %v", sku, a)
+		}
 	}
 }

@@ -214,6 +214,7 @@ func orderEvents(evs []feed.Event) []*stockctlv1.OrderEvent {
 			Revision: e.Revision, Event: eventKinds[e.Kind], Sku: e.SKU, Order: e.Order, Qty: e.Qty,
 			Parts: parts(e.Parts), Buyer: e.Buyer, Reservation: e.Reservation,
 			Deadline: timestamp(e.Deadline), CreateTime: timestamp(e.Created), Version: e.Version,
+			Lines: e.Lines,
 		}
 	}
 	return out

@@ -22,7 +22,8 @@ import (
 // more than this many goroutines and orders.
 const MaxStreamOrders = 1024
 
-// OrderStream runs each order of the stream (Allocate or Reserve; a
+// OrderStream runs each order of the stream (Allocate or Reserve, or
+// AllocateOrder or ReserveOrder; a
 // message may carry several, in more) as its own call on the coordinator,
 // side by side, so that the orders of a busy caller share the
 // coordinator's group commits, and answers each as soon as it is done,
@@ -143,6 +144,12 @@ func (s *Server) streamOrder(ctx context.Context, method string, req *stockctlv1
 	if err == nil && req.GetReserve() != nil {
 		err = checkASCII(req.GetReserve())
 	}
+	if err == nil && req.GetAllocateOrder() != nil {
+		err = checkASCII(req.GetAllocateOrder())
+	}
+	if err == nil && req.GetReserveOrder() != nil {
+		err = checkASCII(req.GetReserveOrder())
+	}
 	switch o := req.Order.(type) {
 	case nil:
 		if err == nil {
@@ -163,6 +170,22 @@ func (s *Server) streamOrder(ctx context.Context, method string, req *stockctlv1
 		}
 		if r, err = s.reserve(ctx, o.Reserve); err == nil {
 			res.Outcome = &stockctlv1.OrderStreamResponse_Reserved{Reserved: r}
+		}
+	case *stockctlv1.OrderStreamRequest_AllocateOrder:
+		var a *stockctlv1.AllocateOrderResponse
+		if err != nil {
+			break
+		}
+		if a, err = s.allocateOrder(ctx, o.AllocateOrder); err == nil {
+			res.Outcome = &stockctlv1.OrderStreamResponse_AllocatedOrder{AllocatedOrder: a}
+		}
+	case *stockctlv1.OrderStreamRequest_ReserveOrder:
+		var r *stockctlv1.ReserveOrderResponse
+		if err != nil {
+			break
+		}
+		if r, err = s.reserveOrder(ctx, o.ReserveOrder); err == nil {
+			res.Outcome = &stockctlv1.OrderStreamResponse_ReservedOrder{ReservedOrder: r}
 		}
 	default:
 		err = badField("order", "each OrderStream request (and each of its more) carries one order: allocate or reserve")

@@ -2173,7 +2173,11 @@ type OrderEvent struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// The writes to the order record up to this one: 1 for the event that
 	// placed the order.
-	Version       int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	Version int64 `protobuf:"varint,11,opt,name=version,proto3" json:"version,omitempty"`
+	// For an order of several SKUs (AllocateOrder, ReserveOrder): the SKUs
+	// of all its lines, sorted. Each line is an event of its own; every line
+	// of one transition shares its revision, so they come in one message.
+	Lines         []string `protobuf:"bytes,12,rep,name=lines,proto3" json:"lines,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2283,6 +2287,13 @@ func (x *OrderEvent) GetVersion() int64 {
 		return x.Version
 	}
 	return 0
+}
+
+func (x *OrderEvent) GetLines() []string {
+	if x != nil {
+		return x.Lines
+	}
+	return nil
 }
 
 // StockStatus is a SKU's stock at one revision.
@@ -2841,6 +2852,8 @@ type OrderStreamRequest struct {
 	//
 	//	*OrderStreamRequest_Allocate
 	//	*OrderStreamRequest_Reserve
+	//	*OrderStreamRequest_AllocateOrder
+	//	*OrderStreamRequest_ReserveOrder
 	Order isOrderStreamRequest_Order `protobuf_oneof:"order"`
 	// More orders in the same message, each with its own id (their own
 	// `more` is ignored): a busy caller sends the orders it has at one moment
@@ -2913,6 +2926,24 @@ func (x *OrderStreamRequest) GetReserve() *ReserveRequest {
 	return nil
 }
 
+func (x *OrderStreamRequest) GetAllocateOrder() *AllocateOrderRequest {
+	if x != nil {
+		if x, ok := x.Order.(*OrderStreamRequest_AllocateOrder); ok {
+			return x.AllocateOrder
+		}
+	}
+	return nil
+}
+
+func (x *OrderStreamRequest) GetReserveOrder() *ReserveOrderRequest {
+	if x != nil {
+		if x, ok := x.Order.(*OrderStreamRequest_ReserveOrder); ok {
+			return x.ReserveOrder
+		}
+	}
+	return nil
+}
+
 func (x *OrderStreamRequest) GetMore() []*OrderStreamRequest {
 	if x != nil {
 		return x.More
@@ -2932,9 +2963,22 @@ type OrderStreamRequest_Reserve struct {
 	Reserve *ReserveRequest `protobuf:"bytes,3,opt,name=reserve,proto3,oneof"`
 }
 
+type OrderStreamRequest_AllocateOrder struct {
+	// An order of several SKUs (AllocateOrder, ReserveOrder).
+	AllocateOrder *AllocateOrderRequest `protobuf:"bytes,5,opt,name=allocate_order,json=allocateOrder,proto3,oneof"`
+}
+
+type OrderStreamRequest_ReserveOrder struct {
+	ReserveOrder *ReserveOrderRequest `protobuf:"bytes,6,opt,name=reserve_order,json=reserveOrder,proto3,oneof"`
+}
+
 func (*OrderStreamRequest_Allocate) isOrderStreamRequest_Order() {}
 
 func (*OrderStreamRequest_Reserve) isOrderStreamRequest_Order() {}
+
+func (*OrderStreamRequest_AllocateOrder) isOrderStreamRequest_Order() {}
+
+func (*OrderStreamRequest_ReserveOrder) isOrderStreamRequest_Order() {}
 
 type OrderStreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2946,6 +2990,8 @@ type OrderStreamResponse struct {
 	//	*OrderStreamResponse_Allocated
 	//	*OrderStreamResponse_Reserved
 	//	*OrderStreamResponse_Error
+	//	*OrderStreamResponse_AllocatedOrder
+	//	*OrderStreamResponse_ReservedOrder
 	Outcome isOrderStreamResponse_Outcome `protobuf_oneof:"outcome"`
 	// More answers in the same message: the server sends the answers that
 	// are ready at one moment together. Read every message's own answer (if
@@ -3026,6 +3072,24 @@ func (x *OrderStreamResponse) GetError() *OrderError {
 	return nil
 }
 
+func (x *OrderStreamResponse) GetAllocatedOrder() *AllocateOrderResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*OrderStreamResponse_AllocatedOrder); ok {
+			return x.AllocatedOrder
+		}
+	}
+	return nil
+}
+
+func (x *OrderStreamResponse) GetReservedOrder() *ReserveOrderResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*OrderStreamResponse_ReservedOrder); ok {
+			return x.ReservedOrder
+		}
+	}
+	return nil
+}
+
 func (x *OrderStreamResponse) GetMore() []*OrderStreamResponse {
 	if x != nil {
 		return x.More
@@ -3050,11 +3114,23 @@ type OrderStreamResponse_Error struct {
 	Error *OrderError `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
 }
 
+type OrderStreamResponse_AllocatedOrder struct {
+	AllocatedOrder *AllocateOrderResponse `protobuf:"bytes,6,opt,name=allocated_order,json=allocatedOrder,proto3,oneof"`
+}
+
+type OrderStreamResponse_ReservedOrder struct {
+	ReservedOrder *ReserveOrderResponse `protobuf:"bytes,7,opt,name=reserved_order,json=reservedOrder,proto3,oneof"`
+}
+
 func (*OrderStreamResponse_Allocated) isOrderStreamResponse_Outcome() {}
 
 func (*OrderStreamResponse_Reserved) isOrderStreamResponse_Outcome() {}
 
 func (*OrderStreamResponse_Error) isOrderStreamResponse_Outcome() {}
+
+func (*OrderStreamResponse_AllocatedOrder) isOrderStreamResponse_Outcome() {}
+
+func (*OrderStreamResponse_ReservedOrder) isOrderStreamResponse_Outcome() {}
 
 // OrderError is one order's error in a stream that goes on: what a unary
 // call's error carries (docs/api.md#errors).
@@ -3388,7 +3464,7 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x13WatchOrdersResponse\x12/\n" +
 	"\x06events\x18\x01 \x03(\v2\x17.stockctl.v1.OrderEventR\x06events\x12\x16\n" +
 	"\x06cursor\x18\x02 \x01(\x03R\x06cursor\x12\x1a\n" +
-	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\"\x85\x03\n" +
+	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\"\x9b\x03\n" +
 	"\n" +
 	"OrderEvent\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x121\n" +
@@ -3403,7 +3479,8 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\vcreate_time\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x18\n" +
-	"\aversion\x18\v \x01(\x03R\aversion\"\xc6\x04\n" +
+	"\aversion\x18\v \x01(\x03R\aversion\x12\x14\n" +
+	"\x05lines\x18\f \x03(\tR\x05lines\"\xc6\x04\n" +
 	"\vStockStatus\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +
@@ -3460,18 +3537,22 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x0f \x01(\x03R\n" +
 	"deliveries\x12\x1c\n" +
-	"\tdelivered\x18\x10 \x01(\x03R\tdelivered\"\xd7\x01\n" +
+	"\tdelivered\x18\x10 \x01(\x03R\tdelivered\"\xec\x02\n" +
 	"\x12OrderStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12:\n" +
 	"\ballocate\x18\x02 \x01(\v2\x1c.stockctl.v1.AllocateRequestH\x00R\ballocate\x127\n" +
-	"\areserve\x18\x03 \x01(\v2\x1b.stockctl.v1.ReserveRequestH\x00R\areserve\x123\n" +
+	"\areserve\x18\x03 \x01(\v2\x1b.stockctl.v1.ReserveRequestH\x00R\areserve\x12J\n" +
+	"\x0eallocate_order\x18\x05 \x01(\v2!.stockctl.v1.AllocateOrderRequestH\x00R\rallocateOrder\x12G\n" +
+	"\rreserve_order\x18\x06 \x01(\v2 .stockctl.v1.ReserveOrderRequestH\x00R\freserveOrder\x123\n" +
 	"\x04more\x18\x04 \x03(\v2\x1f.stockctl.v1.OrderStreamRequestR\x04moreB\a\n" +
-	"\x05order\"\x92\x02\n" +
+	"\x05order\"\xad\x03\n" +
 	"\x13OrderStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12=\n" +
 	"\tallocated\x18\x02 \x01(\v2\x1d.stockctl.v1.AllocateResponseH\x00R\tallocated\x12:\n" +
 	"\breserved\x18\x03 \x01(\v2\x1c.stockctl.v1.ReserveResponseH\x00R\breserved\x12/\n" +
-	"\x05error\x18\x04 \x01(\v2\x17.stockctl.v1.OrderErrorH\x00R\x05error\x124\n" +
+	"\x05error\x18\x04 \x01(\v2\x17.stockctl.v1.OrderErrorH\x00R\x05error\x12M\n" +
+	"\x0fallocated_order\x18\x06 \x01(\v2\".stockctl.v1.AllocateOrderResponseH\x00R\x0eallocatedOrder\x12J\n" +
+	"\x0ereserved_order\x18\a \x01(\v2!.stockctl.v1.ReserveOrderResponseH\x00R\rreservedOrder\x124\n" +
 	"\x04more\x18\x05 \x03(\v2 .stockctl.v1.OrderStreamResponseR\x04moreB\t\n" +
 	"\aoutcome\"\x9c\x01\n" +
 	"\n" +
@@ -3613,48 +3694,52 @@ var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
 	39, // 30: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
 	5,  // 31: stockctl.v1.OrderStreamRequest.allocate:type_name -> stockctl.v1.AllocateRequest
 	7,  // 32: stockctl.v1.OrderStreamRequest.reserve:type_name -> stockctl.v1.ReserveRequest
-	34, // 33: stockctl.v1.OrderStreamRequest.more:type_name -> stockctl.v1.OrderStreamRequest
-	6,  // 34: stockctl.v1.OrderStreamResponse.allocated:type_name -> stockctl.v1.AllocateResponse
-	8,  // 35: stockctl.v1.OrderStreamResponse.reserved:type_name -> stockctl.v1.ReserveResponse
-	36, // 36: stockctl.v1.OrderStreamResponse.error:type_name -> stockctl.v1.OrderError
-	35, // 37: stockctl.v1.OrderStreamResponse.more:type_name -> stockctl.v1.OrderStreamResponse
-	41, // 38: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
-	42, // 39: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
-	2,  // 40: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
-	5,  // 41: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
-	7,  // 42: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
-	10, // 43: stockctl.v1.StockService.AllocateOrder:input_type -> stockctl.v1.AllocateOrderRequest
-	12, // 44: stockctl.v1.StockService.ReserveOrder:input_type -> stockctl.v1.ReserveOrderRequest
-	14, // 45: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
-	16, // 46: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
-	18, // 47: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
-	20, // 48: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
-	22, // 49: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
-	32, // 50: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
-	24, // 51: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
-	26, // 52: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
-	34, // 53: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
-	37, // 54: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
-	3,  // 55: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
-	6,  // 56: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
-	8,  // 57: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
-	11, // 58: stockctl.v1.StockService.AllocateOrder:output_type -> stockctl.v1.AllocateOrderResponse
-	13, // 59: stockctl.v1.StockService.ReserveOrder:output_type -> stockctl.v1.ReserveOrderResponse
-	15, // 60: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
-	17, // 61: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
-	19, // 62: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
-	21, // 63: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
-	23, // 64: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
-	33, // 65: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
-	25, // 66: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
-	27, // 67: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
-	35, // 68: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
-	38, // 69: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
-	55, // [55:70] is the sub-list for method output_type
-	40, // [40:55] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	10, // 33: stockctl.v1.OrderStreamRequest.allocate_order:type_name -> stockctl.v1.AllocateOrderRequest
+	12, // 34: stockctl.v1.OrderStreamRequest.reserve_order:type_name -> stockctl.v1.ReserveOrderRequest
+	34, // 35: stockctl.v1.OrderStreamRequest.more:type_name -> stockctl.v1.OrderStreamRequest
+	6,  // 36: stockctl.v1.OrderStreamResponse.allocated:type_name -> stockctl.v1.AllocateResponse
+	8,  // 37: stockctl.v1.OrderStreamResponse.reserved:type_name -> stockctl.v1.ReserveResponse
+	36, // 38: stockctl.v1.OrderStreamResponse.error:type_name -> stockctl.v1.OrderError
+	11, // 39: stockctl.v1.OrderStreamResponse.allocated_order:type_name -> stockctl.v1.AllocateOrderResponse
+	13, // 40: stockctl.v1.OrderStreamResponse.reserved_order:type_name -> stockctl.v1.ReserveOrderResponse
+	35, // 41: stockctl.v1.OrderStreamResponse.more:type_name -> stockctl.v1.OrderStreamResponse
+	41, // 42: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
+	42, // 43: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
+	2,  // 44: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
+	5,  // 45: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
+	7,  // 46: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
+	10, // 47: stockctl.v1.StockService.AllocateOrder:input_type -> stockctl.v1.AllocateOrderRequest
+	12, // 48: stockctl.v1.StockService.ReserveOrder:input_type -> stockctl.v1.ReserveOrderRequest
+	14, // 49: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
+	16, // 50: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
+	18, // 51: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
+	20, // 52: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
+	22, // 53: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
+	32, // 54: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
+	24, // 55: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
+	26, // 56: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
+	34, // 57: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
+	37, // 58: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
+	3,  // 59: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
+	6,  // 60: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
+	8,  // 61: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
+	11, // 62: stockctl.v1.StockService.AllocateOrder:output_type -> stockctl.v1.AllocateOrderResponse
+	13, // 63: stockctl.v1.StockService.ReserveOrder:output_type -> stockctl.v1.ReserveOrderResponse
+	15, // 64: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
+	17, // 65: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
+	19, // 66: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
+	21, // 67: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
+	23, // 68: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
+	33, // 69: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
+	25, // 70: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
+	27, // 71: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
+	35, // 72: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
+	38, // 73: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
+	59, // [59:74] is the sub-list for method output_type
+	44, // [44:59] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_stockctl_v1_stock_service_proto_init() }
@@ -3666,11 +3751,15 @@ func file_stockctl_v1_stock_service_proto_init() {
 	file_stockctl_v1_stock_service_proto_msgTypes[32].OneofWrappers = []any{
 		(*OrderStreamRequest_Allocate)(nil),
 		(*OrderStreamRequest_Reserve)(nil),
+		(*OrderStreamRequest_AllocateOrder)(nil),
+		(*OrderStreamRequest_ReserveOrder)(nil),
 	}
 	file_stockctl_v1_stock_service_proto_msgTypes[33].OneofWrappers = []any{
 		(*OrderStreamResponse_Allocated)(nil),
 		(*OrderStreamResponse_Reserved)(nil),
 		(*OrderStreamResponse_Error)(nil),
+		(*OrderStreamResponse_AllocatedOrder)(nil),
+		(*OrderStreamResponse_ReservedOrder)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

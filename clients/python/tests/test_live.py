@@ -16,6 +16,8 @@ import grpc
 
 import stockctl_client as sc
 from stockctl.v1 import stock_service_pb2 as st
+from stockctl.v1 import errors_pb2
+from stockctl_client import errors
 
 from . import env
 
@@ -73,6 +75,33 @@ class StockMethods(unittest.TestCase):
                     break
             self.assertEqual(events, [(o("a-1"), "allocated"), (o("r-1"), "reserved"), (o("r-1"), "confirmed"),
                                       (o("r-2"), "reserved"), (o("r-2"), "cancelled"), (o("a-1"), "released")])
+
+
+class OrdersOfSeveralSKUs(unittest.TestCase):
+    def test_all_or_nothing(self):
+        with client() as c:
+            a, b = env.name("py-cart-a"), env.name("py-cart-b")
+            c.create_sku(a, total=10, segments=2, initial_fill=10)
+            c.create_sku(b, total=1, segments=1, initial_fill=1)
+            o = lambda n: a + "-" + n
+            got = c.allocate_order(o("c-1"), [(a, 2), (b, 1)])
+            self.assertEqual([(l.sku, l.qty) for l in got.lines], [(a, 2), (b, 1)])
+            self.assertTrue(all(l.revision == got.revision for l in got.lines))
+            self.assertTrue(c.allocate_order(o("c-1"), [(b, 1), (a, 2)]).replayed)
+            with self.assertRaises(errors.OrderConflict):
+                c.allocate_order(o("c-1"), [(a, 3), (b, 1)])
+            with self.assertRaises(errors.SoldOut) as cm:
+                c.allocate_order(o("c-2"), [(a, 1), (b, 1)])
+            line = errors_pb2.RefusedLine.FromString(cm.exception.details["stockctl.v1.RefusedLine"])
+            self.assertEqual((line.index, line.sku, line.qty), (1, b, 1))
+            self.assertEqual(c.status(a).allocated, 2)  # nothing of c-2 was taken
+            r = c.reserve_order(o("r-1"), [(a, 1)], ttl=600)
+            self.assertEqual(r.state, st.ORDER_STATE_RESERVED)
+            rel = c.release(b, o("c-1"))  # one line's SKU: the whole order goes back
+            self.assertEqual((rel.qty, rel.replayed), (1, False))
+            self.assertEqual(c.status(a).allocated, 1)
+            for sku in (a, b):
+                self.assertTrue(c.audit(sku).ok)
 
 
 def made_rev(c, sku, first_order_rev):

@@ -96,6 +96,9 @@ type orderEventView struct {
 	Reservation bool       `json:"reservation"`
 	Deadline    *time.Time `json:"deadline,omitempty"`
 	Created     time.Time  `json:"created"`
+	// Lines: the SKUs of an order of several SKUs (allocate --line), one
+	// event per line, every line of a change at one revision.
+	Lines []string `json:"lines,omitempty"`
 	// Snapshot: the line is an order in its state at the snapshot's
 	// revision (--snapshot), not a change.
 	Snapshot bool `json:"snapshot"`
@@ -118,7 +121,7 @@ func orderEventViews(b feed.Batch, prevCursor int64, snapshot bool) []orderEvent
 	cursor := prevCursor
 	for i, e := range b.Events {
 		v := orderEventView{Revision: e.Revision, Event: string(e.Kind), SKU: e.SKU, Order: e.Order, Qty: e.Qty,
-			Parts: partViews(e.Parts), Buyer: e.Buyer, Reservation: e.Reservation, Created: e.Created.UTC(), Snapshot: snapshot}
+			Parts: partViews(e.Parts), Buyer: e.Buyer, Reservation: e.Reservation, Created: e.Created.UTC(), Lines: e.Lines, Snapshot: snapshot}
 		if !e.Deadline.IsZero() {
 			d := e.Deadline.UTC()
 			v.Deadline = &d
@@ -147,6 +150,9 @@ func (v orderEventView) text() string {
 	}
 	if v.Deadline != nil {
 		fmt.Fprintf(&b, "  deadline %s", v.Deadline.Format(time.RFC3339))
+	}
+	if len(v.Lines) > 0 {
+		fmt.Fprintf(&b, "  lines %s", strings.Join(v.Lines, ","))
 	}
 	return b.String()
 }

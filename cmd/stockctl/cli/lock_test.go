@@ -78,7 +78,15 @@ func (e *env) lockedChild(name string, extra []string, script string) (pid int, 
 	ch := make(chan result, 1)
 	go func() {
 		var out, errOut syncBuffer
-		args := append(append([]string{"lock", name}, extra...), "--", "sh", "-c", "echo $$ > "+pidFile+".tmp; mv "+pidFile+".tmp "+pidFile+"; "+script)
+		// A script's leading trap is set before the pid file says the
+		// child runs: a signal sent on that word finds it in place (on a
+		// busy machine the SIGTERM came before the trap, and sh died of it).
+		prelude := ""
+		if strings.HasPrefix(script, "trap ") {
+			prelude, script, _ = strings.Cut(script, "; ")
+			prelude += "; "
+		}
+		args := append(append([]string{"lock", name}, extra...), "--", "sh", "-c", prelude+"echo $$ > "+pidFile+".tmp; mv "+pidFile+".tmp "+pidFile+"; "+script)
 		code := runCtx(context.Background(), &out, &errOut, e.args(args...)...)
 		ch <- result{code: code, stdout: out.String(), stderr: errOut.String()}
 	}()

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -57,6 +58,25 @@ func TestOrderLinesCommands(t *testing.T) {
 	e.json(&st, "status", "phone")
 	if st.Allocated != 1 { // r1's phone: c1's 2 went back with its case line
 		t.Fatalf("phone allocated %d, want 1", st.Allocated)
+	}
+	// The feed: one event per line, each naming the order's SKUs, every
+	// line of a change at one revision.
+	byRev := map[int64][]string{}
+	for _, ev := range orderLines(t, e.ok("-o", "json", "orders", "--all")) {
+		if ev.Order == "c1" {
+			if strings.Join(ev.Lines, ",") != "case,phone" {
+				t.Fatalf("event %+v: lines %v", ev, ev.Lines)
+			}
+			byRev[ev.Revision] = append(byRev[ev.Revision], ev.SKU)
+		}
+	}
+	if len(byRev) != 2 { // allocated, released
+		t.Fatalf("c1's events by revision: %v", byRev)
+	}
+	for rev, skus := range byRev {
+		if len(skus) != 2 {
+			t.Fatalf("revision %d has c1's lines %v", rev, skus)
+		}
 	}
 	e.ok("allocate", "phone", "--order", "s1", "--qty", "1")
 	e.ok("audit", "phone")

@@ -29,6 +29,9 @@ func orderLines(t *testing.T, out string) []orderEventView {
 		if v.Deadline != nil {
 			want = append(want, "deadline")
 		}
+		if v.Lines != nil {
+			want = append(want, "lines")
+		}
 		checkShape(t, "orders", line, append([]string(nil), want...)...)
 		vs = append(vs, v)
 	}

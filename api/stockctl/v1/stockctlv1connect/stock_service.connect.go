@@ -142,7 +142,8 @@ type StockServiceClient interface {
 	// again with snapshot. The stream lasts until the caller ends it or its
 	// deadline passes.
 	WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest]) (*connect.ServerStreamForClient[v1.WatchOrdersResponse], error)
-	// OrderStream is Allocate and Reserve for callers with many orders: each
+	// OrderStream is Allocate and Reserve (and AllocateOrder and
+	// ReserveOrder) for callers with many orders: each
 	// request carries one order and an id of the caller's choosing, and each
 	// order is answered on its own, as soon as it is done, with its id and
 	// its own outcome (an error is an OrderError in the answer, never the
@@ -417,7 +418,8 @@ type StockServiceHandler interface {
 	// again with snapshot. The stream lasts until the caller ends it or its
 	// deadline passes.
 	WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest], *connect.ServerStream[v1.WatchOrdersResponse]) error
-	// OrderStream is Allocate and Reserve for callers with many orders: each
+	// OrderStream is Allocate and Reserve (and AllocateOrder and
+	// ReserveOrder) for callers with many orders: each
 	// request carries one order and an id of the caller's choosing, and each
 	// order is answered on its own, as soon as it is done, with its id and
 	// its own outcome (an error is an OrderError in the answer, never the

@@ -7,7 +7,7 @@ import random
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
 from google.protobuf import duration_pb2
@@ -158,6 +158,23 @@ class Client:
         """Holds qty units until confirm(), for at most ttl (seconds or a timedelta)."""
         return self._unary("stock", "Reserve", st.ReserveRequest(sku=sku, order=order, qty=qty, ttl=duration(ttl),
                                                                  route_key=route_key, buyer=buyer))
+
+    def allocate_order(self, order: str, lines: Iterable[Tuple[str, int]], buyer: str = "") -> st.AllocateOrderResponse:
+        """Takes every line ((sku, qty) pairs, each SKU once) for the order, or none, in one transaction.
+
+        Raises SoldOut (or PerUserLimitExceeded) naming the refused line in
+        ``details["stockctl.v1.RefusedLine"]`` (a RefusedLine: index, sku,
+        qty); OrderConflict for the ID used with other lines. Confirm,
+        cancel and release with any line's SKU act on the whole order.
+        """
+        return self._unary("stock", "AllocateOrder", st.AllocateOrderRequest(
+            order=order, lines=[st.OrderLine(sku=s, qty=q) for s, q in lines], buyer=buyer))
+
+    def reserve_order(self, order: str, lines: Iterable[Tuple[str, int]], ttl: Seconds,
+                      buyer: str = "") -> st.ReserveOrderResponse:
+        """allocate_order as a reservation of every line, until confirm() of any line, for at most ttl."""
+        return self._unary("stock", "ReserveOrder", st.ReserveOrderRequest(
+            order=order, lines=[st.OrderLine(sku=s, qty=q) for s, q in lines], ttl=duration(ttl), buyer=buyer))
 
     def confirm(self, sku: str, order: str) -> st.ConfirmResponse:
         """Makes a reservation final. Raises ReservationExpired, OrderStateConflict."""

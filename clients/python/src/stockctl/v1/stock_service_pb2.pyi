@@ -249,11 +249,12 @@ class OrderError(_message.Message):
     def __init__(self, code: _Optional[str] = ..., reason: _Optional[_Union[_errors_pb2.ErrorReason, str]] = ..., message: _Optional[str] = ..., details: _Optional[_Iterable[_Union[_any_pb2.Any, _Mapping]]] = ...) -> None: ...
 
 class OrderEvent(_message.Message):
-    __slots__ = ["buyer", "create_time", "deadline", "event", "order", "parts", "qty", "reservation", "revision", "sku", "version"]
+    __slots__ = ["buyer", "create_time", "deadline", "event", "lines", "order", "parts", "qty", "reservation", "revision", "sku", "version"]
     BUYER_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
     ORDER_FIELD_NUMBER: _ClassVar[int]
     PARTS_FIELD_NUMBER: _ClassVar[int]
     QTY_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +266,7 @@ class OrderEvent(_message.Message):
     create_time: _timestamp_pb2.Timestamp
     deadline: _timestamp_pb2.Timestamp
     event: OrderEventKind
+    lines: _containers.RepeatedScalarFieldContainer[str]
     order: str
     parts: _containers.RepeatedCompositeFieldContainer[Part]
     qty: int
@@ -272,7 +274,7 @@ class OrderEvent(_message.Message):
     revision: int
     sku: str
     version: int
-    def __init__(self, revision: _Optional[int] = ..., event: _Optional[_Union[OrderEventKind, str]] = ..., sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., buyer: _Optional[str] = ..., reservation: bool = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ...) -> None: ...
+    def __init__(self, revision: _Optional[int] = ..., event: _Optional[_Union[OrderEventKind, str]] = ..., sku: _Optional[str] = ..., order: _Optional[str] = ..., qty: _Optional[int] = ..., parts: _Optional[_Iterable[_Union[Part, _Mapping]]] = ..., buyer: _Optional[str] = ..., reservation: bool = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., version: _Optional[int] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class OrderLine(_message.Message):
     __slots__ = ["qty", "sku"]
@@ -283,30 +285,38 @@ class OrderLine(_message.Message):
     def __init__(self, sku: _Optional[str] = ..., qty: _Optional[int] = ...) -> None: ...
 
 class OrderStreamRequest(_message.Message):
-    __slots__ = ["allocate", "id", "more", "reserve"]
+    __slots__ = ["allocate", "allocate_order", "id", "more", "reserve", "reserve_order"]
     ALLOCATE_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATE_ORDER_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
     RESERVE_FIELD_NUMBER: _ClassVar[int]
+    RESERVE_ORDER_FIELD_NUMBER: _ClassVar[int]
     allocate: AllocateRequest
+    allocate_order: AllocateOrderRequest
     id: int
     more: _containers.RepeatedCompositeFieldContainer[OrderStreamRequest]
     reserve: ReserveRequest
-    def __init__(self, id: _Optional[int] = ..., allocate: _Optional[_Union[AllocateRequest, _Mapping]] = ..., reserve: _Optional[_Union[ReserveRequest, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamRequest, _Mapping]]] = ...) -> None: ...
+    reserve_order: ReserveOrderRequest
+    def __init__(self, id: _Optional[int] = ..., allocate: _Optional[_Union[AllocateRequest, _Mapping]] = ..., reserve: _Optional[_Union[ReserveRequest, _Mapping]] = ..., allocate_order: _Optional[_Union[AllocateOrderRequest, _Mapping]] = ..., reserve_order: _Optional[_Union[ReserveOrderRequest, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamRequest, _Mapping]]] = ...) -> None: ...
 
 class OrderStreamResponse(_message.Message):
-    __slots__ = ["allocated", "error", "id", "more", "reserved"]
+    __slots__ = ["allocated", "allocated_order", "error", "id", "more", "reserved", "reserved_order"]
     ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_ORDER_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     MORE_FIELD_NUMBER: _ClassVar[int]
     RESERVED_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_ORDER_FIELD_NUMBER: _ClassVar[int]
     allocated: AllocateResponse
+    allocated_order: AllocateOrderResponse
     error: OrderError
     id: int
     more: _containers.RepeatedCompositeFieldContainer[OrderStreamResponse]
     reserved: ReserveResponse
-    def __init__(self, id: _Optional[int] = ..., allocated: _Optional[_Union[AllocateResponse, _Mapping]] = ..., reserved: _Optional[_Union[ReserveResponse, _Mapping]] = ..., error: _Optional[_Union[OrderError, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamResponse, _Mapping]]] = ...) -> None: ...
+    reserved_order: ReserveOrderResponse
+    def __init__(self, id: _Optional[int] = ..., allocated: _Optional[_Union[AllocateResponse, _Mapping]] = ..., reserved: _Optional[_Union[ReserveResponse, _Mapping]] = ..., error: _Optional[_Union[OrderError, _Mapping]] = ..., allocated_order: _Optional[_Union[AllocateOrderResponse, _Mapping]] = ..., reserved_order: _Optional[_Union[ReserveOrderResponse, _Mapping]] = ..., more: _Optional[_Iterable[_Union[OrderStreamResponse, _Mapping]]] = ...) -> None: ...
 
 class Part(_message.Message):
     __slots__ = ["place", "qty"]

@@ -229,7 +229,8 @@ class StockServiceServicer(object):
     raise NotImplementedError('Method not implemented!')
 
   def OrderStream(self, request_iterator, context):
-    """OrderStream is Allocate and Reserve for callers with many orders: each
+    """OrderStream is Allocate and Reserve (and AllocateOrder and
+    ReserveOrder) for callers with many orders: each
     request carries one order and an id of the caller's choosing, and each
     order is answered on its own, as soon as it is done, with its id and
     its own outcome (an error is an OrderError in the answer, never the
