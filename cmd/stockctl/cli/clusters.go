@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdcall"
+	"github.com/stockctl/stockctl/internal/keys"
 )
 
 // clusterSpec is one --cluster NAME=ep1,ep2,...
@@ -129,4 +132,31 @@ func globalClusters(c *ucli.Context) *clusterFlag {
 		}
 	}
 	return nil
+}
+
+// refuseFleetMember refuses a one-cluster command (--endpoints, or the
+// embedded etcd) on a cluster of a fleet: it would create SKUs without
+// their placement claim and take locks in a cluster other than the one
+// the fleet places them in (two holders). The fleet record says so.
+func refuseFleetMember(ctx context.Context, g *globals, client *clientv3.Client, endpoints []string) error {
+	ks, err := keys.New(g.prefix)
+	if err != nil {
+		return usageError("invalid --prefix %q: %v", g.prefix, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	defer cancel()
+	resp, err := etcdcall.KV(client).Get(dctx, ks.Fleet())
+	if err != nil {
+		return failed(ctx, "read the fleet record", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	var rec struct {
+		Cluster  string   `json:"cluster"`
+		Clusters []string `json:"clusters"`
+	}
+	_ = json.Unmarshal(resp.Kvs[0].Value, &rec)
+	return usageError("etcd at %s is cluster %q of a fleet of clusters %s (prefix %s): give every cluster with --cluster NAME=endpoints, in that order, instead of --endpoints",
+		strings.Join(endpoints, ","), rec.Cluster, strings.Join(rec.Clusters, ","), g.prefix)
 }

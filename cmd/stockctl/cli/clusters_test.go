@@ -99,6 +99,11 @@ func TestCLIClusters(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "does not match the fleet") {
 		t.Fatalf("clusters in another order: exit %d, stderr %q", r.code, r.stderr)
 	}
+	// One cluster of the fleet given alone: refused, naming the fleet.
+	r = run(t, "--endpoints", a.Endpoints()[0], "--prefix", prefix, "list")
+	if r.code != ExitUsage || !strings.Contains(r.stderr, `cluster "a" of a fleet of clusters a,b`) {
+		t.Fatalf("--endpoints on a fleet's cluster: exit %d, %q", r.code, r.stderr)
+	}
 	e.fails(ExitUsage, "not both", append([]string{"--cluster", "a=" + a.Endpoints()[0]}, "list")...)
 	// The environment variable, ';'-separated.
 	t.Setenv("STOCKCTL_CLUSTERS", "a="+a.Endpoints()[0]+";b="+b.Endpoints()[0])
