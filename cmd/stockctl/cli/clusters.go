@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	ucli "github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -159,4 +160,18 @@ func refuseFleetMember(ctx context.Context, g *globals, client *clientv3.Client,
 	_ = json.Unmarshal(resp.Kvs[0].Value, &rec)
 	return usageError("etcd at %s is cluster %q of a fleet of clusters %s (prefix %s): give every cluster with --cluster NAME=endpoints, in that order, instead of --endpoints",
 		strings.Join(endpoints, ","), rec.Cluster, strings.Join(rec.Clusters, ","), g.prefix)
+}
+
+// registerEtcdCollectors registers the etcd members' metrics: of the one
+// cluster, or of each cluster, labelled with its name.
+func registerEtcdCollectors(reg prometheus.Registerer, cn *conn) {
+	names := cn.coord.Clusters()
+	if names == nil {
+		reg.MustRegister(newEtcdCollector(cn.client, cn.endpoints))
+		return
+	}
+	for _, name := range names {
+		cl := cn.coord.Cluster(name).Client()
+		prometheus.WrapRegistererWith(prometheus.Labels{"cluster": name}, reg).MustRegister(newEtcdCollector(cl, cl.Endpoints()))
+	}
 }
