@@ -57,7 +57,7 @@ type Event struct {
 	Revision int64
 	// Kind is what happened, and the order's state after it.
 	Kind Kind
-	// SKU and Order identify the order. Order IDs are unique across SKUs.
+	// SKU and Order identify the order. Order IDs are unique per SKU: (SKU, Order) names an order.
 	SKU   string
 	Order string
 	Qty   int64

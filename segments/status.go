@@ -47,7 +47,7 @@ type Status struct {
 	// PrunedClaims counts the pruned orders whose IDs are still kept
 	// (KeepPrunedIDs): records under the SKU's orders that hold nothing.
 	PrunedClaims int64
-	Revision       int64
+	Revision     int64
 	// Rebalancer is the last pass of the rebalancer, if one ever ran.
 	Rebalancer *RebalancePass
 }

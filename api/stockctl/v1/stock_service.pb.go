@@ -437,7 +437,7 @@ type AllocateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Sku   string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
 	// The idempotency key: 1 to 128 bytes of printable ASCII other than space
-	// and '/'. Order IDs are unique across SKUs.
+	// and '/'. Order IDs are unique per SKU (the same ID on another SKU is another order).
 	Order string `protobuf:"bytes,2,opt,name=order,proto3" json:"order,omitempty"`
 	// 1 to 10^9.
 	Qty int64 `protobuf:"varint,3,opt,name=qty,proto3" json:"qty,omitempty"`

@@ -18,7 +18,7 @@ func allocateCommand() *ucli.Command {
 		Usage:     "take stock of a SKU for an order (idempotent by order ID)",
 		ArgsUsage: "SKU --order ID --qty N [--route-key KEY] [--buyer B] | --order ID --line SKU=QTY [--line SKU=QTY ...] [--buyer B]",
 		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "order", Usage: "order ID, unique across SKUs; retrying it is safe (required)"},
+			&ucli.StringFlag{Name: "order", Usage: "order ID, unique per SKU; retrying it is safe (required)"},
 			&ucli.Int64Flag{Name: "qty", Usage: "units to take (required)"},
 			&ucli.StringFlag{Name: "route-key", Usage: "routes the order to a segment, e.g. a user ID (default: the buyer, else a random segment)"},
 			buyerFlag(),

@@ -16,7 +16,7 @@ func reserveCommand() *ucli.Command {
 		Usage:     "take stock for an order that must be confirmed before its TTL runs out (idempotent by order ID)",
 		ArgsUsage: "SKU --order ID --qty N --ttl D [--route-key KEY] [--buyer B] | --order ID --line SKU=QTY [--line ...] --ttl D [--buyer B]",
 		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "order", Usage: "order ID, unique across SKUs; retrying it is safe (required)"},
+			&ucli.StringFlag{Name: "order", Usage: "order ID, unique per SKU; retrying it is safe (required)"},
 			&ucli.Int64Flag{Name: "qty", Usage: "units to take (required)"},
 			&ucli.DurationFlag{Name: "ttl", Usage: fmt.Sprintf("how long the reservation waits for confirm, e.g. 15m; more than 0, at most %v (required)", segments.MaxReservationTTL)},
 			&ucli.StringFlag{Name: "route-key", Usage: "routes the order to a segment (default: the buyer, else a random segment)"},
