@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
@@ -610,5 +611,39 @@ func TestClustersMoveSKU(t *testing.T) {
 	r := mustAudit(t, seller, "mv")
 	if r.Total != 45 || r.Allocated != 5 {
 		t.Fatalf("moved SKU's books: total %d allocated %d", r.Total, r.Allocated)
+	}
+}
+
+// WithMetrics over several clusters: every member's metrics are
+// registered once, each with a "cluster" label naming its cluster.
+func TestClustersMetricsLabel(t *testing.T) {
+	tcs := newTestClusters(t, "a", "b")
+	reg := prometheus.NewRegistry()
+	c := mustFleet(t, tcs, coordinator.WithMetrics(reg))
+	ctx := t.Context()
+	for _, cl := range []string{"a", "b"} {
+		if _, err := c.CreateSKUIn(ctx, cl, "m-"+cl, coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Allocate(ctx, "m-"+cl, "o", 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cluster" {
+					seen[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	if !seen["a"] || !seen["b"] || len(seen) != 2 {
+		t.Fatalf("cluster labels %v, want a and b", seen)
 	}
 }

@@ -144,6 +144,11 @@ func (f *fleet) locate(ctx context.Context, sku string) (*member, error) {
 		go func() {
 			a := answer{m: m}
 			defer func() { answers <- a }()
+			// A cluster whose connection is down answers within
+			// connectWait, not lookupTimeout.
+			if a.err = m.connected(qctx); a.err != nil {
+				return
+			}
 			if a.err = f.ready(qctx, m); a.err != nil {
 				return
 			}

@@ -53,7 +53,7 @@ func TestPausedHolder(t *testing.T) {
 		{"unfenced control", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := runPausedHolder(t, tc.fenced)
+			r := runPausedHolder(t, tc.fenced, false)
 			t.Logf("%s: %d acknowledged increments, counter %d: %d lost (%.1f%%), %d double writes; late writes of paused holders: %d acknowledged, %d rejected",
 				tc.name, r.acked, r.final, r.lost, 100*float64(r.lost)/float64(max(r.acked, 1)), r.doubles, r.staleAcked, r.staleDenied)
 			if tc.fenced {
@@ -80,22 +80,79 @@ const (
 	maxWorkerIncrements   = 50 // per worker per round: bounds the load loop
 )
 
-func runPausedHolder(t *testing.T, fenced bool) pausedRun {
-	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+// The same scenario on a lock placed in the second cluster of a
+// coordinator over two (coordinator.NewClusters): the frozen holder is cut
+// off from that cluster only, its lease there expires, and its fence is
+// that cluster's; the counter lives in that cluster too.
+func TestPausedHolderOnSecondCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		fenced bool
+	}{
+		{"fenced", true},
+		{"unfenced control", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runPausedHolder(t, tc.fenced, true)
+			t.Logf("%s: %d acknowledged increments, counter %d: %d lost, %d double writes; late writes: %d acknowledged, %d rejected",
+				tc.name, r.acked, r.final, r.lost, r.doubles, r.staleAcked, r.staleDenied)
+			if tc.fenced {
+				if r.lost != 0 || r.doubles != 0 || r.staleAcked != 0 || r.staleDenied != pausedRounds {
+					t.Fatalf("fenced writes: %d lost updates, %d double writes, %d late writes acknowledged, %d rejected; want 0, 0, 0, %d",
+						r.lost, r.doubles, r.staleAcked, r.staleDenied, pausedRounds)
+				}
+				return
+			}
+			if r.staleAcked != pausedRounds || r.lost < pausedRounds || r.doubles < pausedRounds {
+				t.Fatalf("unfenced control: %d late writes acknowledged, %d lost updates, %d double writes; want %d, ≥ %d, ≥ %d",
+					r.staleAcked, r.lost, r.doubles, pausedRounds, pausedRounds, pausedRounds)
+			}
+		})
+	}
+}
+
+// runPausedHolder runs the scenario on one etcd, or (second) on the
+// second of two clusters, the holder's lock and the counter both there.
+func runPausedHolder(t *testing.T, fenced, second bool) pausedRun {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync()) // the cluster the lock lives in
 	raw := etcd.Client(t)
 	proxy := etcdtest.NewProxy(t, etcd.Endpoints()[0])
 	opts := []coordinator.Option{coordinator.WithSessionTTL(ttl), coordinator.WithReleaseTimeout(200 * time.Millisecond)}
-	victim := newCoord(t, []string{proxy.Endpoint()}, opts...)
+	var victim *coordinator.Coordinator
 	workers := make([]*coordinator.Coordinator, pausedWorkers)
-	for i := range workers {
-		workers[i] = newCoord(t, etcd.Endpoints(), opts...)
+	// clientOf is the client of the cluster the lock and the counter live in.
+	clientOf := func(c *coordinator.Coordinator) *clientv3.Client { return c.Client() }
+	lockName := "paused"
+	if second {
+		first := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+		fleet := func(lockEndpoint string) *coordinator.Coordinator {
+			c, err := coordinator.NewClusters(t.Context(), []coordinator.Cluster{
+				{Name: "first", Client: etcdtest.NewClient(t, first.Endpoints()...)},
+				{Name: "second", Client: etcdtest.NewClient(t, lockEndpoint)}}, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+		victim = fleet(proxy.Endpoint())
+		for i := range workers {
+			workers[i] = fleet(etcd.Endpoints()[0])
+		}
+		clientOf = func(c *coordinator.Coordinator) *clientv3.Client { return c.Cluster("second").Client() }
+		lockName = pausedLockIn(t, workers[0], "second")
+	} else {
+		victim = newCoord(t, []string{proxy.Endpoint()}, opts...)
+		for i := range workers {
+			workers[i] = newCoord(t, etcd.Endpoints(), opts...)
+		}
 	}
 	// A hang guard only: when it runs out, the workers' calls fail with
 	// its deadline (issue 28: "put lock key … context deadline exceeded"
 	// after 2 minutes on a busy machine).
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
-	const lockName, counter = "paused", "/e2e/paused/counter"
+	const counter = "/e2e/paused/counter"
 
 	var mu sync.Mutex
 	written := map[int64]int{} // value → acknowledged writes of it
@@ -108,7 +165,8 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 	}
 	// write stores v under l: fenced or not. It reports whether the write
 	// was acknowledged.
-	write := func(ctx context.Context, cli *clientv3.Client, l *coordinator.Lock, v int64) (bool, error) {
+	write := func(ctx context.Context, c *coordinator.Coordinator, l *coordinator.Lock, v int64) (bool, error) {
+		cli := clientOf(c)
 		if fenced {
 			tr, err := l.Txn(ctx).Then(clientv3.OpPut(counter, strconv.FormatInt(v, 10))).Commit()
 			return err == nil && tr.Succeeded, err
@@ -116,8 +174,8 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 		_, err := cli.Put(ctx, counter, strconv.FormatInt(v, 10))
 		return err == nil, err
 	}
-	read := func(ctx context.Context, cli *clientv3.Client) (int64, error) {
-		resp, err := cli.Get(ctx, counter)
+	read := func(ctx context.Context, c *coordinator.Coordinator) (int64, error) {
+		resp, err := clientOf(c).Get(ctx, counter)
 		if err != nil || len(resp.Kvs) == 0 {
 			return 0, err
 		}
@@ -164,7 +222,7 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 		})
 		var v int64
 		retry(t, "victim read", 30*time.Second, anyErr, func(actx context.Context) (err error) {
-			v, err = read(actx, victim.Client())
+			v, err = read(actx, victim)
 			return err
 		})
 		if l.Err() != nil {
@@ -178,7 +236,7 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 		proxy.Unblackhole() // it wakes and writes what it computed
 		var ok bool
 		retry(t, "victim late write", 30*time.Second, anyErr, func(actx context.Context) (err error) {
-			ok, err = write(actx, victim.Client(), l, v+1)
+			ok, err = write(actx, victim, l, v+1)
 			return err
 		})
 		if ok {
@@ -200,7 +258,11 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 		t.Fatalf("worker: %v", err)
 	}
 
-	final, err := read(ctx, raw)
+	resp, err := raw.Get(ctx, counter)
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("read the counter: %v", err)
+	}
+	final, err := strconv.ParseInt(string(resp.Kvs[0].Value), 10, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +276,8 @@ func runPausedHolder(t *testing.T, fenced bool) pausedRun {
 
 // increment is one critical section: lock, read, check, write v+1, unlock.
 func increment(ctx context.Context, c *coordinator.Coordinator, name string,
-	read func(context.Context, *clientv3.Client) (int64, error),
-	write func(context.Context, *clientv3.Client, *coordinator.Lock, int64) (bool, error),
+	read func(context.Context, *coordinator.Coordinator) (int64, error),
+	write func(context.Context, *coordinator.Coordinator, *coordinator.Lock, int64) (bool, error),
 	ack func(int64)) error {
 	l, err := c.Lock(ctx, name)
 	if err != nil {
@@ -225,14 +287,14 @@ func increment(ctx context.Context, c *coordinator.Coordinator, name string,
 		return err
 	}
 	defer l.Unlock(context.WithoutCancel(ctx))
-	v, err := read(ctx, c.Client())
+	v, err := read(ctx, c)
 	if err != nil {
 		return err
 	}
 	if l.Err() != nil {
 		return nil
 	}
-	ok, err := write(ctx, c.Client(), l, v+1)
+	ok, err := write(ctx, c, l, v+1)
 	if err != nil {
 		return err
 	}
@@ -240,4 +302,29 @@ func increment(ctx context.Context, c *coordinator.Coordinator, name string,
 		ack(v + 1)
 	}
 	return nil
+}
+
+// pausedLockIn finds a lock name that c places in the named cluster: it
+// takes candidates and reads where the listing shows them.
+func pausedLockIn(t *testing.T, c *coordinator.Coordinator, cluster string) string {
+	t.Helper()
+	for i := range 64 {
+		name := fmt.Sprintf("paused-%d", i)
+		l, err := c.Lock(t.Context(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls, _, err := c.Locks(t.Context())
+		l.Unlock(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range ls {
+			if s.Name == name && s.Cluster == cluster {
+				return name
+			}
+		}
+	}
+	t.Fatalf("no lock name of 64 placed in cluster %s", cluster)
+	return ""
 }

@@ -66,15 +66,57 @@ func TestServiceOverClusters(t *testing.T) {
 	if !seen {
 		t.Fatalf("WatchOrders in-b: no event of o1 (%v)", stream.Err())
 	}
-	all, err := c.WatchOrders(cx, connect.NewRequest(&stockctlv1.WatchOrdersRequest{}))
-	if err == nil {
-		for all.Receive() {
+	// Every SKU's: the clusters' feeds merged, each message with the
+	// merged cursor after it; resumed from the first message's cursor it
+	// sends the rest, and nothing of the first again.
+	watchAll := func(since string, want int) []*stockctlv1.WatchOrdersResponse {
+		t.Helper()
+		wctx, wcancel := context.WithCancel(cx)
+		defer wcancel()
+		st, err := c.WatchOrders(wctx, connect.NewRequest(&stockctlv1.WatchOrdersRequest{MergedSince: since}))
+		if err != nil {
+			t.Fatal(err)
 		}
-		err = all.Err()
-		all.Close()
+		defer st.Close()
+		var msgs []*stockctlv1.WatchOrdersResponse
+		n := 0
+		for n < want && st.Receive() {
+			if len(st.Msg().Events) > 0 {
+				msgs = append(msgs, st.Msg())
+				n += len(st.Msg().Events)
+			}
+		}
+		if n != want {
+			t.Fatalf("WatchOrders of every SKU from %q: %d events (%v), want %d", since, n, st.Err(), want)
+		}
+		return msgs
 	}
-	if code, _ := errorInfo(t, err); code != connect.CodeInvalidArgument {
-		t.Fatalf("WatchOrders of every SKU over two clusters: %v, want INVALID_ARGUMENT", err)
+	msgs := watchAll("", 2) // o1 of in-a and of in-b
+	skusSeen := map[string]bool{}
+	for _, m := range msgs {
+		if m.MergedCursor == "" || m.Cursor != 0 {
+			t.Fatalf("a merged message's cursors: %q, %d", m.MergedCursor, m.Cursor)
+		}
+		for _, ev := range m.Events {
+			skusSeen[ev.Sku] = true
+		}
+	}
+	if !skusSeen["in-a"] || !skusSeen["in-b"] {
+		t.Fatalf("merged WatchOrders saw %v, want both clusters' SKUs", skusSeen)
+	}
+	if _, err := c.Allocate(cx, connect.NewRequest(&stockctlv1.AllocateRequest{Sku: "in-a", Order: "o-late", Qty: 1})); err != nil {
+		t.Fatal(err)
+	}
+	first := msgs[0]
+	rest := watchAll(first.MergedCursor, 2) // the other cluster's o1, and o-late
+	for _, m := range rest {
+		for _, ev := range m.Events {
+			for _, old := range first.Events {
+				if ev.Sku == old.Sku && ev.Order == old.Order && ev.Revision == old.Revision {
+					t.Fatalf("resumed from %q: %s/%s sent again", first.MergedCursor, ev.Sku, ev.Order)
+				}
+			}
+		}
 	}
 	// A SKU created through the API lands in one cluster.
 	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "via-api", Total: 10, Segments: 1, InitialFill: 10})

@@ -3,7 +3,6 @@ package service
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
@@ -38,6 +37,10 @@ func (h stockService) WatchOrders(ctx context.Context, req *connect.Request[stoc
 		return s.fail(ctx, opRead, method, badField("since", "must be a revision from 0 (0: from the start of etcd's history), got "+itoa(m.Since)))
 	case m.Snapshot && m.Since != 0:
 		return s.fail(ctx, opRead, method, badField("since", "must be 0 with snapshot: a snapshot starts from the current orders"))
+	case m.MergedSince != "" && (s.c.Clusters() == nil || m.Sku != ""):
+		return s.fail(ctx, opRead, method, badField("merged_since", "is for a stream of every SKU on a server over several etcd clusters; use since"))
+	case s.c.Clusters() != nil && m.Sku == "" && (m.Since != 0 || m.Snapshot):
+		return s.fail(ctx, opRead, method, badField("since", "a stream of every SKU over several etcd clusters resumes from merged_since, and has no snapshot yet"))
 	}
 	if err := s.etcdReady(ctx); err != nil {
 		return s.fail(ctx, opRead, method, err)
@@ -54,10 +57,9 @@ func (h stockService) WatchOrders(ctx context.Context, req *connect.Request[stoc
 	}()
 
 	// Over several clusters a SKU's feed is its cluster's (its revisions
-	// that cluster's); the merged feed of every cluster is not built yet.
+	// that cluster's); every SKU's is the clusters' feeds merged.
 	if s.c.Clusters() != nil && m.Sku == "" {
-		return s.fail(ctx, opRead, method, fmt.Errorf("%w: every SKU's orders over several etcd clusters (a merged feed) is not supported yet: name a SKU",
-			coordinator.ErrInvalidArgument))
+		return s.watchMerged(ctx, fctx, method, m, stream)
 	}
 	client := s.skuCluster(ctx, m.Sku).Client()
 	cfg := feed.Config{Prefix: s.c.Prefix(), SKU: m.Sku, Since: m.Since}
@@ -218,4 +220,36 @@ func orderEvents(evs []feed.Event) []*stockctlv1.OrderEvent {
 		}
 	}
 	return out
+}
+
+// watchMerged streams every SKU's orders of a server over several
+// clusters: the clusters' feeds merged (feed.OpenMerged), each message one
+// cluster's batch with the merged cursor after it.
+func (s *Server) watchMerged(ctx, fctx context.Context, method string, m *stockctlv1.WatchOrdersRequest,
+	stream *connect.ServerStream[stockctlv1.WatchOrdersResponse]) error {
+	since, err := feed.ParseCursor(m.MergedSince)
+	if err != nil {
+		return s.fail(ctx, opRead, method, badField("merged_since", err.Error()))
+	}
+	var clusters []coordinator.Cluster
+	for _, name := range s.c.Clusters() {
+		clusters = append(clusters, coordinator.Cluster{Name: name, Client: s.c.Cluster(name).Client()})
+	}
+	f, err := feed.OpenMerged(clusters, feed.Config{Prefix: s.c.Prefix()}, since)
+	if err != nil {
+		return s.fail(ctx, opRead, method, badField("merged_since", err.Error()))
+	}
+	defer f.Close()
+	if err := stream.Send(nil); err != nil { // the headers now, as WatchOrders
+		return err
+	}
+	for {
+		b, err := f.Next(fctx)
+		if err != nil {
+			return s.feedFail(ctx, method, err)
+		}
+		if err := stream.Send(&stockctlv1.WatchOrdersResponse{Events: orderEvents(b.Events), MergedCursor: b.Merged}); err != nil {
+			return err
+		}
+	}
 }

@@ -2024,7 +2024,12 @@ type WatchOrdersRequest struct {
 	// Start with every order in its current state (one or more messages with
 	// snapshot set), then the events after it. Not together with since: a
 	// snapshot starts from the current orders, whatever the cursor.
-	Snapshot      bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// On a server over several etcd clusters, a stream of every SKU (no sku)
+	// merges the clusters' events and resumes from this cursor: a
+	// WatchOrdersResponse.merged_cursor, opaque. Empty: from the beginning of
+	// every cluster's history. Not together with since or snapshot.
+	MergedSince   string `protobuf:"bytes,4,opt,name=merged_since,json=mergedSince,proto3" json:"merged_since,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2080,6 +2085,13 @@ func (x *WatchOrdersRequest) GetSnapshot() bool {
 	return false
 }
 
+func (x *WatchOrdersRequest) GetMergedSince() string {
+	if x != nil {
+		return x.MergedSince
+	}
+	return ""
+}
+
 // WatchOrdersResponse is a batch of events of whole revisions, in feed
 // order: by revision, then SKU, then order ID.
 type WatchOrdersResponse struct {
@@ -2092,7 +2104,12 @@ type WatchOrdersResponse struct {
 	Cursor int64 `protobuf:"varint,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// The events are orders in their state at the snapshot's revision (the
 	// request's snapshot), not changes.
-	Snapshot      bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// On a server over several etcd clusters, in a stream of every SKU: the
+	// cursor to store with the events (opaque; pass it as merged_since to
+	// resume), cursor then being 0. The events of one message are of one
+	// cluster; events of two clusters have no order between them.
+	MergedCursor  string `protobuf:"bytes,4,opt,name=merged_cursor,json=mergedCursor,proto3" json:"merged_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2146,6 +2163,13 @@ func (x *WatchOrdersResponse) GetSnapshot() bool {
 		return x.Snapshot
 	}
 	return false
+}
+
+func (x *WatchOrdersResponse) GetMergedCursor() string {
+	if x != nil {
+		return x.MergedCursor
+	}
+	return ""
 }
 
 // OrderEvent is one change to one order, as committed in etcd. The order's
@@ -3456,15 +3480,17 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12<\n" +
 	"\fmin_interval\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\vminInterval\"G\n" +
 	"\x13WatchStatusResponse\x120\n" +
-	"\x06status\x18\x01 \x01(\v2\x18.stockctl.v1.StockStatusR\x06status\"X\n" +
+	"\x06status\x18\x01 \x01(\v2\x18.stockctl.v1.StockStatusR\x06status\"{\n" +
 	"\x12WatchOrdersRequest\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05since\x18\x02 \x01(\x03R\x05since\x12\x1a\n" +
-	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\"z\n" +
+	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\x12!\n" +
+	"\fmerged_since\x18\x04 \x01(\tR\vmergedSince\"\x9f\x01\n" +
 	"\x13WatchOrdersResponse\x12/\n" +
 	"\x06events\x18\x01 \x03(\v2\x17.stockctl.v1.OrderEventR\x06events\x12\x16\n" +
 	"\x06cursor\x18\x02 \x01(\x03R\x06cursor\x12\x1a\n" +
-	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\"\x9b\x03\n" +
+	"\bsnapshot\x18\x03 \x01(\bR\bsnapshot\x12#\n" +
+	"\rmerged_cursor\x18\x04 \x01(\tR\fmergedCursor\"\x9b\x03\n" +
 	"\n" +
 	"OrderEvent\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x121\n" +

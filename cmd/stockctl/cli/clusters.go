@@ -2,14 +2,18 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	ucli "github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdcall"
+	"github.com/stockctl/stockctl/internal/keys"
 )
 
 // clusterSpec is one --cluster NAME=ep1,ep2,...
@@ -129,4 +133,45 @@ func globalClusters(c *ucli.Context) *clusterFlag {
 		}
 	}
 	return nil
+}
+
+// refuseFleetMember refuses a one-cluster command (--endpoints, or the
+// embedded etcd) on a cluster of a fleet: it would create SKUs without
+// their placement claim and take locks in a cluster other than the one
+// the fleet places them in (two holders). The fleet record says so.
+func refuseFleetMember(ctx context.Context, g *globals, client *clientv3.Client, endpoints []string) error {
+	ks, err := keys.New(g.prefix)
+	if err != nil {
+		return usageError("invalid --prefix %q: %v", g.prefix, err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, g.dialTimeout)
+	defer cancel()
+	resp, err := etcdcall.KV(client).Get(dctx, ks.Fleet())
+	if err != nil {
+		return failed(ctx, "read the fleet record", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	var rec struct {
+		Cluster  string   `json:"cluster"`
+		Clusters []string `json:"clusters"`
+	}
+	_ = json.Unmarshal(resp.Kvs[0].Value, &rec)
+	return usageError("etcd at %s is cluster %q of a fleet of clusters %s (prefix %s): give every cluster with --cluster NAME=endpoints, in that order, instead of --endpoints",
+		strings.Join(endpoints, ","), rec.Cluster, strings.Join(rec.Clusters, ","), g.prefix)
+}
+
+// registerEtcdCollectors registers the etcd members' metrics: of the one
+// cluster, or of each cluster, labelled with its name.
+func registerEtcdCollectors(reg prometheus.Registerer, cn *conn) {
+	names := cn.coord.Clusters()
+	if names == nil {
+		reg.MustRegister(newEtcdCollector(cn.client, cn.endpoints))
+		return
+	}
+	for _, name := range names {
+		cl := cn.coord.Cluster(name).Client()
+		prometheus.WrapRegistererWith(prometheus.Labels{"cluster": name}, reg).MustRegister(newEtcdCollector(cl, cl.Endpoints()))
+	}
 }

@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
@@ -61,10 +64,32 @@ func TestCLIClusters(t *testing.T) {
 	if out := okRun("-o", "json", "orders", "inb", "--snapshot"); !strings.Contains(out, `"o1"`) {
 		t.Fatalf("orders inb (cluster b) shows no o1:\n%s", out)
 	}
-	if r := run(t, append(fleet, "orders", "--all")...); r.code != ExitUsage {
-		t.Fatalf("orders --all over two clusters: exit %d, %q", r.code, r.stderr)
-	}
 	okRun("allocate", "ina", "--order", "o1", "--qty", "9")
+	// The merged feed: every cluster's events, each line naming its
+	// cluster and the merged cursor after it; resumed from a line's
+	// cursor it prints exactly the lines after it.
+	var evs []orderEventView
+	for _, ln := range strings.Split(strings.TrimSpace(okRun("-o", "json", "orders", "--all")), "\n") {
+		var v orderEventView
+		decode(t, ln, &v)
+		evs = append(evs, v)
+	}
+	inCl := map[string]bool{}
+	for _, v := range evs {
+		inCl[v.Cluster] = true
+	}
+	if len(evs) != 2 || !inCl["a"] || !inCl["b"] || evs[0].MergedCursor == "" {
+		t.Fatalf("orders --all over two clusters: %+v", evs)
+	}
+	rest := strings.TrimSpace(okRun("-o", "json", "orders", "--all", "--since", evs[0].MergedCursor))
+	var v orderEventView
+	decode(t, rest, &v)
+	if strings.Count(rest, "\n") != 0 || v.Order != evs[1].Order || v.Cluster != evs[1].Cluster {
+		t.Fatalf("orders --all --since %s: %q, want only %+v", evs[0].MergedCursor, rest, evs[1])
+	}
+	if r := run(t, append(fleet, "orders", "--all", "--since", "5")...); r.code != ExitUsage {
+		t.Fatalf("orders --all --since 5 over two clusters: exit %d, %q", r.code, r.stderr)
+	}
 	var pv passView
 	decode(t, okRun("-o", "json", "rebalance", "ina"), &pv)
 	if len(pv.Moves) == 0 {
@@ -76,6 +101,11 @@ func TestCLIClusters(t *testing.T) {
 	r := run(t, "--cluster", "b="+b.Endpoints()[0], "--cluster", "a="+a.Endpoints()[0], "--prefix", prefix, "list")
 	if r.code == 0 || !strings.Contains(r.stderr, "does not match the fleet") {
 		t.Fatalf("clusters in another order: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// One cluster of the fleet given alone: refused, naming the fleet.
+	r = run(t, "--endpoints", a.Endpoints()[0], "--prefix", prefix, "list")
+	if r.code != ExitUsage || !strings.Contains(r.stderr, `cluster "a" of a fleet of clusters a,b`) {
+		t.Fatalf("--endpoints on a fleet's cluster: exit %d, %q", r.code, r.stderr)
 	}
 	e.fails(ExitUsage, "not both", append([]string{"--cluster", "a=" + a.Endpoints()[0]}, "list")...)
 	// The environment variable, ';'-separated.
@@ -91,5 +121,59 @@ func TestCLIClusters(t *testing.T) {
 	r = run(t, append(fleet, "--timeout", "3s", "allocate", "inb", "--order", "o2", "--qty", "1")...)
 	if r.code == 0 || !strings.Contains(r.stderr, `"b"`) {
 		t.Fatalf("allocate on stopped cluster b: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// serve over two clusters: one rebalancer elected in each cluster refills
+// that cluster's SKU, and the metrics say so per cluster, the etcd
+// members' included.
+func TestServeOverClusters(t *testing.T) {
+	a, b := etcdtest.NewSingle(t, etcdtest.WithNoFsync()), etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	fleet := []string{"--cluster", "a=" + a.Endpoints()[0], "--cluster", "b=" + b.Endpoints()[0], "--prefix", "/serve-clusters/"}
+	var out, errOut syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- runCtx(ctx, &out, &errOut, append(fleet, "serve", "--api-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--identity", "multi")...)
+	}()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, errOut.String())
+		}
+	}()
+	var url string
+	etcdtest.WaitFor(t, "serve to say where its metrics are", 30*time.Second, func() bool {
+		m := metricsLine.FindStringSubmatch(errOut.String())
+		if m != nil {
+			url = m[1]
+		}
+		return m != nil
+	})
+	for _, cl := range []string{"a", "b"} {
+		if r := run(t, append(fleet, "init", "s"+cl, "--cluster", cl, "--total", "100", "--segments", "2", "--initial-fill", "10",
+			"--low-watermark", "4", "--refill-batch", "20")...); r.code != 0 {
+			t.Fatalf("init: %+v", r)
+		}
+		for i := range 3 {
+			if r := run(t, append(fleet, "allocate", "s"+cl, "--order", fmt.Sprint("g", i), "--qty", "1", "--route-key", "same")...); r.code != 0 {
+				t.Fatalf("allocate: %+v", r)
+			}
+		}
+	}
+	etcdtest.WaitFor(t, "a refill in each cluster, counted with its cluster label", time.Minute, func() bool {
+		fams := scrape(t, url)
+		va, _ := sample(fams, "stockctl_rebalancer_moves_total", map[string]string{"kind": "refill", "cluster": "a"})
+		vb, _ := sample(fams, "stockctl_rebalancer_moves_total", map[string]string{"kind": "refill", "cluster": "b"})
+		return va >= 1 && vb >= 1
+	})
+	fams := scrape(t, url)
+	for _, cl := range []string{"a", "b"} {
+		if v, ok := sample(fams, "stockctl_etcd_db_size_bytes", map[string]string{"cluster": cl}); !ok || v <= 0 {
+			t.Errorf("stockctl_etcd_db_size_bytes{cluster=%s} = %v (found %v)", cl, v, ok)
+		}
+		if v, ok := sample(fams, "stockctl_rebalancer_leader", map[string]string{"cluster": cl}); !ok || v != 1 {
+			t.Errorf("stockctl_rebalancer_leader{cluster=%s} = %v (found %v)", cl, v, ok)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	ucli "github.com/urfave/cli/v2"
 
+	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/feed"
 	"github.com/stockctl/stockctl/segments"
 )
@@ -46,6 +47,7 @@ func ordersCommand() *ucli.Command {
 type ordersArgs struct {
 	sku      string // "" with --all
 	since    int64
+	merged   feed.Cursor // --since as a merged feed's cursor (several clusters, --all)
 	snapshot bool
 	follow   bool
 }
@@ -65,6 +67,13 @@ func readOrdersArgs(c *ucli.Context) (ordersArgs, error) {
 	}
 	raw := strings.TrimSpace(c.String("since"))
 	since, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil && strings.Contains(raw, "=") {
+		// A merged feed's cursor (orders --all over several clusters).
+		if a.merged, err = feed.ParseCursor(raw); err != nil {
+			return a, usageError("invalid --since %q: %v", raw, err)
+		}
+		since = 0
+	}
 	if err != nil || since < 0 {
 		return a, usageError("invalid --since %q: want a revision, a whole number from 0 (0: from the start of etcd's history)", c.String("since"))
 	}
@@ -98,6 +107,11 @@ type orderEventView struct {
 	// of a revision, the one before on the others, and 0 inside a
 	// snapshot (only its last line has the snapshot's revision).
 	Cursor int64 `json:"cursor"`
+	// Cluster and MergedCursor are set by orders --all over several
+	// clusters: the cluster of the event (Cursor is a revision of that
+	// cluster), and the --since to resume the merged feed after this line.
+	Cluster      string `json:"cluster,omitempty"`
+	MergedCursor string `json:"mergedCursor,omitempty"`
 }
 
 // orderEventViews builds the lines of a batch. Within a batch, a revision
@@ -127,6 +141,9 @@ func orderEventViews(b feed.Batch, prevCursor int64, snapshot bool) []orderEvent
 // text is the line of an event in table output.
 func (v orderEventView) text() string {
 	var b strings.Builder
+	if v.Cluster != "" {
+		fmt.Fprintf(&b, "%s  ", v.Cluster)
+	}
 	fmt.Fprintf(&b, "%8d  %-9s  %s  %s  qty %d  %s", v.Revision, v.Event, v.SKU, v.Order, v.Qty, partsText(v.Parts))
 	if v.Buyer != "" {
 		fmt.Fprintf(&b, "  buyer %s", v.Buyer)
@@ -157,8 +174,25 @@ func (p *ordersPrinter) note(format string, args ...any) error {
 }
 
 func (p *ordersPrinter) print(b feed.Batch, snapshot bool) error {
+	return p.printViews(orderEventViews(b, p.cursor, snapshot), b.Cursor)
+}
+
+// printMerged prints a batch of a merged feed: each line names its
+// cluster and the merged cursor after it; merged is the cursor before.
+func (p *ordersPrinter) printMerged(b feed.MergedBatch, merged feed.Cursor) error {
+	views := orderEventViews(b.Batch, merged[b.Cluster], false)
+	for i := range views {
+		views[i].Cluster = b.Cluster
+		merged[b.Cluster] = views[i].Cursor
+		views[i].MergedCursor = merged.String()
+	}
+	merged[b.Cluster] = b.Cursor
+	return p.printViews(views, 0)
+}
+
+func (p *ordersPrinter) printViews(views []orderEventView, cursor int64) error {
 	var buf []byte
-	for _, v := range orderEventViews(b, p.cursor, snapshot) {
+	for _, v := range views {
 		if p.json {
 			line, err := json.Marshal(v)
 			if err != nil {
@@ -169,7 +203,7 @@ func (p *ordersPrinter) print(b feed.Batch, snapshot bool) error {
 			buf = append(append(buf, v.text()...), '\n')
 		}
 	}
-	p.cursor = b.Cursor
+	p.cursor = cursor
 	// One write per batch: a reader never sees part of a revision unless
 	// stockctl dies in the middle of the write.
 	_, err := p.w.Write(buf)
@@ -214,13 +248,14 @@ func ordersAction(c *ucli.Context) error {
 			"while this runs (run `stockctl serve`, and follow with --endpoints)\n", g.dataDir)
 	}
 	client := cn.client
-	if cn.coord.Clusters() != nil {
+	switch {
+	case a.merged != nil && (cn.coord.Clusters() == nil || a.sku != ""):
+		return usageError("invalid --since %q: a merged feed's cursor is for orders --all over several clusters; here --since takes a revision", c.String("since"))
+	case cn.coord.Clusters() != nil && a.sku == "":
+		return followEnd(ctx, a, ordersMerged(ctx, c, g, cn, a))
+	case cn.coord.Clusters() != nil:
 		// Several clusters: a SKU's feed is its cluster's, its revisions
-		// that cluster's. The merged feed of every cluster is not built
-		// yet.
-		if a.sku == "" {
-			return usageError("orders --all with several clusters is not supported yet: name a SKU (its cluster's feed)")
-		}
+		// that cluster's.
 		where, err := cn.coord.ClusterOf(sctx, a.sku)
 		if err != nil {
 			return followEnd(ctx, a, ordersFailed(sctx, "find the cluster of "+a.sku, err))
@@ -289,4 +324,43 @@ func followEnd(ctx context.Context, a ordersArgs, err error) error {
 
 func writeFailed(err error) error {
 	return ucli.Exit(fmt.Errorf("failed to write the output: %w", err), ExitFailure)
+}
+
+// ordersMerged is orders --all over several clusters: the merged feed of
+// every cluster, each line naming its cluster, resumed with --since and
+// the merged cursor it prints.
+func ordersMerged(ctx context.Context, c *ucli.Context, g *globals, cn *conn, a ordersArgs) error {
+	switch {
+	case a.snapshot:
+		return usageError("orders --all --snapshot over several clusters is not supported yet: take each SKU's snapshot (orders SKU --snapshot)")
+	case a.since > 0:
+		return usageError("invalid --since %d: over several clusters, orders --all resumes from the merged cursor it printed (name=rev,...)", a.since)
+	}
+	var clusters []coordinator.Cluster
+	for _, name := range cn.coord.Clusters() {
+		clusters = append(clusters, coordinator.Cluster{Name: name, Client: cn.coord.Cluster(name).Client()})
+	}
+	m, err := feed.OpenMerged(clusters, feed.Config{Prefix: g.prefix, UntilOpen: !a.follow}, a.merged)
+	if err != nil {
+		return ordersFailed(ctx, "read the orders of every cluster", err)
+	}
+	defer m.Close()
+	p := &ordersPrinter{w: c.App.Writer, json: g.output == outputJSON}
+	merged := feed.Cursor{}
+	for n, r := range a.merged {
+		merged[n] = r
+	}
+	for {
+		b, err := m.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			fmt.Fprintf(c.App.ErrWriter, "stockctl: orders: every event printed, of every cluster; resume with --since %s\n", m.Cursor())
+			return nil
+		}
+		if err != nil {
+			return ordersFailed(ctx, "read the orders of every cluster", err)
+		}
+		if err := p.printMerged(b, merged); err != nil {
+			return writeFailed(err)
+		}
+	}
 }

@@ -198,7 +198,7 @@ func watchRebalancer(c *ucli.Context, g *globals, sku string) error {
 	}
 	defer cn.Close()
 	if reg := metrics.registerer(); reg != nil {
-		reg.MustRegister(newEtcdCollector(cn.client, cn.endpoints))
+		registerEtcdCollectors(reg, cn)
 	}
 	printer := newMovePrinter(c.App.Writer, g.output)
 	if sku != "" {

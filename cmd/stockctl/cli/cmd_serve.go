@@ -156,7 +156,7 @@ func serveAction(c *ucli.Context) error {
 	defer cn.Close() // after the API's Close
 	cancel()
 	if reg := metrics.registerer(); reg != nil {
-		reg.MustRegister(newEtcdCollector(cn.client, cn.endpoints))
+		registerEtcdCollectors(reg, cn)
 	}
 
 	api.cfg.Registerer = metrics.registerer()

@@ -65,6 +65,10 @@ func connect(ctx context.Context, c *ucli.Context, g *globals, opts ...coordinat
 		return nil, err
 	}
 	cn.client = client
+	if err := refuseFleetMember(ctx, g, client, cn.endpoints); err != nil {
+		cn.Close()
+		return nil, err
+	}
 	coord, err := coordinator.New(client, opts...)
 	if err != nil {
 		cn.Close()

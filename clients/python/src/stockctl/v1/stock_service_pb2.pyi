@@ -531,24 +531,28 @@ class StockStatus(_message.Message):
     def __init__(self, sku: _Optional[str] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., remaining: _Optional[int] = ..., allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., reservations: _Optional[int] = ..., orders: _Optional[int] = ..., revision: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentStatus, _Mapping]]] = ..., low_watermark: _Optional[int] = ..., refill_batch: _Optional[int] = ..., per_user_limit: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., rebalancer: _Optional[_Union[RebalancerPass, _Mapping]] = ..., rebalancer_leader: _Optional[str] = ...) -> None: ...
 
 class WatchOrdersRequest(_message.Message):
-    __slots__ = ["since", "sku", "snapshot"]
+    __slots__ = ["merged_since", "since", "sku", "snapshot"]
+    MERGED_SINCE_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
     SKU_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    merged_since: str
     since: int
     sku: str
     snapshot: bool
-    def __init__(self, sku: _Optional[str] = ..., since: _Optional[int] = ..., snapshot: bool = ...) -> None: ...
+    def __init__(self, sku: _Optional[str] = ..., since: _Optional[int] = ..., snapshot: bool = ..., merged_since: _Optional[str] = ...) -> None: ...
 
 class WatchOrdersResponse(_message.Message):
-    __slots__ = ["cursor", "events", "snapshot"]
+    __slots__ = ["cursor", "events", "merged_cursor", "snapshot"]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    MERGED_CURSOR_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     cursor: int
     events: _containers.RepeatedCompositeFieldContainer[OrderEvent]
+    merged_cursor: str
     snapshot: bool
-    def __init__(self, events: _Optional[_Iterable[_Union[OrderEvent, _Mapping]]] = ..., cursor: _Optional[int] = ..., snapshot: bool = ...) -> None: ...
+    def __init__(self, events: _Optional[_Iterable[_Union[OrderEvent, _Mapping]]] = ..., cursor: _Optional[int] = ..., snapshot: bool = ..., merged_cursor: _Optional[str] = ...) -> None: ...
 
 class WatchStatusRequest(_message.Message):
     __slots__ = ["min_interval", "sku"]
