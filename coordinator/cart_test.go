@@ -168,6 +168,13 @@ func TestCartInvalid(t *testing.T) {
 	for i := range many {
 		many[i] = coordinator.Line{SKU: string(rune('a'+i%26)) + string(rune('a'+i/26)), Qty: 1}
 	}
+	// 26 lines of SKUs with a per-user limit: 5 compares (and reads) a
+	// line, 130 > 128.
+	limited := make([]coordinator.Line, 26)
+	for i := range limited {
+		limited[i] = coordinator.Line{SKU: fmt.Sprintf("lim-%02d", i), Qty: 1}
+		mustCreate(t, c, limited[i].SKU, coordinator.SKUConfig{Total: 10, Segments: 1, PerUserLimit: 5})
+	}
 	for _, tc := range []struct {
 		name  string
 		lines []coordinator.Line
@@ -179,9 +186,10 @@ func TestCartInvalid(t *testing.T) {
 		{"qty 0", []coordinator.Line{{SKU: "a", Qty: 0}}, coordinator.ErrInvalidArgument},
 		{"unknown SKU", []coordinator.Line{{SKU: "a", Qty: 1}, {SKU: "nope", Qty: 1}}, coordinator.ErrUnknownSKU},
 		{"33 lines over max-txn-ops 128", many, coordinator.ErrInvalidArgument},
+		{"26 limited lines over max-txn-ops 128", limited, coordinator.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := c.AllocateOrder(ctx, "o", tc.lines); !errors.Is(err, tc.want) {
+			if _, err := c.AllocateOrder(ctx, "o", tc.lines, coordinator.WithBuyer("b")); !errors.Is(err, tc.want) {
 				t.Fatalf("%v, want %v", err, tc.want)
 			}
 		})

@@ -49,8 +49,11 @@ type LineError = segments.LineError
 // the stock sits in segments other processes hold, the order locks the
 // places it needs in the global order (SKU name, then the pool, then
 // segments by index), waiting for each at most the fallback wait
-// (WithFallbackWait), and commits fenced by every lock. Lazy segments
-// (WithLazySegments) are only used through their locks.
+// (WithWaitBudgets), and commits fenced by every lock. Lazy segments
+// (WithLazySegments) are only used through their locks. The orders of
+// several lines this process places at one moment are read together and
+// committed in one transaction when they can be (each still all or
+// nothing: a cart that cannot join goes on alone).
 //
 // The order is refused, nothing deducted, with an error wrapping a
 // *LineError that names the first line (in the order given) that could not
@@ -71,7 +74,7 @@ type LineError = segments.LineError
 //
 // Lines are 1 to MaxOrderLines, each SKU at most once, each quantity
 // 1 to segments.MaxQty; an order too large for one transaction under the
-// server's --max-txn-ops is ErrInvalid. Release, cancel, confirm and
+// server's --max-txn-ops is ErrInvalidArgument. Release, cancel, confirm and
 // expiry act on the whole order: ReleaseOrder and the others, and also
 // Release, Cancel and Confirm called with any one line's SKU.
 //

@@ -54,7 +54,9 @@ import (
 // refused with ErrInvalid before anything is written.
 const MaxOrderLines = 64
 
-// lineMinCmps is what one line costs a transaction at least, in compares.
+// lineMinCmps is what one line costs a transaction at least, in compares
+// (and its read in Gets): its record, its SKU's incarnation, one place's
+// counter and lock.
 const lineMinCmps = 4
 
 // Line is one line of an order of several lines: a quantity of one SKU.
@@ -198,6 +200,18 @@ func (e *Engine) allocateLines(ctx context.Context, verb, order string, lines []
 		}
 		ls[i] = &lineReq{idx: i, req: req}
 	}
+	// Again with the buyers' counters: one more compare (and Get) for
+	// each line of a SKU with a per-user limit.
+	n := 0
+	for _, l := range ls {
+		n += lineMinCmps
+		if l.req.userKey != "" {
+			n++
+		}
+	}
+	if n > e.cfg.MaxTxnOps {
+		return fail(invalid("lines", len(lines), "need at least %d compares in one transaction, more than the server's max-txn-ops %d (WithMaxTxnOps)", n, e.cfg.MaxTxnOps))
+	}
 	// The lines in the global lock order (SKU name), for the held path;
 	// results go back in the order given.
 	sorted := slices.Clone(ls)
@@ -207,6 +221,21 @@ func (e *Engine) allocateLines(ctx context.Context, verb, order string, lines []
 		skus[i] = l.req.sku.name
 	}
 
+	// First with the other carts of the moment (cartbatch.go); a cart the
+	// batch could not decide goes on alone.
+	cr := &cartReq{ls: sorted, skus: skus, n: len(ls), done: make(chan struct{})}
+	e.carts.Submit(cr)
+	select {
+	case <-cr.done:
+	case <-ctx.Done():
+		return fail(fmt.Errorf("%w (the order was handed to a commit that may still land: retry with the same order ID to learn its outcome)", context.Cause(ctx)))
+	}
+	if !cr.alone {
+		if cr.err != nil {
+			return fail(cr.err)
+		}
+		return cr.res, nil
+	}
 	free := 0
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		if attempt > 0 {
@@ -465,10 +494,26 @@ func (t *linesTxn) fits(max int) bool { return len(t.cmps) <= max && len(t.ops) 
 // record (with its reservation index key) and the buyer's counter. All
 // lines share one creation time, hence one deadline.
 func (e *Engine) addOrder(t *linesTxn, ls []*lineReq, views []*lineView, skus []string) {
+	e.addRecords(t, ls, skus, map[*skuInfo]bool{})
+	for i, l := range ls {
+		if req := l.req; req.userKey != "" {
+			t.cmps = append(t.cmps, clientv3.Compare(clientv3.ModRevision(req.userKey), "=", views[i].userMod))
+			t.ops = append(t.ops, clientv3.OpPut(req.userKey, EncodeCounter(views[i].user+req.qty)))
+		}
+	}
+}
+
+// addRecords adds an order's own compares and writes: per line its SKU's
+// incarnation (once per SKU of incarnations, which it updates), its
+// record's absence, its record and, for a reservation, its index key.
+func (e *Engine) addRecords(t *linesTxn, ls []*lineReq, skus []string, incarnations map[*skuInfo]bool) {
 	now := time.Now().UTC()
 	for i, l := range ls {
 		req := l.req
-		t.cmps = append(t.cmps, e.incarnation(req.sku)...)
+		if !incarnations[req.sku] {
+			incarnations[req.sku] = true
+			t.cmps = append(t.cmps, e.incarnation(req.sku)...)
+		}
 		t.cmps = append(t.cmps, e.orderAbsent(req.sku.name, req.order))
 		rec := Order{SKU: req.sku.name, ID: req.order, Qty: req.qty, Parts: t.parts[i], Created: now,
 			Buyer: req.buyer, UserCounted: req.userKey != "", Lines: skus}
@@ -479,10 +524,6 @@ func (e *Engine) addOrder(t *linesTxn, ls []*lineReq, views []*lineView, skus []
 				EncodeCounter(req.qty)))
 		}
 		t.ops = append(t.ops, clientv3.OpPut(e.keys.Order(req.sku.name, req.order), EncodeOrder(rec)))
-		if req.userKey != "" {
-			t.cmps = append(t.cmps, clientv3.Compare(clientv3.ModRevision(req.userKey), "=", views[i].userMod))
-			t.ops = append(t.ops, clientv3.OpPut(req.userKey, EncodeCounter(views[i].user+req.qty)))
-		}
 	}
 }
 

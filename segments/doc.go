@@ -33,7 +33,8 @@
 // restock (create.go), moves between the pool and segments (moves.go),
 // returns (returns.go), reservations, confirms and expiry (reserve.go,
 // confirmer.go, expire_batch.go), orders of several SKUs, all lines or none
-// in one transaction, and their whole-order returns and confirms (cart.go,
+// in one transaction, committed with the other carts of the moment, and
+// their whole-order returns and confirms (cart.go, cartbatch.go,
 // cartreturn.go), the books (status.go) and metrics (metrics.go).
 // docs/architecture.md draws the whole path.
 package segments

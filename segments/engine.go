@@ -93,6 +93,7 @@ type Engine struct {
 	users          userCache // buyers' counters (per-user limits), as the committer knows them
 	confirms       batch.Batcher[*confirmReq]
 	looks          batch.Batcher[*lookReq]
+	carts          batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
 }
 
 // NewEngine returns an engine making its calls through kv (the client's KV
@@ -125,6 +126,8 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		Fail: func(r *confirmReq) { r.answer(0, lock.ErrClosed) }}
 	e.looks = batch.Batcher[*lookReq]{Parallel: lookParallel, Go: bg.Go, Select: e.selectLooks, Commit: e.readLooks,
 		Fail: func(r *lookReq) { r.err = lock.ErrClosed; close(r.done) }}
+	e.carts = batch.Batcher[*cartReq]{Go: bg.Go, Select: e.selectCarts, Commit: e.commitCarts,
+		Fail: func(r *cartReq) { r.answer(nil, lock.ErrClosed, false) }}
 	if e.metrics != nil {
 		e.metrics.status = e.Status
 		e.metrics.bgCtx = bg.Ctx
