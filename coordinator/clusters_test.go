@@ -647,3 +647,42 @@ func TestClustersMetricsLabel(t *testing.T) {
 		t.Fatalf("cluster labels %v, want a and b", seen)
 	}
 }
+
+// A delete interrupted after the SKU's keys went but before its placement
+// was forgotten (the claim left marked forgetting): creations of the name
+// are refused, saying so; DeleteSKU completes it (answering unknown SKU),
+// and the name can then be created in another cluster.
+func TestClustersInterruptedDelete(t *testing.T) {
+	tcs := newTestClusters(t, "a", "b")
+	c := mustFleet(t, tcs)
+	ctx := t.Context()
+	cfg := coordinator.SKUConfig{Total: 5, Segments: 1, InitialFill: 5}
+	if _, err := c.CreateSKUIn(ctx, "b", "half", cfg); err != nil {
+		t.Fatal(err)
+	}
+	// The delete's first steps, by hand: the SKU's keys gone from b and
+	// its claim marked forgetting, then the process died.
+	solo, err := coordinator.New(tcs[1].raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer solo.Close()
+	if _, err := solo.DeleteSKU(ctx, "half"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tcs[0].raw.Put(ctx, coordinator.DefaultPrefix+"placement/half", `{"cluster":"b","forgetting":true}`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSKUIn(ctx, "a", "half", cfg); !errors.Is(err, coordinator.ErrConflict) || !strings.Contains(err.Error(), "DeleteSKU completes it") {
+		t.Fatalf("create while the claim is forgetting: %v", err)
+	}
+	if _, err := c.DeleteSKU(ctx, "half"); !errors.Is(err, coordinator.ErrUnknownSKU) {
+		t.Fatalf("DeleteSKU completing the interrupted delete: %v, want ErrUnknownSKU", err)
+	}
+	if _, err := c.CreateSKUIn(ctx, "a", "half", cfg); err != nil {
+		t.Fatalf("create in a after the delete completed: %v", err)
+	}
+	if in := metaIn(t, tcs, "half"); len(in) != 1 || in[0] != "a" {
+		t.Fatalf("half in %v, want a", in)
+	}
+}

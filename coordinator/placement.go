@@ -330,7 +330,8 @@ func (f *fleet) create(ctx context.Context, sku, cluster string, cfg SKUConfig) 
 		}
 		switch {
 		case cl.Forgetting:
-			return segments.Meta{}, fmt.Errorf("create %s: %w: it is being deleted from cluster %q: retry", sku, ErrConflict, cl.Cluster)
+			return segments.Meta{}, fmt.Errorf("create %s: %w: it is being deleted from cluster %q: retry once the delete is done "+
+				"(if no delete is running, one was interrupted: DeleteSKU completes it)", sku, ErrConflict, cl.Cluster)
 		case cluster != "" && cl.Cluster != cluster:
 			return segments.Meta{}, fmt.Errorf("create %s: %w: the SKU is placed in cluster %q", sku, ErrConflict, cl.Cluster)
 		}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -106,5 +107,82 @@ func TestLeaderFailoverOnSecondCluster(t *testing.T) {
 	}
 	if calmOrders == 0 {
 		t.Fatal("no order on the first cluster's SKU ran during the failovers")
+	}
+}
+
+// Two clusters, each a separate etcd 3.4 process (Debian's etcd-server:
+// etcdtest.NewExternal): a sale of a SKU in each by coordinators over both,
+// one rebalancer elected per cluster; both sell out exactly, their books
+// balance; then one etcd is stopped and the other's SKU still sells.
+func TestClustersOnEtcd34(t *testing.T) {
+	e1, e2 := etcdtest.NewExternal(t), etcdtest.NewExternal(t)
+	t.Logf("etcd %s at %s and %s", e1.Version(), e1.Endpoints()[0], e2.Endpoints()[0])
+	const total, buyers, perBuyer = 200, 8, 60
+	cs := make([]*coordinator.Coordinator, 4)
+	for i := range cs {
+		cs[i] = newFleetCoord(t, e1.Endpoints(), e2.Endpoints())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute) // a hang guard
+	defer cancel()
+	for _, cl := range []string{"first", "second"} {
+		if _, err := cs[0].CreateSKUIn(ctx, cl, "v34-"+cl, coordinator.SKUConfig{Total: total, Segments: 4, InitialFill: total / 4,
+			LowWatermark: 5, RefillBatch: 10}); err != nil {
+			t.Fatal(err)
+		}
+		startRebalancer(t, cs[1].Cluster(cl), rebalance.Config{Identity: "r34-" + cl, SweepInterval: 200 * time.Millisecond})
+	}
+	var mu sync.Mutex
+	served := map[string]int64{}
+	var failures []error
+	var wg sync.WaitGroup
+	for b := range buyers {
+		sku := []string{"v34-first", "v34-second"}[b%2]
+		wg.Go(func() {
+			for i := range perBuyer {
+				order := fmt.Sprintf("b%d-%d", b, i)
+				var err error
+				for range 5 { // an attempt that ran out of its deadline is retried under its order ID
+					actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+					_, err = cs[b%len(cs)].Allocate(actx, sku, order, 1, order)
+					acancel()
+					if !errors.Is(err, context.DeadlineExceeded) {
+						break
+					}
+				}
+				mu.Lock()
+				switch {
+				case err == nil:
+					served[sku]++
+				case errors.Is(err, coordinator.ErrInsufficientStock):
+				default:
+					failures = append(failures, fmt.Errorf("%s %s: %w", sku, order, err))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range failures {
+		t.Error(err)
+	}
+	for _, cl := range []string{"first", "second"} {
+		rep := mustAudit(t, cs[0], "v34-"+cl)
+		if served["v34-"+cl] != total || rep.Allocated != total {
+			t.Fatalf("v34-%s: %d served, %d allocated, want %d (4 buyers × %d orders for %d units)", cl, served["v34-"+cl], rep.Allocated, total, perBuyer, total)
+		}
+	}
+	if _, err := cs[0].CreateSKUIn(ctx, "first", "after", coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10}); err != nil {
+		t.Fatal(err)
+	}
+	e2.Stop()
+	for i := range 5 {
+		if _, err := cs[2].Allocate(ctx, "after", fmt.Sprint("a", i), 1, ""); err != nil {
+			t.Fatalf("the first cluster's SKU with the second's etcd stopped: %v", err)
+		}
+	}
+	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+	defer scancel()
+	if _, err := cs[2].Allocate(sctx, "v34-second", "x", 1, ""); !errors.Is(err, coordinator.ErrClusterUnavailable) {
+		t.Fatalf("the stopped cluster's SKU: %v, want ErrClusterUnavailable", err)
 	}
 }

@@ -32,8 +32,12 @@ type helperConfig struct {
 	// "rebalance" (run an elected rebalancer).
 	Mode      string
 	Endpoints []string
-	TTLSec    int
-	SKU       string
+	// SecondEndpoints, if set, makes the helper a coordinator over two
+	// clusters (coordinator.NewClusters): "first" on Endpoints, "second"
+	// on these.
+	SecondEndpoints []string
+	TTLSec          int
+	SKU             string
 	// Hold lists home segments of AllocateFuncs whose business step never
 	// returns ("HOLD <seg> <order>" once it runs): each holds a segment's
 	// lock, not necessarily its home's (the helper prints "LEASE <hex>" first,
@@ -71,7 +75,19 @@ func helperMain() int {
 		return 2
 	}
 	defer cli.Close()
-	c, err := coordinator.New(cli, coordinator.WithSessionTTL(time.Duration(cfg.TTLSec)*time.Second))
+	var c *coordinator.Coordinator
+	if len(cfg.SecondEndpoints) > 0 {
+		cli2, cerr := clientv3.New(clientv3.Config{Endpoints: cfg.SecondEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if cerr != nil {
+			fmt.Fprintln(os.Stderr, "helper: client:", cerr)
+			return 2
+		}
+		defer cli2.Close()
+		c, err = coordinator.NewClusters(ctx, []coordinator.Cluster{{Name: "first", Client: cli}, {Name: "second", Client: cli2}},
+			coordinator.WithSessionTTL(time.Duration(cfg.TTLSec)*time.Second))
+	} else {
+		c, err = coordinator.New(cli, coordinator.WithSessionTTL(time.Duration(cfg.TTLSec)*time.Second))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: coordinator:", err)
 		return 2
@@ -104,12 +120,21 @@ func (w *lineWriter) printf(format string, args ...any) {
 }
 
 func helperAlloc(ctx context.Context, c *coordinator.Coordinator, cfg helperConfig, out *lineWriter) {
-	meta, _, err := engines.Of(c).Stock.Meta(ctx, cfg.SKU)
+	in := c // the coordinator of the SKU's cluster: its lease holds the SKU's locks
+	if c.Clusters() != nil {
+		where, err := c.ClusterOf(ctx, cfg.SKU)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper: cluster of the SKU:", err)
+			return
+		}
+		in = c.Cluster(where)
+	}
+	meta, _, err := engines.Of(in).Stock.Meta(ctx, cfg.SKU)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: meta:", err)
 		return
 	}
-	sess, err := engines.Of(c).Locks.Session(ctx)
+	sess, err := engines.Of(in).Locks.Session(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: session:", err)
 		return

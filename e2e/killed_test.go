@@ -32,27 +32,52 @@ import (
 //     absent, every one it had acknowledged is recorded, and the allocations
 //     whose steps never returned are absent;
 //   - the books balance.
-func TestKilledProcess(t *testing.T) {
-	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+func TestKilledProcess(t *testing.T) { runKilledProcess(t, false) }
+
+// The same on a SKU of the second of two clusters: the helper, the waiter
+// and the buyers are coordinators over both (coordinator.NewClusters), the
+// helper's lease and locks are the second cluster's.
+func TestKilledProcessOnSecondCluster(t *testing.T) { runKilledProcess(t, true) }
+
+func runKilledProcess(t *testing.T, second bool) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync()) // the SKU's cluster
 	const sku, segs = "kill", 8
 	hold := []int{0, 1, 2}
 	// The waiter is another process queued for the held segments' locks
 	// themselves: a stock etcd Mutex on each lock's prefix (the locks keep
 	// concurrency.Mutex's key protocol). An order would not wait there: a
 	// seller serves it from any segment it can hold.
-	waiter := newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
-	buyers := newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
+	var waiter, buyers, inSKU *coordinator.Coordinator // inSKU: waiter's coordinator of the SKU's cluster
+	var firstEndpoints []string
+	if second {
+		firstEndpoints = etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Endpoints()
+		waiter = newFleetCoord(t, firstEndpoints, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
+		buyers = newFleetCoord(t, firstEndpoints, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
+		inSKU = waiter.Cluster("second")
+	} else {
+		waiter = newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
+		buyers = newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
+		inSKU = waiter
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	if _, err := waiter.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: segs * 5000, Segments: segs, InitialFill: segs * 5000}); err != nil {
+	cluster := ""
+	if second {
+		cluster = "second"
+	}
+	if _, err := waiter.CreateSKUIn(ctx, cluster, sku, coordinator.SKUConfig{Total: segs * 5000, Segments: segs, InitialFill: segs * 5000}); err != nil {
 		t.Fatal(err)
 	}
 
-	helper := startHelper(t, helperConfig{
+	hcfg := helperConfig{
 		Mode: "alloc", Endpoints: etcd.Endpoints(), TTLSec: int(ttl / time.Second), SKU: sku,
 		Hold:  hold,
 		Churn: routeKeysFor(t, segs, 3, 2),
-	})
+	}
+	if second {
+		hcfg.Endpoints, hcfg.SecondEndpoints = firstEndpoints, etcd.Endpoints()
+	}
+	helper := startHelper(t, hcfg)
 	etcdtest.WaitFor(t, "the helper to hold its segments and acknowledge allocations", 60*time.Second, func() bool {
 		return helper.count("HOLD ") == len(hold) && helper.count("ACK ") >= 20
 	})
@@ -94,7 +119,7 @@ func TestKilledProcess(t *testing.T) {
 	}
 	var held []int
 	for seg := range segs {
-		resp, err := waiter.Client().Get(ctx, engines.Of(waiter).Keys.SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
+		resp, err := inSKU.Client().Get(ctx, engines.Of(inSKU).Keys.SegmentLock(sku, seg), clientv3.WithFirstCreate()...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,13 +143,13 @@ func TestKilledProcess(t *testing.T) {
 	// it): its waiter then gets it at once, and it is not timed.
 	got := make([]atomic.Bool, len(hold))
 	var waiters sync.WaitGroup
-	wsess, err := concurrency.NewSession(waiter.Client(), concurrency.WithTTL(int(ttl/time.Second)))
+	wsess, err := concurrency.NewSession(inSKU.Client(), concurrency.WithTTL(int(ttl/time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer wsess.Close()
 	for i, seg := range hold {
-		m := concurrency.NewMutex(wsess, strings.TrimSuffix(engines.Of(waiter).Keys.SegmentLock(sku, seg), "/"))
+		m := concurrency.NewMutex(wsess, strings.TrimSuffix(engines.Of(inSKU).Keys.SegmentLock(sku, seg), "/"))
 		waiters.Go(func() {
 			if waitErrs[i] = m.Lock(ctx); waitErrs[i] == nil {
 				acquired[i] = time.Now()
@@ -134,12 +159,12 @@ func TestKilledProcess(t *testing.T) {
 		})
 	}
 	for i, seg := range hold {
-		key := fmt.Sprintf("%s%x", engines.Of(waiter).Keys.SegmentLock(sku, seg), int64(wsess.Lease()))
+		key := fmt.Sprintf("%s%x", engines.Of(inSKU).Keys.SegmentLock(sku, seg), int64(wsess.Lease()))
 		etcdtest.WaitFor(t, fmt.Sprintf("the waiter queued on segment %d", seg), 30*time.Second, func() bool {
 			if got[i].Load() {
 				return true
 			}
-			resp, err := waiter.Client().Get(ctx, key, clientv3WithPrefixCount()...)
+			resp, err := inSKU.Client().Get(ctx, key, clientv3WithPrefixCount()...)
 			return err == nil && resp.Count == 1
 		})
 	}
@@ -206,7 +231,7 @@ func TestKilledProcess(t *testing.T) {
 	}
 	var recorded, absent, inFlightRecorded, inFlightAbsent int
 	for order, qty := range sent {
-		o, ok := orderState(t, waiter, sku, order)
+		o, ok := orderState(t, inSKU, sku, order)
 		switch {
 		case ok && o.Qty != qty:
 			t.Errorf("order %s recorded with qty %d, sent with %d", order, o.Qty, qty)
@@ -224,11 +249,11 @@ func TestKilledProcess(t *testing.T) {
 		}
 	}
 	for _, seg := range homes {
-		if _, ok := orderState(t, waiter, sku, fmt.Sprintf("hold-%d", seg)); ok {
+		if _, ok := orderState(t, inSKU, sku, fmt.Sprintf("hold-%d", seg)); ok {
 			t.Errorf("the allocation on segment %d whose step never returned is recorded", seg)
 		}
 	}
-	rep := mustAudit(t, waiter, sku)
+	rep := mustAudit(t, inSKU, sku)
 	t.Logf("helper: %d allocations sent, %d acknowledged; unacknowledged at the kill: %d recorded whole, %d absent, none half-applied; audit %+v",
 		len(sent), len(acked), inFlightRecorded, inFlightAbsent, *rep)
 	if len(acked) == 0 || recorded < len(acked) {
