@@ -80,6 +80,9 @@ type fleet struct {
 	names   []string
 	// checkWait bounds the fleet check of NewClusters.
 	checkWait time.Duration
+	// acrossTTL is the reservations' TTL of AllocateOrder over several
+	// clusters (orders_fleet.go).
+	acrossTTL time.Duration
 
 	// ctx ends at Close; wg counts the lookups' goroutines that outlive
 	// their caller.
@@ -136,7 +139,7 @@ func NewClusters(ctx context.Context, clusters []Cluster, opts ...Option) (*Coor
 		}
 	}
 	f := &fleet{byName: map[string]*member{}, gate: make(chan struct{}, 1), placed: map[string]*member{},
-		splitAt: map[string]string{}, checkWait: o.fleetCheckWait}
+		splitAt: map[string]string{}, checkWait: o.fleetCheckWait, acrossTTL: o.acrossTTL}
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	for _, cl := range clusters {
 		if err := validateClusterName(cl.Name); err != nil {

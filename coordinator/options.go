@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/internal/lock"
+	"github.com/stockctl/stockctl/segments"
 )
 
 // Defaults. Each is what the matching Option sets when not given.
@@ -107,12 +108,14 @@ type options struct {
 	metrics           prometheus.Registerer // nil: no metrics
 	identity          string
 	fleetCheckWait    time.Duration
+	acrossTTL         time.Duration
 }
 
 func defaultOptions() options {
 	return options{
 		prefix:            DefaultPrefix,
 		fleetCheckWait:    DefaultFleetCheckWait,
+		acrossTTL:         DefaultAcrossTTL,
 		sessionTTL:        DefaultSessionTTL,
 		cohortMaxHandoffs: DefaultCohortMaxHandoffs,
 		cohortMaxHold:     DefaultCohortMaxHold,
@@ -355,6 +358,22 @@ func WithFleetCheckWait(d time.Duration) Option {
 			return fmt.Errorf("fleet check wait %v: must be more than 0", d)
 		}
 		o.fleetCheckWait = d
+		return nil
+	}
+}
+
+// WithAcrossTTL sets how long AllocateOrder over several clusters holds
+// each cluster's lines as a reservation before it confirms them all
+// (DefaultAcrossTTL if not given): if the process dies between the
+// reserves and the confirms, the units are held until then, when the
+// clusters' rebalancers expire them. More than 0, at most
+// segments.MaxReservationTTL. New ignores it.
+func WithAcrossTTL(d time.Duration) Option {
+	return func(o *options) error {
+		if err := segments.ValidateTTL(d); err != nil {
+			return fmt.Errorf("across TTL: %w", err)
+		}
+		o.acrossTTL = d
 		return nil
 	}
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/stockctl/stockctl/segments"
@@ -78,10 +79,29 @@ type LineError = segments.LineError
 // expiry act on the whole order: ReleaseOrder and the others, and also
 // Release, Cancel and Confirm called with any one line's SKU.
 //
-// Over several clusters (NewClusters) every line's SKU must be in one
-// cluster (one transaction cannot span two): an order over SKUs of two
-// clusters is ErrInvalidArgument naming them, and changes nothing.
+// Over several clusters (NewClusters), an order whose lines are all in one
+// cluster is one transaction there, as above. An order over several
+// clusters cannot be (one transaction never spans two): each cluster's
+// lines are reserved as one order of that cluster (same order ID, a TTL of
+// WithAcrossTTL, DefaultAcrossTTL by default), cluster by cluster in the
+// order of their names, then confirmed the same way. A refusal in one
+// cluster cancels what the others reserved and names the line by its index
+// in lines. Between the reserves and the confirms the units are held as
+// reservations: a process that dies there leaves them held until the TTL,
+// when each cluster's rebalancer expires them; a retry with the same order
+// ID goes on where the first call stopped (it confirms what is reserved;
+// if a cluster's reservation expired meanwhile, it gives every line back
+// and answers ErrExpired: place the order again under a new ID). The
+// outcome's lines are confirmed reservations (State StateConfirmed), each
+// at its cluster's revision; the order's Revision is 0. docs/clusters.md
+// describes the window.
 func (c *Coordinator) AllocateOrder(ctx context.Context, orderID string, lines []Line, opts ...OrderOption) (*OrderAllocation, error) {
+	if groups, err := c.acrossGroups(ctx, lines); err != nil || groups != nil {
+		if err != nil {
+			return nil, err
+		}
+		return c.allocateAcross(ctx, "allocate", orderID, lines, groups, c.fleet.acrossTTL, true, opts)
+	}
 	return onLines(ctx, c, lines, func(e *segments.Engine) (*OrderAllocation, error) {
 		return e.AllocateOrder(ctx, orderID, lines, opts...)
 	})
@@ -94,7 +114,23 @@ func (c *Coordinator) AllocateOrder(ctx context.Context, orderID string, lines [
 // segments.MaxReservationTTL. A retry returns the first outcome (and the
 // first deadline); the same ID used for a plain AllocateOrder is
 // ErrConflict.
+//
+// Over several clusters, an order whose lines are in several is reserved
+// cluster by cluster (each cluster's lines all or none, the caller's ttl
+// each; a refusal cancels the others): ConfirmOrder, ReleaseOrder and
+// CancelOrder then act on every cluster's lines. Each cluster's lines have
+// their own deadline and revision (the order's Revision is 0) and expire
+// by their own cluster's sweep.
 func (c *Coordinator) ReserveOrder(ctx context.Context, orderID string, lines []Line, ttl time.Duration, opts ...OrderOption) (*OrderAllocation, error) {
+	if groups, err := c.acrossGroups(ctx, lines); err != nil || groups != nil {
+		if err != nil {
+			return nil, err
+		}
+		if err := segments.ValidateTTL(ttl); err != nil {
+			return nil, fmt.Errorf("reserve order %q: %w", orderID, err)
+		}
+		return c.allocateAcross(ctx, "reserve", orderID, lines, groups, ttl, false, opts)
+	}
 	return onLines(ctx, c, lines, func(e *segments.Engine) (*OrderAllocation, error) {
 		return e.ReserveOrder(ctx, orderID, lines, ttl, opts...)
 	})
@@ -106,14 +142,24 @@ func (c *Coordinator) ReserveOrder(ctx context.Context, orderID string, lines []
 // any one SKU of the order: its record lists the others. Releasing again
 // reports Released false. An order of one SKU (Allocate) is released as
 // Release does, as an order of one line.
+//
+// Over several clusters, an order whose lines are in several is released in
+// each cluster (one transaction per cluster), whichever line's SKU is given.
 func (c *Coordinator) ReleaseOrder(ctx context.Context, sku, orderID string) (*OrderReleased, error) {
+	if groups, _ := c.acrossOf(ctx, sku, orderID); groups != nil {
+		return c.returnAcross(ctx, orderID, groups, false)
+	}
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderReleased, error) { return e.ReleaseOrder(ctx, sku, orderID) })
 }
 
 // CancelOrder gives back every line of a live reserved order (ReserveOrder)
 // in one transaction (Cancel's rules: ErrConflict for a confirmed or plain
 // order, *ExpiredError for an expired one). sku is any SKU of the order.
+// Over several clusters it cancels every cluster's lines.
 func (c *Coordinator) CancelOrder(ctx context.Context, sku, orderID string) (*OrderReleased, error) {
+	if groups, _ := c.acrossOf(ctx, sku, orderID); groups != nil {
+		return c.returnAcross(ctx, orderID, groups, true)
+	}
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderReleased, error) { return e.CancelOrder(ctx, sku, orderID) })
 }
 
@@ -122,6 +168,12 @@ func (c *Coordinator) CancelOrder(ctx context.Context, sku, orderID string) (*Or
 // *ExpiredError when the order expired, including when this call finds it
 // past its deadline and expires every line itself). sku is any SKU of the
 // order.
+// Over several clusters it confirms every cluster's lines, cluster by
+// cluster; if one cluster's lines expired, every cluster's lines are given
+// back and the error matches ErrExpired.
 func (c *Coordinator) ConfirmOrder(ctx context.Context, sku, orderID string) (*OrderConfirmed, error) {
+	if groups, _ := c.acrossOf(ctx, sku, orderID); groups != nil {
+		return c.confirmAcross(ctx, orderID, groups)
+	}
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderConfirmed, error) { return e.ConfirmOrder(ctx, sku, orderID) })
 }

@@ -187,7 +187,7 @@ func (e *Engine) allocateLines(ctx context.Context, verb, order string, lines []
 		if err != nil {
 			return fail(fmt.Errorf("line %d (%s): %w", i, l.SKU, err))
 		}
-		req := &allocReq{sku: info, order: order, qty: l.Qty, ttl: ttl, buyer: o.buyer, home: Route(order, info.segments)}
+		req := &allocReq{sku: info, order: order, qty: l.Qty, ttl: ttl, buyer: o.buyer, home: Route(order, info.segments), across: o.across}
 		if info.perUserLimit > 0 {
 			if o.buyer == "" {
 				return fail(fmt.Errorf("line %d (%s): %w", i, l.SKU, &InvalidError{Field: "buyer", Value: `""`,
@@ -516,7 +516,7 @@ func (e *Engine) addRecords(t *linesTxn, ls []*lineReq, skus []string, incarnati
 		}
 		t.cmps = append(t.cmps, e.orderAbsent(req.sku.name, req.order))
 		rec := Order{SKU: req.sku.name, ID: req.order, Qty: req.qty, Parts: t.parts[i], Created: now,
-			Buyer: req.buyer, UserCounted: req.userKey != "", Lines: skus}
+			Buyer: req.buyer, UserCounted: req.userKey != "", Lines: skus, Across: req.across}
 		if req.ttl > 0 {
 			req.deadline = now.Add(req.ttl)
 			rec.State, rec.Deadline = StateReserved, req.deadline

@@ -333,6 +333,12 @@ type Order struct {
 	// lists them all, so that a replay, a release, a confirm or an expiry
 	// found through one line reaches the whole order.
 	Lines []string `json:"lines,omitempty"`
+	// Across is set on the records of an order of several lines whose
+	// SKUs are in several etcd clusters (a coordinator over several
+	// clusters reserves each cluster's lines as one order of its own, under
+	// the same ID, WithAcross): the SKUs of every line of the whole order,
+	// sorted, in every cluster. Lines are this cluster's only.
+	Across []string `json:"across,omitempty"`
 	// PrunedAt is when Prune archived the order (StatePruned only), by the
 	// clock of the pruning process: its claim is kept for the retention
 	// Prune is given from then.

@@ -25,6 +25,8 @@ type allocReq struct {
 	// deadline is set by the committer when it builds the order record of
 	// a reservation (only the committer's goroutine touches it).
 	deadline time.Time
+	// across is the whole order's SKUs over every cluster (WithAcross).
+	across []string
 }
 
 // Allocate takes qty units of sku for an order, and records it: the

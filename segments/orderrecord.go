@@ -74,6 +74,13 @@ func (e *Engine) readOrder(ctx context.Context, sku, order string) (Order, *mvcc
 	return o, resp.Kvs[0], nil
 }
 
+// OrderRecord reads the record of order at sku: ErrOrderNotFound if there
+// is none, an *OrderPrunedError if Prune left only its claim.
+func (e *Engine) OrderRecord(ctx context.Context, sku, order string) (Order, error) {
+	o, _, err := e.readOrder(ctx, sku, order)
+	return o, err
+}
+
 // orderAbsent is the compare that makes an allocation apply once per order
 // ID: its record is its claim, one key per order.
 func (e *Engine) orderAbsent(sku, order string) clientv3.Cmp {

@@ -2,6 +2,7 @@ package segments
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -37,7 +38,19 @@ type Allocation struct {
 type OrderOption func(*orderOpts)
 
 type orderOpts struct {
-	buyer string
+	buyer  string
+	across []string
+}
+
+// WithAcross records, on every record of an order of several lines, the
+// SKUs of the whole order it is a part of (Order.Across): a coordinator
+// over several clusters places each cluster's lines as one order of its
+// own under the same ID, and finds the other clusters' parts through it.
+// Only AllocateOrder and ReserveOrder use it.
+func WithAcross(skus []string) OrderOption {
+	s := slices.Clone(skus)
+	slices.Sort(s)
+	return func(o *orderOpts) { o.across = s }
 }
 
 // WithBuyer names the buyer an order is for. On a SKU with a per-user limit

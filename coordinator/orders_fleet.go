@@ -1,0 +1,263 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stockctl/stockctl/segments"
+)
+
+// Orders of several lines whose SKUs are in several etcd clusters
+// (NewClusters). One transaction cannot span two Raft groups, so such an
+// order is placed in two phases, each cluster's lines (its group) being an
+// order of several lines of its own in that cluster, under the same order
+// ID, its records listing the whole order's SKUs (Order.Across):
+//
+//  1. every group is reserved (ReserveOrder, all or nothing in its
+//     cluster), in the order of the clusters' names; a group refused
+//     cancels the groups already reserved, and the refusal names the line
+//     by its index in the caller's order;
+//  2. AllocateOrder then confirms every group, in the same order.
+//
+// Between the two phases the units are held as reservations: a process
+// that dies there leaves them held until the reservations' TTL
+// (WithAcrossTTL, DefaultAcrossTTL), when each cluster's rebalancer
+// expires them. A retry with the same order ID finds every group's records
+// and goes on from where the first call stopped. docs/clusters.md describes
+// the window.
+
+// DefaultAcrossTTL is how long AllocateOrder over several clusters holds
+// each cluster's lines as a reservation, at most, before it confirms them
+// (WithAcrossTTL).
+const DefaultAcrossTTL = 30 * time.Second
+
+// undoTimeout bounds the cancels that undo a cross-cluster order when the
+// caller's ctx has ended.
+const undoTimeout = 5 * time.Second
+
+// acrossHook, when set (tests), runs after every group of a cross-cluster
+// AllocateOrder is reserved and before any is confirmed; an error stops the
+// call there, as if its process died.
+var acrossHook func(orderID string) error
+
+// orderGroup is one cluster's lines of an order.
+type orderGroup struct {
+	m     *member
+	lines []Line
+	idx   []int // each line's index in the caller's order
+}
+
+// acrossGroups groups lines by cluster, in the order of the clusters'
+// names, when they are in more than one cluster of a fleet; nil otherwise
+// (and for lines that are not valid: the one-cluster path answers them).
+func (c *Coordinator) acrossGroups(ctx context.Context, lines []Line) ([]*orderGroup, error) {
+	if c.fleet == nil || len(lines) < 2 || segments.ValidateLines(lines) != nil {
+		return nil, nil
+	}
+	by := map[*member]*orderGroup{}
+	var groups []*orderGroup
+	for i, l := range lines {
+		m, _, err := c.fleet.route(ctx, l.SKU)
+		if err != nil {
+			return nil, err
+		}
+		g := by[m]
+		if g == nil {
+			g = &orderGroup{m: m}
+			by[m] = g
+			groups = append(groups, g)
+		}
+		g.lines = append(g.lines, l)
+		g.idx = append(g.idx, i)
+	}
+	if len(groups) < 2 {
+		return nil, nil
+	}
+	slices.SortFunc(groups, func(a, b *orderGroup) int { return strings.Compare(a.m.name, b.m.name) })
+	return groups, nil
+}
+
+// groupsOf groups an order's SKUs (a record's Across) by cluster, in the
+// order of the clusters' names; each group's lines carry no quantity.
+func (c *Coordinator) groupsOf(ctx context.Context, skus []string) ([]*orderGroup, error) {
+	lines := make([]Line, len(skus))
+	for i, s := range skus {
+		lines[i] = Line{SKU: s, Qty: 1}
+	}
+	return c.acrossGroups(ctx, lines)
+}
+
+// allocateAcross places an order whose lines are in several clusters:
+// every group reserved, then, when confirm, every group confirmed.
+func (c *Coordinator) allocateAcross(ctx context.Context, verb, orderID string, lines []Line, groups []*orderGroup,
+	ttl time.Duration, confirm bool, opts []OrderOption) (*OrderAllocation, error) {
+	all := make([]string, len(lines))
+	for i, l := range lines {
+		all[i] = l.SKU
+	}
+	opts = append(slices.Clone(opts), segments.WithAcross(all))
+	out := &OrderAllocation{Order: orderID, Lines: make([]*Allocation, len(lines)), Replayed: true}
+	var dead *orderGroup // a group whose earlier reservation is no longer active
+	var deadA *Allocation
+	for i, g := range groups {
+		err := g.m.connected(ctx)
+		var a *OrderAllocation
+		if err == nil {
+			a, err = g.m.c.stock.ReserveOrder(ctx, orderID, g.lines, ttl, opts...)
+		}
+		if err != nil {
+			// This group may have been reserved (a lost reply): cancel it
+			// too; what cannot be cancelled expires at its deadline.
+			c.undoAcross(ctx, orderID, groups[:i+1])
+			if le, ok := errors.AsType[*LineError](err); ok {
+				err = fmt.Errorf("%s order %q: %w", verb, orderID,
+					&LineError{Index: g.idx[le.Index], SKU: le.SKU, Qty: le.Qty, Err: le.Err})
+			}
+			return nil, g.m.wrap(err)
+		}
+		for j, la := range a.Lines {
+			out.Lines[g.idx[j]] = la
+		}
+		out.Replayed = out.Replayed && a.Replayed
+		out.Released = out.Released || a.Released
+		out.State, out.Deadline, out.Buyer = a.State, a.Deadline, a.Buyer
+		if a.Replayed && (a.Released || a.State == segments.StateExpired) && dead == nil {
+			dead, deadA = g, a.Lines[0]
+		}
+	}
+	if dead != nil {
+		// An earlier call's reservation in one cluster is over (expired, or
+		// released): the order can no longer be whole. What the others hold
+		// goes back.
+		if n := c.undoAcross(ctx, orderID, groups); n == 0 && (!confirm || deadA.State != segments.StateExpired) {
+			return out, nil // every group was over already: the first outcome
+		}
+		how := "released"
+		var sentinel error = ErrConflict
+		if deadA.State == segments.StateExpired {
+			how, sentinel = "expired", ErrExpired
+		}
+		return nil, fmt.Errorf("%s order %q: %w: its lines in cluster %q were %s before the order was whole "+
+			"(a call stopped between the reserves and the confirms); every cluster's lines are given back: "+
+			"place the order again under a new order ID", verb, orderID, sentinel, dead.m.name, how)
+	}
+	if !confirm {
+		return out, nil
+	}
+	if acrossHook != nil {
+		if err := acrossHook(orderID); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := c.confirmAcross(ctx, orderID, groups); err != nil {
+		return nil, fmt.Errorf("%s order %q: %w", verb, orderID, err)
+	}
+	out.State, out.Deadline, out.Revision = segments.StateConfirmed, time.Time{}, 0
+	for _, la := range out.Lines {
+		la.State, la.Deadline = segments.StateConfirmed, time.Time{}
+	}
+	return out, nil
+}
+
+// confirmAcross confirms every group. A group found expired gives every
+// group back (ErrExpired); another error is returned as it is, naming its
+// cluster: a retry with the order ID goes on.
+func (c *Coordinator) confirmAcross(ctx context.Context, orderID string, groups []*orderGroup) (*OrderConfirmed, error) {
+	out := &OrderConfirmed{Order: orderID, Replayed: true}
+	for _, g := range groups {
+		err := g.m.connected(ctx)
+		var cf *OrderConfirmed
+		if err == nil {
+			cf, err = g.m.c.stock.ConfirmOrder(ctx, g.lines[0].SKU, orderID)
+		}
+		if err != nil {
+			if errors.Is(err, ErrExpired) {
+				c.undoAcross(ctx, orderID, groups)
+				return nil, g.m.wrap(fmt.Errorf("%w: its lines in this cluster expired before they were confirmed; "+
+					"every cluster's lines are given back", err))
+			}
+			return nil, g.m.wrap(fmt.Errorf("%w (retry with the same order ID: it confirms the rest, or gives every line back "+
+				"if a cluster's reservation expired meanwhile)", err))
+		}
+		out.Lines = append(out.Lines, cf.Lines...)
+		out.Replayed = out.Replayed && cf.Replayed
+		out.Revision = max(out.Revision, cf.Revision)
+	}
+	slices.SortFunc(out.Lines, func(a, b *segments.Confirmed) int { return strings.Compare(a.SKU, b.SKU) })
+	return out, nil
+}
+
+// undoAcross gives back every group of the order that still holds units:
+// cancelled while reserved, released once confirmed. Errors are dropped:
+// a reservation that could not be cancelled expires at its deadline. It
+// reports how many groups gave units back.
+func (c *Coordinator) undoAcross(ctx context.Context, orderID string, groups []*orderGroup) int {
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+	}
+	n := 0
+	for _, g := range groups {
+		if g.m.connected(ctx) != nil {
+			continue
+		}
+		r, err := g.m.c.stock.CancelOrder(ctx, g.lines[0].SKU, orderID)
+		if errors.Is(err, ErrConflict) { // confirmed
+			r, err = g.m.c.stock.ReleaseOrder(ctx, g.lines[0].SKU, orderID)
+		}
+		if err == nil && r.Released {
+			n++
+		}
+	}
+	return n
+}
+
+// acrossOf reads the record of orderID at sku and, when it is a part of an
+// order over several clusters, returns its groups (nil otherwise).
+func (c *Coordinator) acrossOf(ctx context.Context, sku, orderID string) ([]*orderGroup, error) {
+	if c.fleet == nil {
+		return nil, nil
+	}
+	o, err := routeSKU(ctx, c.fleet, sku, func(e *segments.Engine) (segments.Order, error) { return e.OrderRecord(ctx, sku, orderID) })
+	if err != nil || len(o.Across) == 0 {
+		return nil, nil // the one-cluster path answers (and reports the error)
+	}
+	return c.groupsOf(ctx, o.Across)
+}
+
+// returnAcross releases or cancels every group of an order over several
+// clusters, each in one transaction of its cluster. It goes on past a
+// cluster's error, and reports them all.
+func (c *Coordinator) returnAcross(ctx context.Context, orderID string, groups []*orderGroup, cancel bool) (*OrderReleased, error) {
+	out := &OrderReleased{Order: orderID}
+	var errs []error
+	for _, g := range groups {
+		err := g.m.connected(ctx)
+		var r *OrderReleased
+		if err == nil {
+			if cancel {
+				r, err = g.m.c.stock.CancelOrder(ctx, g.lines[0].SKU, orderID)
+			} else {
+				r, err = g.m.c.stock.ReleaseOrder(ctx, g.lines[0].SKU, orderID)
+			}
+		}
+		if err != nil {
+			errs = append(errs, g.m.wrap(err))
+			continue
+		}
+		out.Lines = append(out.Lines, r.Lines...)
+		out.Released = out.Released || r.Released
+		out.Revision = max(out.Revision, r.Revision)
+		out.State = r.State
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	slices.SortFunc(out.Lines, func(a, b *segments.Released) int { return strings.Compare(a.SKU, b.SKU) })
+	return out, nil
+}
