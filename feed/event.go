@@ -83,6 +83,13 @@ type Event struct {
 	// consumer applies the order in one transaction. A feed of one SKU
 	// sees only that SKU's line. Nil for an order of one SKU.
 	Lines []string
+	// Across is set for an order of several lines whose SKUs are in
+	// several clusters (a coordinator over several clusters): the SKUs of
+	// the whole order, in every cluster, sorted. Each cluster's lines are
+	// an order of their own there (Lines, one Revision of that cluster); the
+	// other clusters' events of the order ID come at their own clusters'
+	// revisions (a merged feed delivers each cluster's in its own batches).
+	Across []string
 	// Version counts the writes to the order record up to this one: 1 for
 	// the event that placed the order. Two events of one order always have
 	// increasing Revision and Version.
@@ -149,6 +156,7 @@ func decode(space keys.Space, kv *mvccpb.KeyValue) (e Event, ok bool, err error)
 		Deadline:    o.Deadline,
 		Created:     o.Created,
 		Lines:       o.Lines,
+		Across:      o.Across,
 		Version:     kv.Version,
 	}, true, nil
 }
