@@ -103,21 +103,37 @@ func (c *Coordinator) allocateAcross(ctx context.Context, verb, orderID string, 
 	out := &OrderAllocation{Order: orderID, Lines: make([]*Allocation, len(lines)), Replayed: true}
 	var dead *orderGroup // a group whose earlier reservation is no longer active
 	var deadA *Allocation
-	for i, g := range groups {
+	// fresh: the groups this call reserved; pending: those an earlier call
+	// reserved and did not confirm.
+	var fresh, pending []*orderGroup
+	for _, g := range groups {
 		err := g.m.connected(ctx)
 		var a *OrderAllocation
 		if err == nil {
 			a, err = g.m.c.stock.ReserveOrder(ctx, orderID, g.lines, ttl, opts...)
 		}
 		if err != nil {
-			// This group may have been reserved (a lost reply): cancel it
-			// too; what cannot be cancelled expires at its deadline.
-			c.undoAcross(ctx, orderID, groups[:i+1])
-			if le, ok := errors.AsType[*LineError](err); ok {
+			// What this call reserved goes back; on a refusal, also what an
+			// earlier call reserved and never confirmed (the order was never
+			// whole). Not on another error (ErrConflict: another order's
+			// reservations under this ID are not this call's to cancel; a
+			// lost reply: the caller retries to learn the outcome). What
+			// cannot be cancelled expires at its deadline.
+			le, refused := errors.AsType[*LineError](err)
+			if refused {
+				c.undoAcross(ctx, orderID, append(fresh, pending...))
 				err = fmt.Errorf("%s order %q: %w", verb, orderID,
 					&LineError{Index: g.idx[le.Index], SKU: le.SKU, Qty: le.Qty, Err: le.Err})
+			} else {
+				c.undoAcross(ctx, orderID, fresh)
 			}
 			return nil, g.m.wrap(err)
+		}
+		switch {
+		case !a.Replayed:
+			fresh = append(fresh, g)
+		case a.State == segments.StateReserved && !a.Released:
+			pending = append(pending, g)
 		}
 		for j, la := range a.Lines {
 			out.Lines[g.idx[j]] = la

@@ -1,0 +1,9 @@
+package coordinator
+
+// SetAcrossHook sets the hook a cross-cluster AllocateOrder runs between
+// its reserves and its confirms (nil: none); it returns the undo.
+func SetAcrossHook(f func(orderID string) error) func() {
+	old := acrossHook
+	acrossHook = f
+	return func() { acrossHook = old }
+}
