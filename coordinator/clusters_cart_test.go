@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 	"time"
@@ -46,8 +47,22 @@ func wantHeld(t *testing.T, c *coordinator.Coordinator, reserved, confirmed map[
 // per SKU: the latest event of each order, its units if active.
 func feedHeld(t *testing.T, tcs []*testCluster) map[string]int64 {
 	t.Helper()
-	type key struct{ sku, order string }
-	last := map[key]feed.Event{}
+	held := map[string]int64{}
+	for k, ev := range feedLast(t, tcs) {
+		if ev.Kind.Active() {
+			held[k.sku] += ev.Qty
+		}
+	}
+	return held
+}
+
+type orderKey struct{ sku, order string }
+
+// feedLast reads every event of both clusters so far and returns each
+// order's latest.
+func feedLast(t *testing.T, tcs []*testCluster) map[orderKey]feed.Event {
+	t.Helper()
+	last := map[orderKey]feed.Event{}
 	for _, tc := range tcs {
 		f, err := feed.Open(t.Context(), tc.raw, feed.Config{UntilOpen: true})
 		if err != nil {
@@ -65,18 +80,12 @@ func feedHeld(t *testing.T, tcs []*testCluster) map[string]int64 {
 				t.Fatal(err)
 			}
 			for _, ev := range b.Events {
-				last[key{ev.SKU, ev.Order}] = ev
+				last[orderKey{ev.SKU, ev.Order}] = ev
 			}
 		}
 		f.Close()
 	}
-	held := map[string]int64{}
-	for k, ev := range last {
-		if ev.Kind.Active() {
-			held[k.sku] += ev.Qty
-		}
-	}
-	return held
+	return last
 }
 
 // feedEqualsAudits checks that the feed consumer's table equals the audits.
@@ -251,4 +260,98 @@ func TestClustersCartKilledBetweenReserveAndConfirm(t *testing.T) {
 	}
 	wantHeld(t, c, nil, map[string]int64{"a1": 2, "b1": 3})
 	feedEqualsAudits(t, tcs, c)
+}
+
+// Concurrent orders over two clusters on overlapping SKUs near sell-out,
+// each retried once (a lost reply): no order is ever partly applied (the
+// feed shows every order's lines all active or none), a refusal names a
+// line, a retry of an applied order replays it, and the books balance with
+// the feed's table equal to the audits and to what the callers were told.
+func TestClustersCartConcurrent(t *testing.T) {
+	tcs, c := cartFleet(t, map[string]int64{"a1": 12, "a2": 12, "b1": 12})
+	other := mustFleet(t, tcs)
+	ctx := t.Context()
+	shapes := [][]coordinator.Line{
+		{{SKU: "a1", Qty: 1}, {SKU: "b1", Qty: 2}},
+		{{SKU: "b1", Qty: 1}, {SKU: "a2", Qty: 2}, {SKU: "a1", Qty: 1}},
+		{{SKU: "a2", Qty: 1}, {SKU: "b1", Qty: 1}},
+	}
+	const workers, perWorker = 6, 5
+	type outcome struct {
+		lines   []coordinator.Line
+		applied bool
+	}
+	results := make([][]outcome, workers)
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			proc := c
+			if w%2 == 1 {
+				proc = other
+			}
+			for i := range perWorker {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				lines := shapes[(w+i)%len(shapes)]
+				_, err := proc.AllocateOrder(ctx, id, lines)
+				_, le := errors.AsType[*coordinator.LineError](err)
+				if err != nil && !le {
+					errs <- fmt.Errorf("order %s: %w", id, err)
+					return
+				}
+				again, err2 := proc.AllocateOrder(ctx, id, lines)
+				switch {
+				case err == nil && (err2 != nil || !again.Replayed):
+					errs <- fmt.Errorf("retry of applied order %s: %+v, %v", id, again, err2)
+					return
+				case err2 != nil:
+					if _, le := errors.AsType[*coordinator.LineError](err2); !le {
+						errs <- fmt.Errorf("retry of refused order %s: %w", id, err2)
+						return
+					}
+				}
+				// A refused order's retry may apply it: another order's
+				// reservations that made it refused may have been cancelled.
+				results[w] = append(results[w], outcome{lines, err == nil || err2 == nil})
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]int64{}
+	applied := 0
+	for _, rs := range results {
+		for _, r := range rs {
+			if r.applied {
+				applied++
+				for _, l := range r.lines {
+					want[l.SKU] += l.Qty
+				}
+			}
+		}
+	}
+	if applied == 0 {
+		t.Fatal("no order applied")
+	}
+	wantHeld(t, c, nil, want)
+	feedEqualsAudits(t, tcs, c)
+	// Every order whole or absent, as the feed shows it.
+	last := feedLast(t, tcs)
+	for w, rs := range results {
+		for i, r := range rs {
+			id := fmt.Sprintf("w%d-%d", w, i)
+			n := 0
+			for _, l := range r.lines {
+				if ev, ok := last[orderKey{l.SKU, id}]; ok && ev.Kind.Active() {
+					n++
+				}
+			}
+			if (n != 0 && n != len(r.lines)) || (n > 0) != r.applied {
+				t.Fatalf("order %s (applied %v): %d of %d lines active", id, r.applied, n, len(r.lines))
+			}
+		}
+	}
 }
