@@ -155,6 +155,19 @@ func TestClustersCartWhole(t *testing.T) {
 		t.Fatalf("cancel through b1: %+v, %v", r, err)
 	}
 	wantHeld(t, c, nil, map[string]int64{"a1": 2, "b1": 1})
+	// The single-SKU Confirm and Release (the API's and the CLI's) of one
+	// line act on every cluster's lines too.
+	if _, err := c.ReserveOrder(ctx, "cart-4", []coordinator.Line{{SKU: "a2", Qty: 1}, {SKU: "b1", Qty: 1}}, ttl); err != nil {
+		t.Fatal(err)
+	}
+	if cf, err := c.Confirm(ctx, "b1", "cart-4"); err != nil || cf.SKU != "b1" {
+		t.Fatalf("Confirm of b1's line: %+v, %v", cf, err)
+	}
+	wantHeld(t, c, nil, map[string]int64{"a1": 2, "a2": 1, "b1": 2})
+	if r, err := c.Release(ctx, "a2", "cart-4"); err != nil || r.SKU != "a2" || !r.Released {
+		t.Fatalf("Release of a2's line: %+v, %v", r, err)
+	}
+	wantHeld(t, c, nil, map[string]int64{"a1": 2, "b1": 1})
 	feedEqualsAudits(t, tcs, c)
 }
 

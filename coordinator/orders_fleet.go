@@ -277,3 +277,44 @@ func (c *Coordinator) returnAcross(ctx context.Context, orderID string, groups [
 	slices.SortFunc(out.Lines, func(a, b *segments.Released) int { return strings.Compare(a.SKU, b.SKU) })
 	return out, nil
 }
+
+// lineAcross runs Release (cancel false) or Cancel (cancel true) of one
+// SKU of an order over several clusters on the whole order, and answers
+// for that SKU's line; ok is false when the order is not one over several
+// clusters (the caller goes on as for any order).
+func (c *Coordinator) returnLineAcross(ctx context.Context, sku, orderID string, cancel bool) (r *Released, ok bool, err error) {
+	groups, _ := c.acrossOf(ctx, sku, orderID)
+	if groups == nil {
+		return nil, false, nil
+	}
+	out, err := c.returnAcross(ctx, orderID, groups, cancel)
+	if err != nil {
+		return nil, true, err
+	}
+	for _, l := range out.Lines {
+		if l.SKU == sku {
+			return l, true, nil
+		}
+	}
+	return nil, false, nil
+}
+
+// confirmLineAcross is Confirm of one SKU of an order over several
+// clusters: every cluster's lines confirmed; it answers for that SKU's
+// line.
+func (c *Coordinator) confirmLineAcross(ctx context.Context, sku, orderID string) (r *Confirmed, ok bool, err error) {
+	groups, _ := c.acrossOf(ctx, sku, orderID)
+	if groups == nil {
+		return nil, false, nil
+	}
+	out, err := c.confirmAcross(ctx, orderID, groups)
+	if err != nil {
+		return nil, true, err
+	}
+	for _, l := range out.Lines {
+		if l.SKU == sku {
+			return l, true, nil
+		}
+	}
+	return nil, false, nil
+}

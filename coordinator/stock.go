@@ -202,6 +202,11 @@ func (c *Coordinator) Reserve(ctx context.Context, sku, order string, qty int64,
 // elsewhere cannot succeed; ErrConflict for a plain allocation (nothing to
 // confirm) and for a reservation that was cancelled or released.
 func (c *Coordinator) Confirm(ctx context.Context, sku, order string) (*Confirmed, error) {
+	if c.fleet != nil { // an order of several lines over several clusters: every cluster's lines
+		if r, ok, err := c.confirmLineAcross(ctx, sku, order); ok {
+			return r, err
+		}
+	}
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Confirmed, error) { return e.Confirm(ctx, sku, order) })
 }
 
@@ -215,6 +220,11 @@ func (c *Coordinator) Confirm(ctx context.Context, sku, order string) (*Confirme
 // allocation; *ExpiredError (ErrExpired) for a reservation that expired, its
 // units already back.
 func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released, error) {
+	if c.fleet != nil { // an order of several lines over several clusters: every cluster's lines
+		if r, ok, err := c.returnLineAcross(ctx, sku, order, true); ok {
+			return r, err
+		}
+	}
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Released, error) { return e.Cancel(ctx, sku, order) })
 }
 
@@ -233,6 +243,11 @@ func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released,
 // units went back already. Units counted against a buyer's per-user limit
 // are taken off the buyer's counter in the same transaction.
 func (c *Coordinator) Release(ctx context.Context, sku, order string) (*Released, error) {
+	if c.fleet != nil { // an order of several lines over several clusters: every cluster's lines
+		if r, ok, err := c.returnLineAcross(ctx, sku, order, false); ok {
+			return r, err
+		}
+	}
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Released, error) { return e.Release(ctx, sku, order) })
 }
 
