@@ -250,7 +250,7 @@ func TestClustersCartKilledBetweenReserveAndConfirm(t *testing.T) {
 	wantHeld(t, c, nil, nil)
 	feedEqualsAudits(t, tcs, c)
 	// A retry now: the order can no longer be whole.
-	if _, err := c.AllocateOrder(ctx, "killed", lines); !errors.Is(err, coordinator.ErrExpired) {
+	if _, err := c.AllocateOrder(ctx, "killed", lines); !errors.Is(err, coordinator.ErrExpired) || !errorsAsExpired(err) {
 		t.Fatalf("retry after the expiry: %v, want ErrExpired", err)
 	}
 	wantHeld(t, c, nil, nil)
@@ -367,4 +367,9 @@ func TestClustersCartConcurrent(t *testing.T) {
 			}
 		}
 	}
+}
+
+func errorsAsExpired(err error) bool {
+	_, ok := errors.AsType[*coordinator.ExpiredError](err)
+	return ok
 }

@@ -155,7 +155,7 @@ func (c *Coordinator) allocateAcross(ctx context.Context, verb, orderID string, 
 		how := "released"
 		var sentinel error = ErrConflict
 		if deadA.State == segments.StateExpired {
-			how, sentinel = "expired", ErrExpired
+			how, sentinel = "expired", &ExpiredError{SKU: deadA.SKU, Order: orderID, Deadline: deadA.Deadline}
 		}
 		return nil, fmt.Errorf("%s order %q: %w: its lines in cluster %q were %s before the order was whole "+
 			"(a call stopped between the reserves and the confirms); every cluster's lines are given back: "+
