@@ -58,6 +58,12 @@ type helperConfig struct {
 	// MaxLifeSec bounds the helper's life: it exits by itself if nobody
 	// killed it by then.
 	MaxLifeSec int
+	// Xcart mode (over two clusters): each Churn route places orders of
+	// two lines, Lines[0] (a SKU of the first cluster) and Lines[1] (of the
+	// second), with a reservation TTL of AcrossTTLMs between the reserves
+	// and the confirms.
+	Lines       []string
+	AcrossTTLMs int
 }
 
 // helperMain runs a helper process and returns its exit code.
@@ -83,8 +89,11 @@ func helperMain() int {
 			return 2
 		}
 		defer cli2.Close()
-		c, err = coordinator.NewClusters(ctx, []coordinator.Cluster{{Name: "first", Client: cli}, {Name: "second", Client: cli2}},
-			coordinator.WithSessionTTL(time.Duration(cfg.TTLSec)*time.Second))
+		opts := []coordinator.Option{coordinator.WithSessionTTL(time.Duration(cfg.TTLSec) * time.Second)}
+		if cfg.AcrossTTLMs > 0 {
+			opts = append(opts, coordinator.WithAcrossTTL(time.Duration(cfg.AcrossTTLMs)*time.Millisecond))
+		}
+		c, err = coordinator.NewClusters(ctx, []coordinator.Cluster{{Name: "first", Client: cli}, {Name: "second", Client: cli2}}, opts...)
 	} else {
 		c, err = coordinator.New(cli, coordinator.WithSessionTTL(time.Duration(cfg.TTLSec)*time.Second))
 	}
@@ -101,6 +110,8 @@ func helperMain() int {
 		helperRebalance(ctx, c, cfg, out)
 	case "permit":
 		helperPermit(ctx, c, cfg, out)
+	case "xcart":
+		helperXcart(ctx, c, cfg, out)
 	default:
 		fmt.Fprintln(os.Stderr, "helper: unknown mode", cfg.Mode)
 		return 2
