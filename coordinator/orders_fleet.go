@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stockctl/stockctl/segments"
@@ -21,7 +22,7 @@ import (
 //     cluster), in the order of the clusters' names; a group refused
 //     cancels the groups already reserved, and the refusal names the line
 //     by its index in the caller's order;
-//  2. AllocateOrder then confirms every group, in the same order.
+//  2. AllocateOrder then confirms every group, all at once.
 //
 // Between the two phases the units are held as reservations: a process
 // that dies there leaves them held until the reservations' TTL
@@ -179,29 +180,42 @@ func (c *Coordinator) allocateAcross(ctx context.Context, verb, orderID string, 
 	return out, nil
 }
 
-// confirmAcross confirms every group. A group found expired gives every
-// group back (ErrExpired); another error is returned as it is, naming its
-// cluster: a retry with the order ID goes on.
+// confirmAcross confirms every group, all at once: the confirms are sent
+// together, so that a process that dies after sending them leaves none
+// behind (the window in which it leaves some confirmed and others
+// reserved is the moment between two sends, not a round trip). A group
+// found expired gives every group back (ErrExpired); another error is
+// returned as it is, naming its cluster: a retry with the order ID goes on.
 func (c *Coordinator) confirmAcross(ctx context.Context, orderID string, groups []*orderGroup) (*OrderConfirmed, error) {
-	out := &OrderConfirmed{Order: orderID, Replayed: true}
-	for _, g := range groups {
-		err := g.m.connected(ctx)
-		var cf *OrderConfirmed
-		if err == nil {
-			cf, err = g.m.c.stock.ConfirmOrder(ctx, g.lines[0].SKU, orderID)
-		}
-		if err != nil {
-			if errors.Is(err, ErrExpired) {
-				c.undoAcross(ctx, orderID, groups)
-				return nil, g.m.wrap(fmt.Errorf("%w: its lines in this cluster expired before they were confirmed; "+
-					"every cluster's lines are given back", err))
+	cfs := make([]*OrderConfirmed, len(groups))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Go(func() {
+			err := g.m.connected(ctx)
+			if err == nil {
+				cfs[i], err = g.m.c.stock.ConfirmOrder(ctx, g.lines[0].SKU, orderID)
 			}
-			return nil, g.m.wrap(fmt.Errorf("%w (retry with the same order ID: it confirms the rest, or gives every line back "+
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && errors.Is(err, ErrExpired) {
+			c.undoAcross(ctx, orderID, groups)
+			return nil, groups[i].m.wrap(fmt.Errorf("%w: its lines in this cluster expired before they were confirmed; "+
+				"every cluster's lines are given back", err))
+		}
+	}
+	out := &OrderConfirmed{Order: orderID, Replayed: true}
+	for i, err := range errs {
+		if err != nil {
+			return nil, groups[i].m.wrap(fmt.Errorf("%w (retry with the same order ID: it confirms the rest, or gives every line back "+
 				"if a cluster's reservation expired meanwhile)", err))
 		}
-		out.Lines = append(out.Lines, cf.Lines...)
-		out.Replayed = out.Replayed && cf.Replayed
-		out.Revision = max(out.Revision, cf.Revision)
+		out.Lines = append(out.Lines, cfs[i].Lines...)
+		out.Replayed = out.Replayed && cfs[i].Replayed
+		out.Revision = max(out.Revision, cfs[i].Revision)
 	}
 	slices.SortFunc(out.Lines, func(a, b *segments.Confirmed) int { return strings.Compare(a.SKU, b.SKU) })
 	return out, nil
