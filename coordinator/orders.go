@@ -146,7 +146,10 @@ func (c *Coordinator) ReserveOrder(ctx context.Context, orderID string, lines []
 // Over several clusters, an order whose lines are in several is released in
 // each cluster (one transaction per cluster), whichever line's SKU is given.
 func (c *Coordinator) ReleaseOrder(ctx context.Context, sku, orderID string) (*OrderReleased, error) {
-	if groups, _ := c.acrossOf(ctx, sku, orderID); groups != nil {
+	if groups, err := c.acrossOf(ctx, sku, orderID); err != nil || groups != nil {
+		if err != nil {
+			return nil, err
+		}
 		return c.returnAcross(ctx, orderID, groups, false)
 	}
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderReleased, error) { return e.ReleaseOrder(ctx, sku, orderID) })
@@ -157,7 +160,10 @@ func (c *Coordinator) ReleaseOrder(ctx context.Context, sku, orderID string) (*O
 // order, *ExpiredError for an expired one). sku is any SKU of the order.
 // Over several clusters it cancels every cluster's lines.
 func (c *Coordinator) CancelOrder(ctx context.Context, sku, orderID string) (*OrderReleased, error) {
-	if groups, _ := c.acrossOf(ctx, sku, orderID); groups != nil {
+	if groups, err := c.acrossOf(ctx, sku, orderID); err != nil || groups != nil {
+		if err != nil {
+			return nil, err
+		}
 		return c.returnAcross(ctx, orderID, groups, true)
 	}
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderReleased, error) { return e.CancelOrder(ctx, sku, orderID) })
@@ -172,7 +178,10 @@ func (c *Coordinator) CancelOrder(ctx context.Context, sku, orderID string) (*Or
 // cluster; if one cluster's lines expired, every cluster's lines are given
 // back and the error matches ErrExpired.
 func (c *Coordinator) ConfirmOrder(ctx context.Context, sku, orderID string) (*OrderConfirmed, error) {
-	if groups, _ := c.acrossOf(ctx, sku, orderID); groups != nil {
+	if groups, err := c.acrossOf(ctx, sku, orderID); err != nil || groups != nil {
+		if err != nil {
+			return nil, err
+		}
 		return c.confirmAcross(ctx, orderID, groups)
 	}
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*OrderConfirmed, error) { return e.ConfirmOrder(ctx, sku, orderID) })

@@ -254,6 +254,9 @@ func (c *Coordinator) acrossOf(ctx context.Context, sku, orderID string) ([]*ord
 		return nil, nil
 	}
 	o, err := routeSKU(ctx, c.fleet, sku, func(e *segments.Engine) (segments.Order, error) { return e.OrderRecord(ctx, sku, orderID) })
+	if err != nil && (errors.Is(err, ErrClusterUnavailable) || ctx.Err() != nil) {
+		return nil, err // the operation would fail the same way: not twice as long
+	}
 	if err != nil || len(o.Across) == 0 {
 		return nil, nil // the one-cluster path answers (and reports the error)
 	}
@@ -297,7 +300,10 @@ func (c *Coordinator) returnAcross(ctx context.Context, orderID string, groups [
 // for that SKU's line; ok is false when the order is not one over several
 // clusters (the caller goes on as for any order).
 func (c *Coordinator) returnLineAcross(ctx context.Context, sku, orderID string, cancel bool) (r *Released, ok bool, err error) {
-	groups, _ := c.acrossOf(ctx, sku, orderID)
+	groups, err := c.acrossOf(ctx, sku, orderID)
+	if err != nil {
+		return nil, true, err
+	}
 	if groups == nil {
 		return nil, false, nil
 	}
@@ -317,7 +323,10 @@ func (c *Coordinator) returnLineAcross(ctx context.Context, sku, orderID string,
 // clusters: every cluster's lines confirmed; it answers for that SKU's
 // line.
 func (c *Coordinator) confirmLineAcross(ctx context.Context, sku, orderID string) (r *Confirmed, ok bool, err error) {
-	groups, _ := c.acrossOf(ctx, sku, orderID)
+	groups, err := c.acrossOf(ctx, sku, orderID)
+	if err != nil {
+		return nil, true, err
+	}
 	if groups == nil {
 		return nil, false, nil
 	}
