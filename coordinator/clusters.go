@@ -371,26 +371,51 @@ func onLines[T any](ctx context.Context, c *Coordinator, lines []segments.Line, 
 		return f(c.stock)
 	}
 	var zero T
-	var first *member
 	for _, l := range lines {
 		if segments.ValidateSKU(l.SKU) != nil {
 			return f(c.fleet.members[0].c.stock) // its own validation error
 		}
-		m, _, err := c.fleet.route(ctx, l.SKU)
-		if err != nil {
+	}
+	// The first try may use cached placements; a SKU moved since (deleted
+	// and created in another cluster) shows as lines in two clusters or as
+	// an unknown SKU: the lines are then looked up afresh, once.
+	for fresh := false; ; fresh = true {
+		var first *member
+		cached, split := false, false
+		for _, l := range lines {
+			if fresh {
+				c.fleet.forgetAny(l.SKU)
+			}
+			m, wasCached, err := c.fleet.route(ctx, l.SKU)
+			if err != nil {
+				return zero, err
+			}
+			cached = cached || wasCached
+			switch {
+			case first == nil:
+				first = m
+			case m != first:
+				if cached && !fresh {
+					split = true
+					break
+				}
+				return zero, fmt.Errorf("order of %d lines: %w: its SKUs are in two clusters (%s in %q, %s in %q): "+
+					"an order's SKUs must share a cluster", len(lines), ErrInvalidArgument, lines[0].SKU, first.name, l.SKU, m.name)
+			}
+			if split {
+				break
+			}
+		}
+		if split {
+			continue
+		}
+		if err := first.connected(ctx); err != nil {
 			return zero, err
 		}
-		switch {
-		case first == nil:
-			first = m
-		case m != first:
-			return zero, fmt.Errorf("order of %d lines: %w: its SKUs are in two clusters (%s in %q, %s in %q): "+
-				"an order's SKUs must share a cluster", len(lines), ErrInvalidArgument, lines[0].SKU, first.name, l.SKU, m.name)
+		v, err := f(first.c.stock)
+		if cached && !fresh && errors.Is(err, ErrUnknownSKU) {
+			continue
 		}
+		return v, first.wrap(err)
 	}
-	if err := first.connected(ctx); err != nil {
-		return zero, err
-	}
-	v, err := f(first.c.stock)
-	return v, first.wrap(err)
 }

@@ -126,6 +126,13 @@ func (f *fleet) forget(sku string, m *member) {
 	f.mu.Unlock()
 }
 
+// forgetAny drops sku's cached placement, whichever cluster it names.
+func (f *fleet) forgetAny(sku string) {
+	f.mu.Lock()
+	delete(f.placed, sku)
+	f.mu.Unlock()
+}
+
 // answer is one cluster's answer to a lookup.
 type answer struct {
 	m     *member

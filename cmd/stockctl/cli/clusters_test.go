@@ -87,6 +87,23 @@ func TestCLIClusters(t *testing.T) {
 	if strings.Count(rest, "\n") != 0 || v.Order != evs[1].Order || v.Cluster != evs[1].Cluster {
 		t.Fatalf("orders --all --since %s: %q, want only %+v", evs[0].MergedCursor, rest, evs[1])
 	}
+	// --snapshot: each cluster's orders in their state, then the events.
+	snapCl := map[string]bool{}
+	lastCursor := ""
+	for _, ln := range strings.Split(strings.TrimSpace(okRun("-o", "json", "orders", "--all", "--snapshot")), "\n") {
+		var v orderEventView
+		decode(t, ln, &v)
+		if !v.Snapshot {
+			t.Fatalf("orders --all --snapshot: a line that is not the snapshot's: %s", ln)
+		}
+		snapCl[v.Cluster] = true
+		if v.MergedCursor != "" {
+			lastCursor = v.MergedCursor
+		}
+	}
+	if !snapCl["a"] || !snapCl["b"] || !strings.Contains(lastCursor, "a=") || !strings.Contains(lastCursor, "b=") {
+		t.Fatalf("orders --all --snapshot: clusters %v, last cursor %q", snapCl, lastCursor)
+	}
 	if r := run(t, append(fleet, "orders", "--all", "--since", "5")...); r.code != ExitUsage {
 		t.Fatalf("orders --all --since 5 over two clusters: exit %d, %q", r.code, r.stderr)
 	}

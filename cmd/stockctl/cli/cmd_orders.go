@@ -331,8 +331,8 @@ func writeFailed(err error) error {
 // the merged cursor it prints.
 func ordersMerged(ctx context.Context, c *ucli.Context, g *globals, cn *conn, a ordersArgs) error {
 	switch {
-	case a.snapshot:
-		return usageError("orders --all --snapshot over several clusters is not supported yet: take each SKU's snapshot (orders SKU --snapshot)")
+	case a.snapshot && a.merged != nil:
+		return usageError("--snapshot and --since exclude each other: a snapshot starts from the current orders")
 	case a.since > 0:
 		return usageError("invalid --since %d: over several clusters, orders --all resumes from the merged cursor it printed (name=rev,...)", a.since)
 	}
@@ -340,16 +340,43 @@ func ordersMerged(ctx context.Context, c *ucli.Context, g *globals, cn *conn, a 
 	for _, name := range cn.coord.Clusters() {
 		clusters = append(clusters, coordinator.Cluster{Name: name, Client: cn.coord.Cluster(name).Client()})
 	}
-	m, err := feed.OpenMerged(clusters, feed.Config{Prefix: g.prefix, UntilOpen: !a.follow}, a.merged)
-	if err != nil {
-		return ordersFailed(ctx, "read the orders of every cluster", err)
-	}
-	defer m.Close()
 	p := &ordersPrinter{w: c.App.Writer, json: g.output == outputJSON}
 	merged := feed.Cursor{}
 	for n, r := range a.merged {
 		merged[n] = r
 	}
+	if a.snapshot {
+		// Each cluster's snapshot at a revision of its own; the merged
+		// feed then goes on from those revisions.
+		for _, cl := range clusters {
+			snap, err := feed.Snapshot(ctx, cl.Client, feed.Config{Prefix: g.prefix})
+			if err != nil {
+				return ordersFailed(ctx, "read a snapshot of the orders of cluster "+cl.Name, err)
+			}
+			if err := p.note("cluster %s: snapshot at revision %d: %d orders, each in its current state", cl.Name, snap.Cursor, len(snap.Events)); err != nil {
+				return writeFailed(err)
+			}
+			views := orderEventViews(snap, 0, true)
+			merged[cl.Name] = snap.Cursor
+			for i := range views {
+				views[i].Cluster = cl.Name
+				if i == len(views)-1 {
+					views[i].MergedCursor = merged.String() // the snapshot is whole with its last line
+				}
+			}
+			if err := p.printViews(views, 0); err != nil {
+				return writeFailed(err)
+			}
+		}
+		if err := p.note("events after %s", merged.String()); err != nil {
+			return writeFailed(err)
+		}
+	}
+	m, err := feed.OpenMerged(clusters, feed.Config{Prefix: g.prefix, UntilOpen: !a.follow}, merged)
+	if err != nil {
+		return ordersFailed(ctx, "read the orders of every cluster", err)
+	}
+	defer m.Close()
 	for {
 		b, err := m.Next(ctx)
 		if errors.Is(err, io.EOF) {
