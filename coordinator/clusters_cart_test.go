@@ -194,6 +194,18 @@ func TestClustersCartRefusedInSecond(t *testing.T) {
 		}
 		wantHeld(t, c, nil, nil)
 	}
+	// An earlier call reserved cluster a's lines and stopped (made here
+	// through cluster a's own coordinator); the retry is refused in
+	// cluster b: a's reservation is cancelled, not left until its TTL.
+	lines := []coordinator.Line{{SKU: "a1", Qty: 1}, {SKU: "b1", Qty: 2}}
+	if _, err := c.Cluster("a").ReserveOrder(ctx, "stopped", lines[:1], time.Hour, segments.WithAcross([]string{"a1", "b1"})); err != nil {
+		t.Fatal(err)
+	}
+	wantHeld(t, c, map[string]int64{"a1": 1}, nil)
+	if _, err := c.AllocateOrder(ctx, "stopped", lines); !errors.Is(err, coordinator.ErrInsufficientStock) {
+		t.Fatalf("retry refused in b: %v", err)
+	}
+	wantHeld(t, c, nil, nil)
 	feedEqualsAudits(t, tcs, c)
 }
 
