@@ -96,11 +96,10 @@ type LineError = segments.LineError
 // at its cluster's revision; the order's Revision is 0. docs/clusters.md
 // describes the window.
 func (c *Coordinator) AllocateOrder(ctx context.Context, orderID string, lines []Line, opts ...OrderOption) (*OrderAllocation, error) {
-	if groups, err := c.acrossGroups(ctx, lines); err != nil || groups != nil {
-		if err != nil {
-			return nil, err
-		}
+	if a, err, across := c.acrossOnce(ctx, lines, func(groups []*orderGroup) (*OrderAllocation, error) {
 		return c.allocateAcross(ctx, "allocate", orderID, lines, groups, c.fleet.acrossTTL, true, opts)
+	}); across {
+		return a, err
 	}
 	return onLines(ctx, c, lines, func(e *segments.Engine) (*OrderAllocation, error) {
 		return e.AllocateOrder(ctx, orderID, lines, opts...)
@@ -122,14 +121,13 @@ func (c *Coordinator) AllocateOrder(ctx context.Context, orderID string, lines [
 // their own deadline and revision (the order's Revision is 0) and expire
 // by their own cluster's sweep.
 func (c *Coordinator) ReserveOrder(ctx context.Context, orderID string, lines []Line, ttl time.Duration, opts ...OrderOption) (*OrderAllocation, error) {
-	if groups, err := c.acrossGroups(ctx, lines); err != nil || groups != nil {
-		if err != nil {
-			return nil, err
-		}
+	if a, err, across := c.acrossOnce(ctx, lines, func(groups []*orderGroup) (*OrderAllocation, error) {
 		if err := segments.ValidateTTL(ttl); err != nil {
 			return nil, fmt.Errorf("reserve order %q: %w", orderID, err)
 		}
 		return c.allocateAcross(ctx, "reserve", orderID, lines, groups, ttl, false, opts)
+	}); across {
+		return a, err
 	}
 	return onLines(ctx, c, lines, func(e *segments.Engine) (*OrderAllocation, error) {
 		return e.ReserveOrder(ctx, orderID, lines, ttl, opts...)

@@ -82,6 +82,35 @@ func (c *Coordinator) acrossGroups(ctx context.Context, lines []Line) ([]*orderG
 	return groups, nil
 }
 
+// acrossOnce runs place on lines that are in several clusters, and
+// reports across false (doing nothing) when they are not. Placements may
+// come from the cache: a SKU moved since (deleted, created in another
+// cluster) answers ErrUnknownSKU in the cluster it was cached in, before
+// anything of this call is held there (allocateAcross gives back what it
+// reserved on any error), so the lines are looked up afresh and placed
+// again, once; they may then be in one cluster (the one-cluster path).
+func (c *Coordinator) acrossOnce(ctx context.Context, lines []Line, place func([]*orderGroup) (*OrderAllocation, error)) (a *OrderAllocation, err error, across bool) {
+	for fresh := false; ; fresh = true {
+		if fresh {
+			for _, l := range lines {
+				c.fleet.forgetAny(l.SKU)
+			}
+		}
+		groups, err := c.acrossGroups(ctx, lines)
+		if err != nil {
+			return nil, err, true
+		}
+		if groups == nil {
+			return nil, nil, false
+		}
+		a, err := place(groups)
+		if !fresh && errors.Is(err, ErrUnknownSKU) {
+			continue
+		}
+		return a, err, true
+	}
+}
+
 // groupsOf groups an order's SKUs (a record's Across) by cluster, in the
 // order of the clusters' names; each group's lines carry no quantity.
 func (c *Coordinator) groupsOf(ctx context.Context, skus []string) ([]*orderGroup, error) {
