@@ -180,6 +180,9 @@ type SaleParams struct {
 	Processes int
 	Etcd      []*clientv3.Client
 	Prefix    string
+	// Clusters are the run's etcd clusters, for a strategy over several
+	// (StockctlClustersSale); Etcd is the first's clients.
+	Clusters []SaleCluster
 }
 
 // SaleBooks are the books of all SKUs of a run.

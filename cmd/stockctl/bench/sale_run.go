@@ -42,6 +42,9 @@ type SaleConfig struct {
 	// process, as many as the sale's coordinators); writer i uses process
 	// i mod Processes's client.
 	LimitWriters int
+	// Clusters, when set, are the etcd clusters of the strategies over
+	// several (StockctlClustersSale); the others run on Etcd alone.
+	Clusters []SaleCluster
 }
 
 // SaleRow is one strategy's run at one sale shape.
@@ -85,7 +88,11 @@ type SaleRow struct {
 	EtcdServer *EtcdServerCounts `json:"etcdServer,omitempty"`
 	// Costs are the figures per served order made from Etcd and
 	// EtcdServer.
-	Costs    OrderCosts `json:"costs"`
+	Costs OrderCosts `json:"costs"`
+	// Clusters are each cluster's share of a row run over several
+	// clusters (StockctlClustersSale): its SKUs, requests and keys
+	// written in the selling window.
+	Clusters []ClusterShare `json:"clusters,omitempty"`
 	Oversold int64      `json:"oversold"`
 	OK       bool       `json:"ok"`
 	Problems []string   `json:"problems"`
@@ -155,6 +162,12 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	}
 	id := fmt.Sprintf("%s-%s-%08x", spec.Name, sh.Name, rand.Uint32())
 	p := SaleParams{Run: id, Shape: sh, Segments: cfg.Segments, Processes: cfg.Processes, Etcd: cfg.Etcd[:cfg.Processes], Prefix: cfg.Prefix + id + "/"}
+	for _, cl := range cfg.Clusters {
+		if len(cl.Etcd) < cfg.Processes {
+			return fail("cluster %s: %d etcd clients for %d processes", cl.Name, len(cl.Etcd), cfg.Processes)
+		}
+		p.Clusters = append(p.Clusters, SaleCluster{Name: cl.Name, Etcd: cl.Etcd[:cfg.Processes], Counter: cl.Counter})
+	}
 	s := spec.New()
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.SetupTimeout)
@@ -177,7 +190,14 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	}
 	picker := newSKUPicker(sh.SKUs, sh.Skew)
 	buyers := make([]saleBuyer, cfg.Buyers)
-	w := startWindow(cfg, tc != nil)
+	cls, _ := s.(*clustersSale)
+	w := startWindow(cfg, tc != nil || cls != nil)
+	var clStart []clusterWindow
+	if cls != nil {
+		if clStart, err = startClusters(ctx, p.Clusters, p.Prefix); err != nil {
+			return fail("count the clusters: %v", err)
+		}
+	}
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	var wg sync.WaitGroup
@@ -250,6 +270,19 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	elapsed := time.Since(start)
 	row.Seconds = elapsed.Seconds()
 	w.end(&row)
+	if cls != nil {
+		c := sumClusters(p.Clusters, clStart)
+		row.Etcd = &c
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.SetupTimeout)
+		skus, err := cls.skuCounts(Uncounted(cctx))
+		if err == nil {
+			row.Clusters, err = endClusters(cctx, p.Clusters, p.Prefix, clStart, skus)
+		}
+		ccancel()
+		if err != nil {
+			row.Problems = append(row.Problems, "per-cluster figures: "+err.Error())
+		}
+	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -401,4 +434,15 @@ func (w *window) end(row *SaleRow) {
 	if w.err != nil {
 		row.Problems = append(row.Problems, "read etcd's counters: "+w.err.Error())
 	}
+}
+
+// sumClusters is the requests of every cluster since start.
+func sumClusters(cls []SaleCluster, start []clusterWindow) EtcdCounts {
+	var sum EtcdCounts
+	for i, cl := range cls {
+		c := cl.Counter.Snapshot().Sub(start[i].client)
+		sum = EtcdCounts{Reads: sum.Reads + c.Reads, Writes: sum.Writes + c.Writes, Puts: sum.Puts + c.Puts,
+			Compares: sum.Compares + c.Compares, Refused: sum.Refused + c.Refused}
+	}
+	return sum
 }
