@@ -93,9 +93,9 @@ type SaleRow struct {
 	// clusters (StockctlClustersSale): its SKUs, requests and keys
 	// written in the selling window.
 	Clusters []ClusterShare `json:"clusters,omitempty"`
-	Oversold int64      `json:"oversold"`
-	OK       bool       `json:"ok"`
-	Problems []string   `json:"problems"`
+	Oversold int64          `json:"oversold"`
+	OK       bool           `json:"ok"`
+	Problems []string       `json:"problems"`
 }
 
 // RunSale runs every sale strategy at every shape (shapes outside, so that
