@@ -96,6 +96,18 @@ func (s *clustersSale) Setup(ctx context.Context, p SaleParams) error {
 	}); err != nil {
 		return fmt.Errorf("create the SKUs: %w", err)
 	}
+	// Every process learns every SKU's cluster before the sale, as a
+	// process that has been serving would have: the selling window counts
+	// the orders' requests, not the first lookups (a miss reads every
+	// cluster).
+	for _, c := range s.coords[1:] {
+		if err := forEachSKU(ctx, p.Shape.SKUs, func(i int) error {
+			_, err := c.ClusterOf(ctx, SKUName(i))
+			return err
+		}); err != nil {
+			return fmt.Errorf("look the SKUs up: %w", err)
+		}
+	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	for _, name := range s.reb.Clusters() {
