@@ -51,7 +51,8 @@ type ClusterShare struct {
 // of the run (SaleConfig.Clusters, coordinator.NewClusters), one per
 // process, with a rebalancer elected in each cluster. Its rows report
 // their clusters' shares (SaleRow.Clusters); it does not sample refusals'
-// truth (a revision is a cluster's).
+// truth (a revision is a cluster's), and takes no carts: an order's lines
+// must share a cluster, and the cart shape draws its SKUs at random.
 func StockctlClustersSale(n int) SaleSpec {
 	return SaleSpec{Name: fmt.Sprintf("stockctl-%dclusters", n), Title: fmt.Sprintf("stockctl Allocate, no step, over %d etcd clusters", n),
 		New: func() SaleStrategy { return &clustersSale{} }}
@@ -130,10 +131,6 @@ func (s *clustersSale) sale() *stockctlSale {
 
 func (s *clustersSale) Order(ctx context.Context, process, sku int, order string) (OrderOutcome, error) {
 	return s.sale().Order(ctx, process, sku, order)
-}
-
-func (s *clustersSale) OrderCart(ctx context.Context, process int, skus []int, order string) (OrderOutcome, error) {
-	return s.sale().OrderCart(ctx, process, skus, order)
 }
 
 func (s *clustersSale) Release(ctx context.Context, process, sku int, order string) error {
