@@ -50,8 +50,8 @@ type ClusterShare struct {
 // StockctlClustersSale is StockctlSale on a coordinator over every cluster
 // of the run (SaleConfig.Clusters, coordinator.NewClusters), one per
 // process, with a rebalancer elected in each cluster. Its rows report
-// their clusters' shares (SaleRow.Clusters); it does not sample refusals'
-// truth (a revision is a cluster's), and takes no carts: an order's lines
+// their clusters' shares (SaleRow.Clusters); refusals' truth is checked in
+// the SKU's cluster, at its revisions. It takes no carts: an order's lines
 // must share a cluster, and the cart shape draws its SKUs at random.
 func StockctlClustersSale(n int) SaleSpec {
 	return SaleSpec{Name: fmt.Sprintf("stockctl-%dclusters", n), Title: fmt.Sprintf("stockctl Allocate, no step, over %d etcd clusters", n),
@@ -65,6 +65,10 @@ type clustersSale struct {
 	stop   func()
 	// rebFailures counts the rebalancers' warnings.
 	rebFailures warnCounter
+	// placed is each SKU's cluster (an index into p.Clusters), read once
+	// after the SKUs are created, for the truth checks: ClusterOf would
+	// read every cluster each time (counted, on the coordinator's context).
+	placed map[string]int
 }
 
 func (s *clustersSale) Setup(ctx context.Context, p SaleParams) error {
@@ -96,6 +100,19 @@ func (s *clustersSale) Setup(ctx context.Context, p SaleParams) error {
 		return err
 	}); err != nil {
 		return fmt.Errorf("create the SKUs: %w", err)
+	}
+	s.placed = map[string]int{}
+	for _, l := range s.coords[0].ClusterSKUs(Uncounted(ctx)) {
+		if l.Err != nil {
+			return fmt.Errorf("list the clusters' SKUs: %w", l.Err)
+		}
+		for i, cl := range p.Clusters {
+			if cl.Name == l.Cluster {
+				for _, sku := range l.SKUs {
+					s.placed[sku] = i
+				}
+			}
+		}
 	}
 	// Every process learns every SKU's cluster before the sale, as a
 	// process that has been serving would have: the selling window counts
@@ -164,6 +181,39 @@ func (s *clustersSale) Teardown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// clientOf is the client of process's connection to the cluster that
+// holds sku, with that cluster's coordinator.
+func (s *clustersSale) clientOf(ctx context.Context, process, sku int) (*clientv3.Client, *coordinator.Coordinator, error) {
+	i, ok := s.placed[SKUName(sku)]
+	if !ok {
+		return nil, nil, fmt.Errorf("%s is in no cluster's listing", SKUName(sku))
+	}
+	cl := s.p.Clusters[i]
+	return cl.Etcd[process], s.coords[process].Cluster(cl.Name), nil
+}
+
+// NowOf is the revision of the cluster that holds sku (a linearizable read).
+func (s *clustersSale) NowOf(ctx context.Context, process, sku int) (int64, error) {
+	cli, _, err := s.clientOf(ctx, process, sku)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := cli.Get(ctx, s.p.Prefix+"bench-now", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// RemainingAt is what sku held in all at revision rev of its cluster.
+func (s *clustersSale) RemainingAt(ctx context.Context, sku int, rev int64) (int64, error) {
+	cli, c, err := s.clientOf(ctx, 0, sku)
+	if err != nil {
+		return 0, err
+	}
+	return remainingAt(ctx, cli, c, sku, rev)
+}
+
 // skuCounts is how many SKUs each cluster holds, by name.
 func (s *clustersSale) skuCounts(ctx context.Context) (map[string]int, error) {
 	out := map[string]int{}
@@ -197,16 +247,25 @@ func startClusters(ctx context.Context, cls []SaleCluster, prefix string) ([]clu
 }
 
 // endClusters makes the clusters' shares of the window begun at start:
-// their requests since, their keys written under prefix since (read from
-// their history up to a mark put now), their SKUs from skus.
-func endClusters(ctx context.Context, cls []SaleCluster, prefix string, start []clusterWindow, skus map[string]int) ([]ClusterShare, error) {
+// their requests since (counts), their keys written under prefix since
+// (read from their history up to a mark put now), their SKUs from skus.
+func endClusters(ctx context.Context, cls []SaleCluster, prefix string, start []clusterWindow, counts []EtcdCounts, skus map[string]int) ([]ClusterShare, error) {
 	out := make([]ClusterShare, len(cls))
 	for i, cl := range cls {
-		out[i] = ClusterShare{Cluster: cl.Name, SKUs: skus[cl.Name], Etcd: cl.Counter.Snapshot().Sub(start[i].client)}
+		out[i] = ClusterShare{Cluster: cl.Name, SKUs: skus[cl.Name], Etcd: counts[i]}
+	}
+	// The marks first, in every cluster, so that the windows end together.
+	ends := make([]int64, len(cls))
+	for i, cl := range cls {
+		resp, err := cl.Etcd[0].Put(Uncounted(ctx), prefix+windowMark, "")
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: mark the window's end: %w", cl.Name, err)
+		}
+		ends[i] = resp.Header.Revision
 	}
 	for i, cl := range cls {
 		var err error
-		if out[i].Keys, out[i].Deletes, err = keysWritten(ctx, cl.Etcd[0], prefix, start[i].rev); err != nil {
+		if out[i].Keys, out[i].Deletes, err = keysWritten(ctx, cl.Etcd[0], prefix, start[i].rev, ends[i]); err != nil {
 			return nil, fmt.Errorf("cluster %s: count its keys: %w", cl.Name, err)
 		}
 	}
@@ -229,17 +288,14 @@ func endClusters(ctx context.Context, cls []SaleCluster, prefix string, start []
 	return out, nil
 }
 
+// windowMark is the key put under a run's prefix at a window's end.
+const windowMark = "bench-window-end"
+
 // keysWritten counts the put and delete events under prefix after
-// revision from: it puts a mark under prefix, then reads the history from
-// from+1 until the mark (the mark not counted).
-func keysWritten(ctx context.Context, cli *clientv3.Client, prefix string, from int64) (puts, dels int64, err error) {
+// revision from and before revision end (the window's mark, put at end),
+// reading the history up to the mark.
+func keysWritten(ctx context.Context, cli *clientv3.Client, prefix string, from, end int64) (puts, dels int64, err error) {
 	ctx = Uncounted(ctx)
-	mark := prefix + "bench-window-end"
-	resp, err := cli.Put(ctx, mark, "")
-	if err != nil {
-		return 0, 0, err
-	}
-	end := resp.Header.Revision
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for wr := range cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1)) {

@@ -184,6 +184,17 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 		return fail("setup: %v", err)
 	}
 	tc, _ := s.(truthChecker)
+	// The truth check: the revision an order starts at, and what its SKU
+	// held at the refusal's revision (over clusters: the SKU's cluster's,
+	// single-line orders only).
+	var nowOf func(ctx context.Context, process, sku int) (int64, error)
+	var remainingAt func(ctx context.Context, sku int, rev int64) (int64, error)
+	if tc != nil {
+		nowOf = func(ctx context.Context, process, _ int) (int64, error) { return tc.Now(ctx, process) }
+		remainingAt = tc.RemainingAt
+	} else if st, ok := s.(skuTruthChecker); ok && sh.Lines <= 1 {
+		nowOf, remainingAt = st.NowOf, st.RemainingAt
+	}
 	cs, _ := s.(CartStrategy)
 	if sh.Lines > 1 && (cs == nil || sh.SKUs < sh.Lines) {
 		return fail("carts of %d lines over %d SKUs (strategy with carts: %v)", sh.Lines, sh.SKUs, cs != nil)
@@ -217,11 +228,11 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 					}
 				}
 				order := fmt.Sprintf("o-%s-%d-%d", id, b, n)
-				sample := tc != nil && cfg.TruthSample > 0 && seq.Add(1)%int64(cfg.TruthSample) == 0
+				sample := nowOf != nil && cfg.TruthSample > 0 && seq.Add(1)%int64(cfg.TruthSample) == 0
 				var startRev int64
 				if sample {
 					var err error
-					if startRev, err = tc.Now(Uncounted(ctx), proc); err != nil {
+					if startRev, err = nowOf(Uncounted(ctx), proc, sku); err != nil {
 						sample = false
 					}
 				}
@@ -271,12 +282,16 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	row.Seconds = elapsed.Seconds()
 	w.end(&row)
 	if cls != nil {
-		c := sumClusters(p.Clusters, clStart)
+		counts := make([]EtcdCounts, len(p.Clusters)) // one snapshot for the row and its clusters
+		for i, cl := range p.Clusters {
+			counts[i] = cl.Counter.Snapshot().Sub(clStart[i].client)
+		}
+		c := sumCounts(counts)
 		row.Etcd = &c
 		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.SetupTimeout)
 		skus, err := cls.skuCounts(Uncounted(cctx))
 		if err == nil {
-			row.Clusters, err = endClusters(cctx, p.Clusters, p.Prefix, clStart, skus)
+			row.Clusters, err = endClusters(cctx, p.Clusters, p.Prefix, clStart, counts, skus)
 		}
 		ccancel()
 		if err != nil {
@@ -328,7 +343,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	defer vcancel()
 	for _, smp := range samples {
 		row.TruthChecked++
-		have, err := tc.RemainingAt(vctx, smp.sku, smp.rev)
+		have, err := remainingAt(vctx, smp.sku, smp.rev)
 		if err != nil {
 			row.Problems = append(row.Problems, fmt.Sprintf("check a refusal of %s at revision %d: %v", SKUName(smp.sku), smp.rev, err))
 			continue
@@ -436,11 +451,10 @@ func (w *window) end(row *SaleRow) {
 	}
 }
 
-// sumClusters is the requests of every cluster since start.
-func sumClusters(cls []SaleCluster, start []clusterWindow) EtcdCounts {
+// sumCounts is the sum of counts.
+func sumCounts(counts []EtcdCounts) EtcdCounts {
 	var sum EtcdCounts
-	for i, cl := range cls {
-		c := cl.Counter.Snapshot().Sub(start[i].client)
+	for _, c := range counts {
 		sum = EtcdCounts{Reads: sum.Reads + c.Reads, Writes: sum.Writes + c.Writes, Puts: sum.Puts + c.Puts,
 			Compares: sum.Compares + c.Compares, Refused: sum.Refused + c.Refused}
 	}
