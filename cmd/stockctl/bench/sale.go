@@ -172,6 +172,13 @@ type truthChecker interface {
 	RemainingAt(ctx context.Context, sku int, rev int64) (int64, error)
 }
 
+// skuTruthChecker is a truthChecker whose revisions are a SKU's (its
+// cluster's, over several clusters): Now of the cluster that holds sku.
+type skuTruthChecker interface {
+	NowOf(ctx context.Context, process, sku int) (int64, error)
+	RemainingAt(ctx context.Context, sku int, rev int64) (int64, error)
+}
+
 // SaleParams is what a sale strategy is set up with.
 type SaleParams struct {
 	Run       string
@@ -180,6 +187,9 @@ type SaleParams struct {
 	Processes int
 	Etcd      []*clientv3.Client
 	Prefix    string
+	// Clusters are the run's etcd clusters, for a strategy over several
+	// (StockctlClustersSale); Etcd is the first's clients.
+	Clusters []SaleCluster
 }
 
 // SaleBooks are the books of all SKUs of a run.

@@ -42,6 +42,9 @@ type SaleConfig struct {
 	// process, as many as the sale's coordinators); writer i uses process
 	// i mod Processes's client.
 	LimitWriters int
+	// Clusters, when set, are the etcd clusters of the strategies over
+	// several (StockctlClustersSale); the others run on Etcd alone.
+	Clusters []SaleCluster
 }
 
 // SaleRow is one strategy's run at one sale shape.
@@ -85,10 +88,14 @@ type SaleRow struct {
 	EtcdServer *EtcdServerCounts `json:"etcdServer,omitempty"`
 	// Costs are the figures per served order made from Etcd and
 	// EtcdServer.
-	Costs    OrderCosts `json:"costs"`
-	Oversold int64      `json:"oversold"`
-	OK       bool       `json:"ok"`
-	Problems []string   `json:"problems"`
+	Costs OrderCosts `json:"costs"`
+	// Clusters are each cluster's share of a row run over several
+	// clusters (StockctlClustersSale): its SKUs, requests and keys
+	// written in the selling window.
+	Clusters []ClusterShare `json:"clusters,omitempty"`
+	Oversold int64          `json:"oversold"`
+	OK       bool           `json:"ok"`
+	Problems []string       `json:"problems"`
 }
 
 // RunSale runs every sale strategy at every shape (shapes outside, so that
@@ -155,6 +162,12 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	}
 	id := fmt.Sprintf("%s-%s-%08x", spec.Name, sh.Name, rand.Uint32())
 	p := SaleParams{Run: id, Shape: sh, Segments: cfg.Segments, Processes: cfg.Processes, Etcd: cfg.Etcd[:cfg.Processes], Prefix: cfg.Prefix + id + "/"}
+	for _, cl := range cfg.Clusters {
+		if len(cl.Etcd) < cfg.Processes {
+			return fail("cluster %s: %d etcd clients for %d processes", cl.Name, len(cl.Etcd), cfg.Processes)
+		}
+		p.Clusters = append(p.Clusters, SaleCluster{Name: cl.Name, Etcd: cl.Etcd[:cfg.Processes], Counter: cl.Counter})
+	}
 	s := spec.New()
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.SetupTimeout)
@@ -171,13 +184,31 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 		return fail("setup: %v", err)
 	}
 	tc, _ := s.(truthChecker)
+	// The truth check: the revision an order starts at, and what its SKU
+	// held at the refusal's revision (over clusters: the SKU's cluster's,
+	// single-line orders only).
+	var nowOf func(ctx context.Context, process, sku int) (int64, error)
+	var remainingAt func(ctx context.Context, sku int, rev int64) (int64, error)
+	if tc != nil {
+		nowOf = func(ctx context.Context, process, _ int) (int64, error) { return tc.Now(ctx, process) }
+		remainingAt = tc.RemainingAt
+	} else if st, ok := s.(skuTruthChecker); ok && sh.Lines <= 1 {
+		nowOf, remainingAt = st.NowOf, st.RemainingAt
+	}
 	cs, _ := s.(CartStrategy)
 	if sh.Lines > 1 && (cs == nil || sh.SKUs < sh.Lines) {
 		return fail("carts of %d lines over %d SKUs (strategy with carts: %v)", sh.Lines, sh.SKUs, cs != nil)
 	}
 	picker := newSKUPicker(sh.SKUs, sh.Skew)
 	buyers := make([]saleBuyer, cfg.Buyers)
-	w := startWindow(cfg, tc != nil)
+	cls, _ := s.(*clustersSale)
+	w := startWindow(cfg, tc != nil || cls != nil)
+	var clStart []clusterWindow
+	if cls != nil {
+		if clStart, err = startClusters(ctx, p.Clusters, p.Prefix); err != nil {
+			return fail("count the clusters: %v", err)
+		}
+	}
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	var wg sync.WaitGroup
@@ -197,11 +228,11 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 					}
 				}
 				order := fmt.Sprintf("o-%s-%d-%d", id, b, n)
-				sample := tc != nil && cfg.TruthSample > 0 && seq.Add(1)%int64(cfg.TruthSample) == 0
+				sample := nowOf != nil && cfg.TruthSample > 0 && seq.Add(1)%int64(cfg.TruthSample) == 0
 				var startRev int64
 				if sample {
 					var err error
-					if startRev, err = tc.Now(Uncounted(ctx), proc); err != nil {
+					if startRev, err = nowOf(Uncounted(ctx), proc, sku); err != nil {
 						sample = false
 					}
 				}
@@ -250,6 +281,23 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	elapsed := time.Since(start)
 	row.Seconds = elapsed.Seconds()
 	w.end(&row)
+	if cls != nil {
+		counts := make([]EtcdCounts, len(p.Clusters)) // one snapshot for the row and its clusters
+		for i, cl := range p.Clusters {
+			counts[i] = cl.Counter.Snapshot().Sub(clStart[i].client)
+		}
+		c := sumCounts(counts)
+		row.Etcd = &c
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.SetupTimeout)
+		skus, err := cls.skuCounts(Uncounted(cctx))
+		if err == nil {
+			row.Clusters, err = endClusters(cctx, p.Clusters, p.Prefix, clStart, counts, skus)
+		}
+		ccancel()
+		if err != nil {
+			row.Problems = append(row.Problems, "per-cluster figures: "+err.Error())
+		}
+	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -295,7 +343,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	defer vcancel()
 	for _, smp := range samples {
 		row.TruthChecked++
-		have, err := tc.RemainingAt(vctx, smp.sku, smp.rev)
+		have, err := remainingAt(vctx, smp.sku, smp.rev)
 		if err != nil {
 			row.Problems = append(row.Problems, fmt.Sprintf("check a refusal of %s at revision %d: %v", SKUName(smp.sku), smp.rev, err))
 			continue
@@ -401,4 +449,14 @@ func (w *window) end(row *SaleRow) {
 	if w.err != nil {
 		row.Problems = append(row.Problems, "read etcd's counters: "+w.err.Error())
 	}
+}
+
+// sumCounts is the sum of counts.
+func sumCounts(counts []EtcdCounts) EtcdCounts {
+	var sum EtcdCounts
+	for _, c := range counts {
+		sum = EtcdCounts{Reads: sum.Reads + c.Reads, Writes: sum.Writes + c.Writes, Puts: sum.Puts + c.Puts,
+			Compares: sum.Compares + c.Compares, Refused: sum.Refused + c.Refused}
+	}
+	return sum
 }

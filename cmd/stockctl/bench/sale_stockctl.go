@@ -136,8 +136,14 @@ func (s *stockctlSale) Now(ctx context.Context, process int) (int64, error) {
 }
 
 func (s *stockctlSale) RemainingAt(ctx context.Context, sku int, rev int64) (int64, error) {
-	k := engines.Of(s.coords[0]).Keys
-	resp, err := s.p.Etcd[0].Get(ctx, k.SKUStock(SKUName(sku)), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	return remainingAt(ctx, s.p.Etcd[0], s.coords[0], sku, rev)
+}
+
+// remainingAt is what SKU sku of coordinator c (one cluster's), read on
+// cli, held in all at revision rev.
+func remainingAt(ctx context.Context, cli *clientv3.Client, c *coordinator.Coordinator, sku int, rev int64) (int64, error) {
+	k := engines.Of(c).Keys
+	resp, err := cli.Get(ctx, k.SKUStock(SKUName(sku)), clientv3.WithPrefix(), clientv3.WithRev(rev))
 	if err != nil {
 		return 0, err
 	}

@@ -200,3 +200,12 @@ func TestBenchRuns(t *testing.T) {
 		})
 	}
 }
+
+// bench --sale --clusters: a count from 2 to 8, on embedded etcds only.
+func TestBenchSaleClustersUsage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.fails(ExitUsage, "invalid --clusters 1: must be between 2 and 8", "bench", "--sale", "--clusters", "1")
+	e.fails(ExitUsage, "invalid --clusters 9", "bench", "--sale", "--clusters", "9")
+	e.fails(ExitUsage, "--clusters starts embedded etcd clusters: it cannot be given with --endpoints", "bench", "--sale", "--clusters", "3")
+}

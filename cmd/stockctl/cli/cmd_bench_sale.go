@@ -41,6 +41,8 @@ func saleFlags() []ucli.Flag {
 			Usage: "with --sale: segments of every SKU"},
 		&ucli.IntFlag{Name: "limit-writers",
 			Usage: "with --sale: concurrent writers of the physical-limit rows (limit-N; default: one per process, as many as the coordinators)"},
+		&ucli.IntFlag{Name: "clusters",
+			Usage: "with --sale: also run the stockctl strategy on a coordinator over this many embedded etcd clusters (each as --cluster makes the one etcd), beside the one-cluster rows, and report each cluster's share of the SKUs, etcd requests and keys written (2 to 8; default: one cluster only)"},
 		&ucli.IntFlag{Name: "truth-sample", Value: bench.DefaultTruthSample,
 			Usage: "with --sale: check one refusal in this many against the books at its revision (0: none)"},
 	}
@@ -69,6 +71,9 @@ type saleConfig struct {
 	TruthSample     int               `json:"truthSample"`
 	// LimitWriters are the physical-limit rows' writers.
 	LimitWriters int `json:"limitWriters"`
+	// Clusters is --clusters: the embedded etcd clusters of the rows over
+	// several (0: none).
+	Clusters int `json:"clusters,omitempty"`
 }
 
 func benchSaleAction(c *ucli.Context, g *globals) error {
@@ -131,7 +136,23 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 	case cfg.TruthSample < 0:
 		return usageError("invalid --truth-sample %d: must not be negative", cfg.TruthSample)
 	}
+	if c.IsSet("clusters") {
+		cfg.Clusters = c.Int("clusters")
+		switch {
+		case cfg.Clusters < 2 || cfg.Clusters > 8:
+			return usageError("invalid --clusters %d: must be between 2 and 8", cfg.Clusters)
+		case len(g.endpoints) > 0:
+			return usageError("--clusters starts embedded etcd clusters: it cannot be given with --endpoints")
+		}
+	}
 	specs := []bench.SaleSpec{bench.StockctlSale(), bench.StockctlLazySale()}
+	if cfg.Clusters > 0 {
+		// The one-cluster figures and the clusters' of the same run.
+		specs = []bench.SaleSpec{bench.StockctlSale(), bench.StockctlClustersSale(cfg.Clusters)}
+		if len(b.names) > 0 {
+			specs = append(specs, bench.StockctlLazySale())
+		}
+	}
 	if b.Redis != "" {
 		more, err := bench.RedisSaleSpecs(b.Redis)
 		if errors.Is(err, bench.ErrNoRedis) {
@@ -163,6 +184,19 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 		return err
 	}
 	defer closeEtcd()
+	var clusters []bench.SaleCluster
+	if cfg.Clusters > 0 {
+		clusters = append(clusters, bench.SaleCluster{Name: "c0", Etcd: clients, Counter: counter})
+		for i := 1; i < cfg.Clusters; i++ {
+			cc := &bench.EtcdCounter{}
+			cls, closeCluster, err := benchEtcd(sctx, g, b.noFsync, b.cluster, b.Processes, grpc.WithChainUnaryInterceptor(cc.Interceptor()))
+			if err != nil {
+				return err
+			}
+			defer closeCluster()
+			clusters = append(clusters, bench.SaleCluster{Name: fmt.Sprintf("c%d", i), Etcd: cls, Counter: cc})
+		}
+	}
 	cancelSetup()
 
 	prefix := strings.TrimSuffix(g.prefix, "/") + "/bench-" + time.Now().UTC().Format("20060102-150405") + "/"
@@ -173,7 +207,7 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 	}
 	rows, runErr := bench.RunSale(ctx, bench.SaleConfig{Specs: specs, Shapes: shapes, Buyers: cfg.Buyers, Processes: cfg.Processes,
 		Segments: cfg.Segments, Duration: b.duration, Etcd: clients, Prefix: prefix, AttemptTimeout: b.attemptTimeout, TruthSample: cfg.TruthSample, Counter: counter,
-		Server: server, LimitWriters: cfg.LimitWriters})
+		Server: server, LimitWriters: cfg.LimitWriters, Clusters: clusters})
 	report.Machine.LoadAvgEnd = bench.LoadAvg()
 	report.Rows = rows
 	if report.Rows == nil {
@@ -248,6 +282,15 @@ func (r saleReport) table() table {
 		"REFUSED COMMITS: the clients' write transactions answered as refused by their compares, of all they sent;",
 		"GOROUTINES, HEAP: the whole bench process at the end of the run (its coordinators, etcd and buyers).")
 	for _, row := range r.Rows {
+		if len(row.Clusters) > 0 {
+			t.notes = append(t.notes, fmt.Sprintf("PER CLUSTER of %s at %s (%.0f orders/s in all; %s):", row.Strategy, row.Shape.Name, row.OrdersPerSec, oneClusterText(r.Rows, row.Shape.Name)))
+		}
+		for _, cl := range row.Clusters {
+			t.notes = append(t.notes, fmt.Sprintf("  %s: SKUs %d (%.1f%%), etcd requests %d (%.1f%%), keys written %d (%.1f%%), deleted %d",
+				cl.Cluster, cl.SKUs, 100*cl.SKUShare, cl.Etcd.Reads+cl.Etcd.Writes, 100*cl.RequestShare, cl.Keys, 100*cl.KeyShare, cl.Deletes))
+		}
+	}
+	for _, row := range r.Rows {
 		if row.FirstError != "" {
 			t.notes = append(t.notes, fmt.Sprintf("FIRST ERROR of %s at %s: %s", row.Strategy, row.Shape.Name, row.FirstError))
 		}
@@ -259,6 +302,24 @@ func (r saleReport) table() table {
 		t.notes = append(t.notes, "FAILED: "+f)
 	}
 	return t
+}
+
+// oneClusterText is the one-cluster stockctl row's rate at shape, for the
+// per-cluster notes.
+func oneClusterText(rows []bench.SaleRow, shape string) string {
+	for _, r := range rows {
+		if r.Shape.Name == shape && r.Strategy == bench.StockctlSale().Name && len(r.Clusters) == 0 {
+			return fmt.Sprintf("stockctl on one cluster %.0f orders/s, %d etcd requests", r.OrdersPerSec, etcdRequests(r))
+		}
+	}
+	return "no one-cluster row"
+}
+
+func etcdRequests(r bench.SaleRow) int64 {
+	if r.Etcd == nil {
+		return 0
+	}
+	return r.Etcd.Reads + r.Etcd.Writes
 }
 
 // ratioText writes a ratio with nd decimals, or "-" when there is none.
