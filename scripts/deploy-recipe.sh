@@ -154,8 +154,9 @@ api() {
 }
 api Allocate '{"sku":"iphone","order":"o-2","qty":3,"route_key":"user-2"}'; echo
 "$STOCKCTL" status iphone
-"$STOCKCTL" -o json status iphone | grep -q '"allocated": *5' || {
-  echo "deploy-recipe: status does not count the 5 units allocated" >&2; "$STOCKCTL" -o json status iphone >&2; exit 1; }
+st=$("$STOCKCTL" -o json status iphone)
+grep -q '"allocated": *5' <<<"$st" || {
+  echo "deploy-recipe: status does not count the 5 units allocated: $st" >&2; exit 1; }
 "$STOCKCTL" audit iphone
 
 step "6. reclaim needs the root user: refused as stockctl, done with admin.crt"
@@ -204,7 +205,7 @@ EOF
   fi
   health "localhost:$LB_PORT"; echo
   # The server is up by its health check (L7OK), not only by default.
-  l7ok() { curl -sS "http://127.0.0.1:$LB_STATS_PORT/stats;csv" | grep '^stockctl,s1,' | grep -q L7OK; }
+  l7ok() { local csv; csv=$(curl -sS "http://127.0.0.1:$LB_STATS_PORT/stats;csv") && grep '^stockctl,s1,' <<<"$csv" | grep -q L7OK; }
   if ! wait_for 30 l7ok; then
     curl -sS "http://127.0.0.1:$LB_STATS_PORT/stats;csv" >&2; cat haproxy.log >&2; exit 1
   fi
