@@ -102,3 +102,56 @@ func freePorts(t *testing.T, n int) []int {
 	}
 	return ports
 }
+
+// TestDeployDocMatchesRecipe: the commands docs/deploy.md quotes from
+// scripts/deploy-recipe.sh (its blocks between "# <recipe:NAME>" and
+// "# </recipe:NAME>", and HAProxy's health check lines) are the script's, so
+// the page shows what TestDeployRecipe runs.
+func TestDeployDocMatchesRecipe(t *testing.T) {
+	script, err := os.ReadFile(filepath.Join("..", "scripts", "deploy-recipe.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string][]string{}
+	var open string
+	for _, line := range strings.Split(string(script), "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, "# <recipe:"):
+			open = strings.TrimSuffix(strings.TrimPrefix(trimmed, "# <recipe:"), ">")
+		case strings.HasPrefix(trimmed, "# </recipe:"):
+			open = ""
+		case open != "":
+			blocks[open] = append(blocks[open], line)
+		}
+	}
+	for _, name := range []string{"certs", "users", "reclaim", "serve"} {
+		b := strings.Join(blocks[name], "\n")
+		if b == "" {
+			t.Errorf("scripts/deploy-recipe.sh has no block <recipe:%s>", name)
+			continue
+		}
+		if !strings.Contains(string(doc), "\n"+b+"\n```\n") {
+			t.Errorf("docs/deploy.md does not quote the script's block <recipe:%s> as it is:\n%s", name, b)
+		}
+	}
+	checks := 0
+	for _, line := range blocks["haproxy"] {
+		if l := strings.TrimSpace(line); strings.HasPrefix(l, "option httpchk") || strings.HasPrefix(l, "http-check") {
+			checks++
+			if !strings.Contains(string(doc), "    "+l+"\n") {
+				t.Errorf("docs/deploy.md's HAProxy example lacks the script's %q", l)
+			}
+		}
+	}
+	if checks < 3 {
+		t.Errorf("the script's HAProxy block has %d health check lines, want 3", checks)
+	}
+	if strings.Contains(string(doc), "option tcp-check\n    server") {
+		t.Error("docs/deploy.md's HAProxy example still checks TCP only")
+	}
+}

@@ -48,7 +48,10 @@ wait_for() {
   done
 }
 cd "$D"
-mkdir pki
+mkdir pki bin
+# "stockctl" is $STOCKCTL, so that the commands read as in docs/deploy.md.
+ln -s "$(command -v "$STOCKCTL")" bin/stockctl
+PATH=$D/bin:$PATH
 
 step "1. certificates: one CA; etcd's server and peer certificates; client certificates"
 # <recipe:certs>
@@ -129,7 +132,7 @@ export STOCKCTL_USER=stockctl:$(cat etcd-password)
 export STOCKCTL_ENDPOINTS=https://127.0.0.1:$ETCD_PORT
 export STOCKCTL_CACERT=pki/ca.crt STOCKCTL_CERT=pki/etcd-client.crt STOCKCTL_KEY=pki/etcd-client.key
 export STOCKCTL_PREFIX=/stockctl/
-"$STOCKCTL" serve --api-addr "127.0.0.1:$API_PORT" --api-tokens api-tokens \
+stockctl serve --api-addr "127.0.0.1:$API_PORT" --api-tokens api-tokens \
   --api-cert pki/api.crt --api-key pki/api.key --api-client-ca pki/ca.crt \
   --api-max-inflight 512 >serve.log 2>&1 &
 # </recipe:serve>
@@ -145,26 +148,26 @@ fi
 health "localhost:$API_PORT"; echo
 
 step "5. stockctl commands, straight to etcd and through the API"
-"$STOCKCTL" init iphone --total 100 --segments 4
-"$STOCKCTL" allocate iphone --order o-1 --qty 2 --route-key user-1
+stockctl init iphone --total 100 --segments 4
+stockctl allocate iphone --order o-1 --qty 2 --route-key user-1
 api() {
   curl -sS --fail-with-body --cacert pki/ca.crt --cert pki/api-client.crt --key pki/api-client.key \
     -H 'Content-Type: application/json' -H "Authorization: Bearer $(cat api-tokens)" \
     "https://localhost:$API_PORT/stockctl.v1.StockService/$1" -d "$2"
 }
 api Allocate '{"sku":"iphone","order":"o-2","qty":3,"route_key":"user-2"}'; echo
-"$STOCKCTL" status iphone
-st=$("$STOCKCTL" -o json status iphone)
+stockctl status iphone
+st=$(stockctl -o json status iphone)
 grep -q '"allocated": *5' <<<"$st" || {
   echo "deploy-recipe: status does not count the 5 units allocated: $st" >&2; exit 1; }
-"$STOCKCTL" audit iphone
+stockctl audit iphone
 
 step "6. reclaim needs the root user: refused as stockctl, done with admin.crt"
-if "$STOCKCTL" reclaim 2>reclaim.err; then echo "deploy-recipe: reclaim as stockctl succeeded" >&2; exit 1; fi
+if stockctl reclaim 2>reclaim.err; then echo "deploy-recipe: reclaim as stockctl succeeded" >&2; exit 1; fi
 cat reclaim.err
 grep -q "root user" reclaim.err || { echo "deploy-recipe: reclaim's refusal does not name the root user" >&2; exit 1; }
 # <recipe:reclaim>
-STOCKCTL_USER= "$STOCKCTL" --cert pki/admin.crt --key pki/admin.key reclaim
+STOCKCTL_USER= stockctl --cert pki/admin.crt --key pki/admin.key reclaim
 # </recipe:reclaim>
 
 step "7. HAProxy in front (TCP passthrough, health by grpc.health.v1)"
