@@ -33,11 +33,13 @@ step() { echo; echo "== $*"; }
 D=$(mktemp -d "${TMPDIR:-/tmp}/stockctl-deploy.XXXXXX")
 PIDS=()
 cleanup() {
+  trap '' INT TERM
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   if [ "${KEEP:-}" = 1 ]; then echo "kept $D"; else rm -rf "$D"; fi
 }
 trap cleanup EXIT
+trap "exit 130" INT TERM
 # wait_for SECONDS COMMAND...: runs COMMAND every half second until it succeeds.
 wait_for() {
   local n=$(($1 * 2)); shift
