@@ -40,12 +40,12 @@ cleanup() {
 }
 trap cleanup EXIT
 trap "exit 130" INT TERM
-# wait_for SECONDS COMMAND...: runs COMMAND every half second until it succeeds.
+# wait_for SECONDS COMMAND...: runs COMMAND (each try bounded to 10 s) every
+# half second until it succeeds, for SECONDS at most.
 wait_for() {
-  local n=$(($1 * 2)); shift
-  until "$@" >/dev/null 2>&1; do
-    n=$((n - 1))
-    if [ "$n" -le 0 ]; then echo "deploy-recipe: gave up waiting for: $*" >&2; return 1; fi
+  local end=$((SECONDS + $1)); shift
+  until timeout 10 "$@" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$end" ]; then echo "deploy-recipe: gave up waiting for: $*" >&2; return 1; fi
     sleep 0.5
   done
 }
@@ -210,8 +210,7 @@ EOF
   fi
   health "localhost:$LB_PORT"; echo
   # The server is up by its health check (L7OK), not only by default.
-  l7ok() { local csv; csv=$(curl -sS "http://127.0.0.1:$LB_STATS_PORT/stats;csv") && grep '^stockctl,s1,' <<<"$csv" | grep -q L7OK; }
-  if ! wait_for 30 l7ok; then
+  if ! wait_for 30 sh -c "curl -sS 'http://127.0.0.1:$LB_STATS_PORT/stats;csv' | grep '^stockctl,s1,' | grep -q L7OK"; then
     curl -sS "http://127.0.0.1:$LB_STATS_PORT/stats;csv" >&2; cat haproxy.log >&2; exit 1
   fi
   echo "haproxy: server s1 is up by its grpc.health.v1 check (L7OK)"
