@@ -11,6 +11,8 @@
 //	rebalancer_test.go the leading rebalancer's process killed or lease revoked mid-sale
 //	retries_test.go    allocations whose reply is lost, retried under their order ID
 //	linear_test.go     a porcupine model of one SKU, checked on histories of the above
+//	deploy_recipe_test.go scripts/deploy-recipe.sh, docs/deploy.md's recipe on loopback (TLS etcd
+//	                   with auth, serve, HAProxy when installed), and the page quoting it as it is
 //	lockhistory_test.go read-write locks and semaphores: holders replayed per revision
 //	                   under a paused holder, a killed process and a partition
 //

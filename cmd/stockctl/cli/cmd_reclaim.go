@@ -10,6 +10,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func reclaimCommand() *ucli.Command {
@@ -80,27 +82,57 @@ func reclaimAction(c *ucli.Context) error {
 		}
 		v.Compacted = resp.Header.Revision
 		if _, err := cn.client.Compact(ctx, v.Compacted, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
-			return failed(ctx, fmt.Sprintf("compact etcd's history to revision %d", v.Compacted), err)
+			return failed(ctx, fmt.Sprintf("compact etcd's history to revision %d", v.Compacted), needsRoot(err))
 		}
 		for _, ep := range cn.endpoints {
 			if _, err := cn.client.Defragment(ctx, ep); err != nil {
-				return failed(ctx, "defragment "+ep, err)
+				return failed(ctx, "defragment "+ep, needsRoot(err))
 			}
 		}
 		alarms, err := cn.client.AlarmList(ctx)
 		if err != nil {
-			return failed(ctx, "list etcd's alarms", err)
+			return failed(ctx, "list etcd's alarms", needsRoot(err))
 		}
 		for _, a := range alarms.Alarms {
 			if a.Alarm != pb.AlarmType_NOSPACE {
 				continue
 			}
 			if _, err := cn.client.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: a.MemberID, Alarm: a.Alarm}); err != nil {
-				return failed(ctx, "disarm the NOSPACE alarm", err)
+				return failed(ctx, "disarm the NOSPACE alarm", needsRoot(err))
 			}
 			v.Disarmed++
 		}
 		v.After = readSpace(ctx, cn.client, cn.endpoints)
 		return show(c, g, v)
 	})
+}
+
+// rootHint is why reclaim was refused on a cluster with authentication, and
+// what to do: compaction, defragmentation and alarms are the whole cluster's,
+// which etcd grants its root user only (docs/operations.md).
+const rootHint = "reclaim needs etcd's root user (defragmentation and alarms are cluster-wide: a role limited to " +
+	"the prefix cannot): run it as root, with --user root:PASSWORD or a client certificate whose CN is " +
+	"root (--cert admin.crt --key admin.key, STOCKCTL_USER unset); see docs/operations.md and docs/deploy.md"
+
+// needsRoot adds rootHint to etcd's "permission denied".
+func needsRoot(err error) error {
+	if isPermissionDenied(err) {
+		return fmt.Errorf("%w: %s", err, rootHint)
+	}
+	return err
+}
+
+func isPermissionDenied(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrGRPCPermissionDenied) {
+		return true
+	}
+	if s, ok := status.FromError(err); ok && s.Code() == codes.PermissionDenied {
+		return true
+	}
+	// etcd 3.4 answers a defragment by a non-root user with code Unknown and
+	// its auth package's bare "auth: permission denied".
+	return strings.Contains(err.Error(), "permission denied")
 }

@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# deploy-recipe.sh: docs/deploy.md's recipe, run on one machine over loopback.
+#
+# It creates a CA and etcd's server, peer and client certificates (openssl),
+# starts a one-member etcd with TLS and authentication on 127.0.0.1, creates
+# the root user and a user "stockctl" limited to the prefix /stockctl/, runs
+# `stockctl serve` against it (API with TLS, tokens and client certificates),
+# runs stockctl commands through it, and HAProxy in front when installed.
+# Everything lives in a temporary directory, removed on exit with the
+# processes. Any step that fails stops the script with a non-zero exit.
+# e2e/deploy_recipe_test.go runs it.
+#
+# Needs: etcd and etcdctl (Debian: etcd-server, etcd-client), openssl, curl.
+# Environment: STOCKCTL (the stockctl binary, default: stockctl on PATH),
+# ETCD, ETCDCTL (binaries), ETCD_PORT, ETCD_PEER_PORT, API_PORT, LB_PORT,
+# LB_STATS_PORT (loopback ports, defaults 23790, 23800, 28443, 28444, 28445), KEEP=1 keeps the
+# directory.
+set -euo pipefail
+
+STOCKCTL=${STOCKCTL:-stockctl}
+ETCD=${ETCD:-$(command -v etcd || echo /usr/bin/etcd)}
+ETCDCTL=${ETCDCTL:-$(command -v etcdctl || echo /usr/bin/etcdctl)}
+ETCD_PORT=${ETCD_PORT:-23790}
+ETCD_PEER_PORT=${ETCD_PEER_PORT:-23800}
+API_PORT=${API_PORT:-28443}
+LB_PORT=${LB_PORT:-28444}
+LB_STATS_PORT=${LB_STATS_PORT:-28445}
+for b in "$STOCKCTL" "$ETCD" "$ETCDCTL" openssl curl; do
+  command -v "$b" >/dev/null || { echo "deploy-recipe: $b is not installed" >&2; exit 3; }
+done
+
+step() { echo; echo "== $*"; }
+D=$(mktemp -d "${TMPDIR:-/tmp}/stockctl-deploy.XXXXXX")
+PIDS=()
+cleanup() {
+  trap '' INT TERM
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  if [ "${KEEP:-}" = 1 ]; then echo "kept $D"; else rm -rf "$D"; fi
+}
+trap cleanup EXIT
+trap "exit 130" INT TERM
+# wait_for SECONDS COMMAND...: runs COMMAND (each try bounded to 10 s) every
+# half second until it succeeds, for SECONDS at most.
+wait_for() {
+  local end=$((SECONDS + $1)); shift
+  until timeout 10 "$@" >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$end" ]; then echo "deploy-recipe: gave up waiting for: $*" >&2; return 1; fi
+    sleep 0.5
+  done
+}
+cd "$D"
+mkdir pki bin
+# "stockctl" is $STOCKCTL, so that the commands read as in docs/deploy.md.
+ln -s "$(command -v "$STOCKCTL")" bin/stockctl
+PATH=$D/bin:$PATH
+
+step "1. certificates: one CA; etcd's server and peer certificates; client certificates"
+# <recipe:certs>
+# The CA (keep ca.key offline in production).
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+  -subj "/CN=stockctl etcd CA" -keyout pki/ca.key -out pki/ca.crt
+# cert NAME CN EXTENDED-KEY-USAGE [SUBJECT-ALT-NAMES]: a key and a certificate signed by the CA.
+cert() {
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -subj "/CN=$2" -keyout "pki/$1.key" -out "pki/$1.csr"
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    echo "extendedKeyUsage=$3"
+    if [ -n "${4:-}" ]; then echo "subjectAltName=$4"; fi
+  } >"pki/$1.ext"
+  openssl x509 -req -in "pki/$1.csr" -CA pki/ca.crt -CAkey pki/ca.key -CAcreateserial \
+    -days 825 -extfile "pki/$1.ext" -out "pki/$1.crt"
+  rm "pki/$1.csr" "pki/$1.ext"
+}
+# Each member's server certificate names every address clients reach it by
+# (in production: DNS:etcd-1,IP:10.0.0.11); its peer certificate, the same for peers.
+cert server etcd-1 serverAuth,clientAuth "DNS:localhost,IP:127.0.0.1"
+cert peer   etcd-1 serverAuth,clientAuth "DNS:localhost,IP:127.0.0.1"
+# Client certificates: etcd takes the CN as the user when no password is given.
+# admin: the operator's, CN root (etcdctl, stockctl reclaim); etcd-client: the stockctl servers'.
+cert admin       root     clientAuth
+cert etcd-client stockctl clientAuth
+# The API's certificate (the names clients and the balancer use) and a client certificate for it.
+cert api         localhost serverAuth "DNS:localhost,IP:127.0.0.1"
+cert api-client  shop      clientAuth
+# </recipe:certs>
+openssl verify -CAfile pki/ca.crt pki/server.crt pki/peer.crt pki/admin.crt pki/etcd-client.crt pki/api.crt
+
+step "2. etcd with TLS for clients and peers (one member on 127.0.0.1)"
+# <recipe:etcd>
+"$ETCD" --name etcd-1 --data-dir "$D/etcd" \
+  --listen-client-urls "https://127.0.0.1:$ETCD_PORT" --advertise-client-urls "https://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "https://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "https://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "etcd-1=https://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster-state new --initial-cluster-token stockctl-1 \
+  --cert-file pki/server.crt --key-file pki/server.key \
+  --trusted-ca-file pki/ca.crt --client-cert-auth \
+  --peer-cert-file pki/peer.crt --peer-key-file pki/peer.key \
+  --peer-trusted-ca-file pki/ca.crt --peer-client-cert-auth \
+  --auto-compaction-mode periodic --auto-compaction-retention 1h \
+  --quota-backend-bytes 8589934592 >etcd.log 2>&1 &
+# </recipe:etcd>
+PIDS+=($!)
+E="$ETCDCTL --endpoints https://127.0.0.1:$ETCD_PORT --cacert pki/ca.crt --cert pki/admin.crt --key pki/admin.key"
+if ! wait_for 30 $E endpoint health; then tail -20 etcd.log >&2; exit 1; fi
+
+step "3. etcd users: root, and stockctl limited to the prefix /stockctl/"
+openssl rand -hex 24 >root-password
+openssl rand -hex 24 >etcd-password
+chmod 600 root-password etcd-password
+# <recipe:users>
+$E user add "root:$(cat root-password)" # etcd requires a root user before auth can be enabled
+$E role add stockctl
+$E role grant-permission stockctl --prefix=true readwrite /stockctl/
+$E user add "stockctl:$(cat etcd-password)"
+$E user grant-role stockctl stockctl
+$E user grant-role root root
+$E auth enable
+# </recipe:users>
+# With auth on, admin.crt (CN root) is the root user; stockctl's user sees its prefix only.
+$E user list
+if $ETCDCTL --endpoints "https://127.0.0.1:$ETCD_PORT" --cacert pki/ca.crt --cert pki/etcd-client.crt --key pki/etcd-client.key \
+  --user "stockctl:$(cat etcd-password)" put /elsewhere x 2>/dev/null; then
+  echo "deploy-recipe: user stockctl may write outside /stockctl/" >&2; exit 1
+fi
+
+step "4. stockctl serve against it (API: TLS, bearer tokens, client certificates)"
+openssl rand -hex 24 >api-tokens
+chmod 600 api-tokens
+# <recipe:serve>
+export STOCKCTL_USER=stockctl:$(cat etcd-password)
+export STOCKCTL_ENDPOINTS=https://127.0.0.1:$ETCD_PORT
+export STOCKCTL_CACERT=pki/ca.crt STOCKCTL_CERT=pki/etcd-client.crt STOCKCTL_KEY=pki/etcd-client.key
+export STOCKCTL_PREFIX=/stockctl/
+stockctl serve --api-addr "127.0.0.1:$API_PORT" --api-tokens api-tokens \
+  --api-cert pki/api.crt --api-key pki/api.key --api-client-ca pki/ca.crt \
+  --api-max-inflight 512 >serve.log 2>&1 &
+# </recipe:serve>
+PIDS+=($!)
+# The health check the balancer makes: grpc.health.v1 over Connect's JSON (no token needed).
+health() {
+  curl -sS --fail --cacert pki/ca.crt --cert pki/api-client.crt --key pki/api-client.key \
+    -H 'Content-Type: application/json' -d '{}' "https://$1/grpc.health.v1.Health/Check"
+}
+if ! wait_for 60 sh -c "$(declare -f health); health localhost:$API_PORT | grep -q SERVING_STATUS_SERVING"; then
+  cat serve.log >&2; health "localhost:$API_PORT" >&2 || true; exit 1
+fi
+health "localhost:$API_PORT"; echo
+
+step "5. stockctl commands, straight to etcd and through the API"
+stockctl init iphone --total 100 --segments 4
+stockctl allocate iphone --order o-1 --qty 2 --route-key user-1
+api() {
+  curl -sS --fail-with-body --cacert pki/ca.crt --cert pki/api-client.crt --key pki/api-client.key \
+    -H 'Content-Type: application/json' -H "Authorization: Bearer $(cat api-tokens)" \
+    "https://localhost:$API_PORT/stockctl.v1.StockService/$1" -d "$2"
+}
+api Allocate '{"sku":"iphone","order":"o-2","qty":3,"route_key":"user-2"}'; echo
+stockctl status iphone
+st=$(stockctl -o json status iphone)
+grep -q '"allocated": *5' <<<"$st" || {
+  echo "deploy-recipe: status does not count the 5 units allocated: $st" >&2; exit 1; }
+stockctl audit iphone
+
+step "6. reclaim needs the root user: refused as stockctl, done with admin.crt"
+if stockctl reclaim 2>reclaim.err; then echo "deploy-recipe: reclaim as stockctl succeeded" >&2; exit 1; fi
+cat reclaim.err
+grep -q "root user" reclaim.err || { echo "deploy-recipe: reclaim's refusal does not name the root user" >&2; exit 1; }
+# <recipe:reclaim>
+STOCKCTL_USER= stockctl --cert pki/admin.crt --key pki/admin.key reclaim
+# </recipe:reclaim>
+
+step "7. HAProxy in front (TCP passthrough, health by grpc.health.v1)"
+if ! command -v haproxy >/dev/null; then
+  echo "haproxy is not installed: skipped"
+else
+  cat pki/api-client.crt pki/api-client.key >pki/haproxy-check.pem
+  # <recipe:haproxy>
+  cat >haproxy.cfg <<EOF
+global
+    maxconn 1024
+defaults
+    timeout connect 5s
+    timeout client 1h
+    timeout server 1h
+frontend stockctl_api
+    bind 127.0.0.1:$LB_PORT
+    mode tcp
+    default_backend stockctl
+backend stockctl
+    mode tcp
+    balance leastconn
+    # grpc.health.v1 in Connect's JSON over HTTP/1.1 and TLS: SERVING_STATUS_SERVING, not SERVING_STATUS_NOT_SERVING
+    option httpchk
+    http-check send meth POST uri /grpc.health.v1.Health/Check ver HTTP/1.1 hdr Host localhost hdr Content-Type application/json body "{}"
+    http-check expect string SERVING_STATUS_SERVING
+    default-server check check-ssl check-sni localhost ca-file $D/pki/ca.crt crt $D/pki/haproxy-check.pem inter 2s
+    server s1 127.0.0.1:$API_PORT
+EOF
+  # </recipe:haproxy>
+  # Not in the recipe: a stats page, to see the check's verdict.
+  printf 'listen stats\n    bind 127.0.0.1:%s\n    mode http\n    stats enable\n    stats uri /stats\n' "$LB_STATS_PORT" >>haproxy.cfg
+  haproxy -c -f haproxy.cfg
+  haproxy -db -f haproxy.cfg >haproxy.log 2>&1 &
+  PIDS+=($!)
+  if ! wait_for 30 sh -c "$(declare -f health); health localhost:$LB_PORT | grep -q SERVING_STATUS_SERVING"; then
+    cat haproxy.log >&2; exit 1
+  fi
+  health "localhost:$LB_PORT"; echo
+  # The server is up by its health check (L7OK), not only by default.
+  if ! wait_for 30 sh -c "curl -sS 'http://127.0.0.1:$LB_STATS_PORT/stats;csv' | grep '^stockctl,s1,' | grep -q L7OK"; then
+    curl -sS "http://127.0.0.1:$LB_STATS_PORT/stats;csv" >&2; cat haproxy.log >&2; exit 1
+  fi
+  echo "haproxy: server s1 is up by its grpc.health.v1 check (L7OK)"
+fi
+
+step "done: the recipe ran"
