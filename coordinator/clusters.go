@@ -300,6 +300,21 @@ const connectWait = 2 * time.Second
 // deadline. A partition that keeps the connection up is only found by the
 // operation's own deadline.
 func (m *member) connected(ctx context.Context) error {
+	return m.connectedWithin(ctx, connectWaitFor(ctx))
+}
+
+// connectWaitFor is connectWait, or half of what is left of ctx if less.
+func connectWaitFor(ctx context.Context) time.Duration {
+	wait := connectWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)/2)
+	}
+	return wait
+}
+
+// connectedWithin is connected with its wait given: a lookup runs on the
+// fleet's context but answers a caller, whose deadline sets the wait.
+func (m *member) connectedWithin(ctx context.Context, wait time.Duration) error {
 	conn := m.c.client.ActiveConnection()
 	if conn == nil {
 		return nil
@@ -307,10 +322,6 @@ func (m *member) connected(ctx context.Context) error {
 	st := conn.GetState()
 	if st == connectivity.Ready || st == connectivity.Idle {
 		return nil
-	}
-	wait := connectWait
-	if dl, ok := ctx.Deadline(); ok {
-		wait = min(wait, time.Until(dl)/2)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

@@ -561,6 +561,14 @@ func TestClustersSaleWithOneStoppedMidSale(t *testing.T) {
 		})
 	}
 	for _, sku := range skus {
+		// Each process's connection to c comes back on its own backoff
+		// (procs[1] sold above): wait for procs[0]'s too.
+		etcdtest.WaitFor(t, "process 0 reaches the cluster of "+sku, time.Minute, func() bool {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			_, err := procs[0].Status(sctx, sku)
+			return err == nil
+		})
 		mustAudit(t, procs[0], sku)
 		tc := tcs[map[string]int{"a": 0, "b": 1, "c": 2}[in[sku]]]
 		for _, order := range acked[sku] {

@@ -146,14 +146,18 @@ type answer struct {
 // top of this file).
 func (f *fleet) locate(ctx context.Context, sku string) (*member, error) {
 	qctx, cancel := context.WithTimeout(f.ctx, lookupTimeout)
+	// The reads run on the fleet's context (others may wait for the same
+	// lookup), but a cluster that is down must be answered within the
+	// caller's time: its connect wait is the caller's.
+	wait := connectWaitFor(ctx)
 	answers := make(chan answer, len(f.members))
 	for i, m := range f.members {
 		go func() {
 			a := answer{m: m}
 			defer func() { answers <- a }()
 			// A cluster whose connection is down answers within
-			// connectWait, not lookupTimeout.
-			if a.err = m.connected(qctx); a.err != nil {
+			// connectWait (or half the caller's time), not lookupTimeout.
+			if a.err = m.connectedWithin(qctx, wait); a.err != nil {
 				return
 			}
 			if a.err = f.ready(qctx, m); a.err != nil {
