@@ -215,7 +215,10 @@ func (c *Coordinator) Cluster(name string) *Coordinator {
 }
 
 // ClusterOf names the cluster that holds sku ("" for a one-cluster
-// coordinator, without a read). It reads every cluster on a cache miss.
+// coordinator, without a read). It reads every cluster each time (the
+// cache the stock operations use may name a cluster the SKU has moved
+// from; they find out at their next call, ClusterOf's callers would not):
+// call it once per SKU, not per order.
 func (c *Coordinator) ClusterOf(ctx context.Context, sku string) (string, error) {
 	if c.fleet == nil {
 		return "", nil
