@@ -65,6 +65,9 @@ type Engine struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
+	// settling holds the SKUs whose stale lazy segments are being settled
+	// (settleStale): one settle of a SKU at a time.
+	settling sync.Map
 	// owner names this process in the segment counters it owns for lazy
 	// direct sales (SegmentCounter.Owner): random, never 0, new with each
 	// engine. It needs no lease: the ownership is fenced by the counter's

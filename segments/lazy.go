@@ -119,36 +119,112 @@ func (e *Engine) settleSKU(ctx context.Context, sku string) error {
 			if k.Kind != keys.KindSegment || !c.Lazy() {
 				continue
 			}
-			l := lazySeg{index: k.Index, base: c.BaseAt(kv.ModRevision), n: c.N}
-			key := string(kv.Key)
-			mark, err := e.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-				Then(clientv3.OpPut(key, EncodeSegmentCounter(SegmentCounter{N: c.N, Base: l.base})), e.unsettledRead(sku, 0, []lazySeg{l})).
-				Commit()
+			settled, err := e.settleSegment(ctx, sku, string(kv.Key), kv.Value, kv.ModRevision, c, k.Index)
 			if err != nil {
 				return fmt.Errorf("settle %s: %w", sku, err)
 			}
-			if !mark.Succeeded {
-				moved = true
-				continue
-			}
-			sold, err := unsettledSales(sku, []lazySeg{l}, mark.Responses[1].GetResponseRange().GetKvs())
-			if err != nil {
-				return fmt.Errorf("settle %s: %w", sku, err)
-			}
-			units := c.N - sold[l.index]
-			if units < 0 {
-				return fmt.Errorf("settle %s: %w", sku, &CorruptError{Key: key, Value: kv.Value,
-					Err: fmt.Errorf("orders since revision %d took %d units from a segment that held %d", l.base, sold[l.index], c.N)})
-			}
-			put, err := e.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", mark.Header.Revision)).
-				Then(clientv3.OpPut(key, EncodeCounter(units))).Commit()
-			if err != nil {
-				return fmt.Errorf("settle %s: %w", sku, err)
-			}
-			moved = moved || !put.Succeeded
+			moved = moved || !settled
 		}
 		if !moved {
 			return nil
 		}
 	}
+}
+
+// settleSegment writes one lazy segment's exact units (see settleSKU):
+// the mark, which ends its owner's lazy sales and reads the records since
+// its base, then the exact counter. The counter as read is raw at mod.
+// It reports false, having written nothing lasting, if the counter moved
+// before either write.
+func (e *Engine) settleSegment(ctx context.Context, sku, key string, raw []byte, mod int64, c SegmentCounter, index int) (bool, error) {
+	l := lazySeg{index: index, base: c.BaseAt(mod), n: c.N}
+	mark, err := e.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", mod)).
+		Then(clientv3.OpPut(key, EncodeSegmentCounter(SegmentCounter{N: c.N, Base: l.base})), e.unsettledRead(sku, 0, []lazySeg{l})).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	if !mark.Succeeded {
+		return false, nil
+	}
+	sold, err := unsettledSales(sku, []lazySeg{l}, mark.Responses[1].GetResponseRange().GetKvs())
+	if err != nil {
+		return false, err
+	}
+	units := c.N - sold[l.index]
+	if units < 0 {
+		return false, &CorruptError{Key: key, Value: raw,
+			Err: fmt.Errorf("orders since revision %d took %d units from a segment that held %d", l.base, sold[l.index], c.N)}
+	}
+	put, err := e.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", mark.Header.Revision)).
+		Then(clientv3.OpPut(key, EncodeCounter(units))).Commit()
+	if err != nil {
+		return false, err
+	}
+	return put.Succeeded, nil
+}
+
+// staleLazyRecords bounds how far a lazy segment's unsettled sales may
+// reach back, counted in the SKU's records created since its base. Every
+// reader of a lazy segment reads all the SKU's records since the oldest
+// base, whichever segment they sold from; an owner settles its segment
+// every settleEvery sales, but a segment it left with fewer unsettled
+// sales (it moved to another segment, or stopped) would keep the oldest
+// base where it was, and every look would read the whole sale since. A
+// look that counts more records than this since a segment's base settles
+// that segment in the background (settleStale). An owner still selling
+// there loses its lazy tenure and takes the segment again: one write. The
+// bound is above what active segments reach (settleEvery sales each,
+// with the SKU's other segments selling meanwhile).
+var staleLazyRecords = 4096 // a variable for the tests
+
+// staleLazy returns the segments of lazy whose base more than
+// staleLazyRecords of kvs (the SKU's records since the oldest base) were
+// created after.
+func staleLazy(lazy []lazySeg, kvs []*mvccpb.KeyValue) []lazySeg {
+	var stale []lazySeg
+	for _, l := range lazy {
+		n := 0
+		for _, kv := range kvs {
+			if kv.CreateRevision > l.base {
+				n++
+			}
+		}
+		if n > staleLazyRecords {
+			stale = append(stale, l)
+		}
+	}
+	return stale
+}
+
+// settleStale settles sku's stale lazy segments (staleLazy) in the
+// background, one settle of a SKU at a time; a settle already running for
+// sku makes this a no-op. It reads each counter again: one that moved
+// since the look (its owner settled it, or someone took it over) is left
+// as it is.
+func (e *Engine) settleStale(info *skuInfo, stale []lazySeg) {
+	if len(stale) == 0 {
+		return
+	}
+	if _, running := e.settling.LoadOrStore(info.name, true); running {
+		return
+	}
+	e.bg.Go(func(ctx context.Context) {
+		defer e.settling.Delete(info.name)
+		for _, l := range stale {
+			key := e.counterKey(info.name, Segment(l.index))
+			resp, err := e.kv.Get(ctx, key)
+			if err != nil || len(resp.Kvs) != 1 {
+				return
+			}
+			kv := resp.Kvs[0]
+			_, c, err := e.decodeStockKV(info, kv)
+			if err != nil || !c.Lazy() || c.BaseAt(kv.ModRevision) != l.base {
+				continue
+			}
+			if _, err := e.settleSegment(ctx, info.name, key, kv.Value, kv.ModRevision, c, l.index); err != nil {
+				e.log.Debug("settle a stale lazy segment", "sku", info.name, "segment", l.index, "err", err)
+			}
+		}
+	})
 }

@@ -164,6 +164,7 @@ func (e *Engine) settleLooks(ctx context.Context, skus []*skuInfo, snaps map[str
 			errs[info.name] = err
 			continue
 		}
+		e.settleStale(info, staleLazy(s.lazy, resp.Responses[i].GetResponseRange().Kvs))
 		s.settleLazy(sold)
 	}
 }

@@ -3,6 +3,7 @@ package segments
 import (
 	"context"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 // engineTestConfig is what a test may change of etcdEngine's defaults.
 type engineTestConfig struct {
 	tenureIdle, sellerIdle time.Duration
+	client                 *clientv3.Client // nil: a new embedded etcd
+	lazy                   bool
 }
 
 // etcdEngine is an engine on a real embedded etcd, with the coordinator's
@@ -27,7 +30,10 @@ func etcdEngine(tb testing.TB, opts ...func(*engineTestConfig)) *Engine {
 	for _, o := range opts {
 		o(&tc)
 	}
-	client := etcdtest.NewSingle(tb, etcdtest.WithNoFsync()).Client(tb)
+	client := tc.client
+	if client == nil {
+		client = etcdtest.NewSingle(tb, etcdtest.WithNoFsync()).Client(tb)
+	}
 	bg := background.NewGroup()
 	kv := etcdcall.KV(client)
 	locks := lock.New(client, kv, bg, lock.Config{SessionTTL: 10 * time.Second, CohortMaxHandoffs: 32,
@@ -37,7 +43,7 @@ func etcdEngine(tb testing.TB, opts ...func(*engineTestConfig)) *Engine {
 		tb.Fatal(err)
 	}
 	e := NewEngine(client, kv, locks, bg, Config{Keys: space, FallbackWait: 50 * time.Millisecond, ClaimWait: time.Second,
-		TenureMaxHold: 250 * time.Millisecond, SellerIdle: tc.sellerIdle, MaxTxnOps: 128, CommitTimeout: 10 * time.Second})
+		TenureMaxHold: 250 * time.Millisecond, SellerIdle: tc.sellerIdle, MaxTxnOps: 128, CommitTimeout: 10 * time.Second, LazySegments: tc.lazy})
 	tb.Cleanup(func() {
 		_, _ = locks.Close()
 		bg.Stop()

@@ -146,7 +146,8 @@ var errLazyCounter = errors.New("the segment's counter is lazy")
 // counter with its N and base and no owner (which fails the owner's next
 // commit, as it compares the ModRevision), and reads the records created
 // after the base: every sale the owner made is among them, and none can
-// follow. done is false when the counter moved since it was read.
+// follow. A second transaction, fenced the same way, writes the exact
+// units. done is false when the counter moved since it was read.
 func (st *placeState) markLazy(ctx context.Context, e *Engine, own *lock.Ownership, value []byte, mod int64) (done bool, err error) {
 	c, err := DecodeSegmentCounter(st.key, value)
 	if err != nil {
@@ -183,6 +184,19 @@ func (st *placeState) markLazy(ctx context.Context, e *Engine, own *lock.Ownersh
 	if err != nil {
 		return false, err
 	}
+	// Write the exact units at once: a marked counter keeps its old base,
+	// and until it is written again every reader of the SKU counts the
+	// records since that base, however long this holder leaves it.
+	exact, err := e.kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(own.Key()), "=", own.Rev()),
+		clientv3.Compare(clientv3.ModRevision(st.key), "=", resp.Header.Revision),
+	).Then(clientv3.OpPut(st.key, EncodeCounter(units))).Commit()
+	if err != nil {
+		return false, fmt.Errorf("mark %s: %w", st.key, err)
+	}
+	if !exact.Succeeded {
+		return false, nil // read again: the lock's loss is found there
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.token > own.Rev() {
@@ -191,7 +205,7 @@ func (st *placeState) markLazy(ctx context.Context, e *Engine, own *lock.Ownersh
 	if st.token != own.Rev() {
 		st.reserved, st.pending = 0, 0
 	}
-	st.token, st.value, st.modRev, st.stale = own.Rev(), units, resp.Header.Revision, false
+	st.token, st.value, st.modRev, st.stale = own.Rev(), units, exact.Header.Revision, false
 	st.inKnown, st.inbox, st.inMod = true, in, inMod
 	return true, nil
 }

@@ -1,0 +1,120 @@
+package segments
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/etcdtest"
+	"github.com/stockctl/stockctl/internal/keys"
+)
+
+// A lazy segment its owner left with unsettled sales (it sells elsewhere
+// now, or is gone) would make every reader of the SKU read the whole sale
+// since its base. A look that counts more records than staleLazyRecords
+// since a segment's base settles that segment: its counter is written
+// with its exact units, the books still balance, and its owner, coming
+// back, takes it again and sells on.
+func TestStaleLazySegmentIsSettled(t *testing.T) {
+	defer func(n int) { staleLazyRecords = n }(staleLazyRecords)
+	staleLazyRecords = 8
+
+	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
+	lazy := func(c *engineTestConfig) { c.client, c.lazy = client, true }
+	left, seller := etcdEngine(t, lazy), etcdEngine(t, lazy)
+	ctx := t.Context()
+	if _, err := left.CreateSKU(ctx, "s", SKUConfig{Total: 100, Segments: 2, InitialFill: 100}); err != nil {
+		t.Fatal(err)
+	}
+	// left sells 3 orders and stops: its segment keeps 3 unsettled sales.
+	for i := range 3 {
+		if _, err := left.Allocate(ctx, "s", fmt.Sprint("left-", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owned := lazyCounters(t, left, "s")
+	stale, ok := owned[left.owner]
+	if !ok {
+		t.Fatalf("no segment owned by the first process after its orders: %v", owned)
+	}
+	// seller sells more than staleLazyRecords orders from the other
+	// segment (one it owns: nobody owns it yet).
+	for i := range 12 {
+		if _, err := seller.Allocate(ctx, "s", fmt.Sprint("seller-", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	info, err := seller.sku(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := seller.look(ctx, info, ""); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, "the stale segment to be settled", 30*time.Second, func() bool {
+		return len(lazyCounters(t, seller, "s")) == 0 // the seller's own too: 12 records since its base
+	})
+	audit := func(when string) {
+		rep, err := seller.Audit(ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.OK {
+			t.Fatalf("%s: the books do not balance: %+v", when, rep)
+		}
+	}
+	audit("after the settle")
+	// The exact units of the settled segment: its fill less the 3 sales.
+	resp, err := client.Get(ctx, left.counterKey("s", Segment(stale)))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read segment %d: %v", stale, err)
+	}
+	c, err := DecodeSegmentCounter(string(resp.Kvs[0].Key), resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Lazy() || c.N != 50-3 {
+		t.Fatalf("segment %d after the settle: %+v; want exactly 47 units, not lazy", stale, c)
+	}
+	// The first process sells again: its commit finds the counter moved,
+	// and it takes a segment again.
+	for i := range 3 {
+		if _, err := left.Allocate(ctx, "s", fmt.Sprint("left-again-", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	audit("after the first process sold again")
+	rep, err := seller.Audit(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rep.Allocated, int64(3+12+3); got != want {
+		t.Fatalf("allocated %d; want %d", got, want)
+	}
+}
+
+// lazyCounters maps the owner of each of sku's lazy segments to its index.
+func lazyCounters(t *testing.T, e *Engine, sku string) map[int64]int {
+	t.Helper()
+	info, err := e.sku(t.Context(), sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.client.Get(t.Context(), e.keys.SKUStock(sku), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[int64]int{}
+	for _, kv := range resp.Kvs {
+		k, c, err := e.decodeStockKV(info, kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Kind == keys.KindSegment && c.Lazy() {
+			owners[c.Owner] = k.Index
+		}
+	}
+	return owners
+}
