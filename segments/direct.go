@@ -136,9 +136,10 @@ func (st *placeState) unreserveDirect(qty int64) {
 }
 
 // settleDirect records a direct commit of take units (n orders) at rev:
-// the place now holds value; the counter was written (settled) or not, and
-// the inbox emptied if it was absorbed.
-func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled, absorbed bool) {
+// the place now holds value; the counter was written (settled, as
+// written: the place is owned here if it names an owner) or not, and the
+// inbox emptied if it was absorbed.
+func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled bool, written SegmentCounter, absorbed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	d := &st.direct
@@ -146,7 +147,11 @@ func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled,
 	d.pending -= n
 	d.value = value
 	if settled {
-		d.mod, d.raw, d.unsettled = rev, SegmentCounter{N: value, Owner: d.owner}, 0
+		d.mod, d.raw, d.unsettled = rev, written, 0
+		d.owned = written.Owner != 0
+		if d.owned {
+			d.owner = written.Owner
+		}
 	} else {
 		d.unsettled += n
 	}

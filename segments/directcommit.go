@@ -78,12 +78,36 @@ type directPlan struct {
 	inMod        int64
 	settle       bool // the batch writes the counter
 	lazy         bool // the place is sold lazily (else its counter is written with every commit, its lock's range compared empty)
+	written      SegmentCounter // the counter the batch writes, when settle
 	lockPfx      string
 	short        bool // the cache does not show the batch's units there (or the place is not owned)
 }
 
-// planDirect works out each place's new counter from its direct cache.
-func planDirect(batch []*commitReq, lazy bool) (map[*placeState]*directPlan, []*directPlan) {
+// hotPlace is how many orders of one direct batch make a place hot: a
+// batch that carries that many orders there writes the counter exact and
+// without an owner, at a cost of at most 1/hotPlace keys an order, rather
+// than sell there lazily. A lazy segment costs every reader of its SKU a
+// read of the records since its base (a look, a lock holder taking it, a
+// Status), and etcd scans every record of the SKU to answer it; a SKU sold
+// in batches that large gains nothing from it. Lazy sales pay where a
+// commit carries few orders of each place: many SKUs.
+const hotPlace = 8
+
+// planDirect works out each place's new counter from its direct cache,
+// and how the batch sells there. Without lazy segments every place is
+// written with every commit. With them a place is sold in one of three
+// ways:
+//   - owned by this process (its counter names it): lazily, the counter
+//     written only when a settle is due, or at once, exact and without
+//     an owner, when the batch makes the place hot;
+//   - exact and owned by nobody: the batch writes the counter, as without
+//     lazy segments (the lock's range compared empty), and, unless the
+//     batch makes the place hot, names this process as its owner in the
+//     same write: the place is taken without a transaction of its own,
+//     and no sale is missed (an exact counter has none unsettled);
+//   - lazy under another owner, or with unsettled sales: short here
+//     (takeDirects takes such places over before planning).
+func planDirect(batch []*commitReq, lazy bool, self int64) (map[*placeState]*directPlan, []*directPlan) {
 	places := map[*placeState]*directPlan{}
 	var order []*directPlan
 	for _, cr := range batch {
@@ -104,8 +128,10 @@ func planDirect(batch []*commitReq, lazy bool) (map[*placeState]*directPlan, []*
 		d := st.direct
 		st.mu.Unlock()
 		dp.mod, dp.owner = d.mod, d.owner
+		owned := d.known && d.owned && d.owner == self
+		claim := lazy && d.known && !owned && !d.raw.Lazy()
 		switch {
-		case !d.known || (lazy && !d.owned):
+		case !d.known || (lazy && !owned && !claim):
 			dp.short = true
 		case d.value >= dp.take:
 			dp.value = d.value - dp.take
@@ -115,8 +141,24 @@ func planDirect(batch []*commitReq, lazy bool) (map[*placeState]*directPlan, []*
 		default:
 			dp.short = true
 		}
-		dp.settle = !lazy || (!dp.short && dp.settleDue(d.value, d.unsettled))
-		dp.lazy = lazy
+		hot := dp.n >= hotPlace
+		dp.lazy = lazy && owned
+		switch {
+		case !dp.lazy:
+			// Written with the batch: exact, or (a claim of a cold place)
+			// naming this process.
+			dp.settle = true
+			dp.written = SegmentCounter{N: dp.value}
+			if claim && !hot {
+				dp.written.Owner, dp.owner = self, self
+			}
+		case !dp.short && (hot || dp.settleDue(d.value, d.unsettled)):
+			dp.settle = true
+			dp.written = SegmentCounter{N: dp.value}
+			if !hot {
+				dp.written.Owner = self
+			}
+		}
 	}
 	return places, order
 }
@@ -140,7 +182,7 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 			return again
 		}
 	}
-	places, order := planDirect(batch, e.cfg.LazySegments)
+	places, order := planDirect(batch, e.cfg.LazySegments, e.owner)
 	keep := batch[:0:0]
 	for _, cr := range batch {
 		switch {
@@ -166,15 +208,13 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 	for _, dp := range order {
 		st := dp.st
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.key), "=", dp.mod))
-		switch {
-		case !dp.lazy:
-			// Not lazy: the segment must have no lock key (a holder's
-			// cache is exact only while nobody else writes), and the
-			// counter is written with every commit.
+		if !dp.lazy {
+			// Not sold lazily: the segment must have no lock key (a
+			// holder's cache is exact only while nobody else writes).
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(dp.lockPfx), "=", 0).WithPrefix())
-			ops = append(ops, clientv3.OpPut(st.key, EncodeCounter(dp.value)))
-		case dp.settle:
-			ops = append(ops, clientv3.OpPut(st.key, EncodeSegmentCounter(SegmentCounter{N: dp.value, Owner: dp.owner})))
+		}
+		if dp.settle {
+			ops = append(ops, clientv3.OpPut(st.key, EncodeSegmentCounter(dp.written)))
 		}
 		if dp.absorb {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.inKey), "=", dp.inMod))
@@ -201,7 +241,7 @@ func (e *Engine) commitDirectOnce(ctx context.Context, batch []*commitReq) []*co
 	if resp.Succeeded {
 		rev := resp.Header.Revision
 		for _, dp := range order {
-			dp.st.settleDirect(dp.take, dp.n, dp.value, rev, dp.settle, dp.absorb)
+			dp.st.settleDirect(dp.take, dp.n, dp.value, rev, dp.settle, dp.written, dp.absorb)
 		}
 		e.settleUsers(users, rev, nil)
 		for i, cr := range batch {
@@ -288,6 +328,9 @@ func (e *Engine) takeDirects(ctx context.Context, batch []*commitReq) (again []*
 			p.st.mu.Unlock()
 			switch {
 			case d.known && d.owned && d.owner == e.owner:
+			case d.known && !d.raw.Lazy():
+				// Exact and owned by nobody: the commit itself claims it
+				// (planDirect).
 			case !d.known:
 				lost[p.st] = nil
 			default:
