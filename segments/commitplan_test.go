@@ -254,3 +254,58 @@ func TestSelectOrdersBesideACommitInFlight(t *testing.T) {
 		t.Fatalf("after the first commit, took %v; want order b (order a's ID is still in flight)", batch)
 	}
 }
+
+// How a lazy engine sells at each direct place (planDirect): owned places
+// lazily (no counter written) unless a settle is due or the batch is hot;
+// an exact place nobody owns is written in the batch, claimed (named as
+// this process's) when cold and left ownerless when hot; a place lazy
+// under another owner is short (takeDirects takes it over first).
+func TestPlanDirectModes(t *testing.T) {
+	const self, other = int64(7), int64(9)
+	place := func(i int, d directState) *placeState {
+		d.known = true
+		return &placeState{sku: "s", place: Segment(i), key: fmt.Sprintf("/t/stock/s/seg/%d", i), direct: d}
+	}
+	cases := []struct {
+		name    string
+		d       directState
+		orders  int
+		lazy    bool
+		short   bool
+		settle  bool
+		written SegmentCounter
+		sells   string // "lazily" or "written"
+	}{
+		{"owned, cold", directState{value: 100, mod: 5, raw: SegmentCounter{N: 100, Owner: self}, owned: true, owner: self}, 2, true, false, false, SegmentCounter{}, "lazily"},
+		{"owned, settle due", directState{value: 100, mod: 5, raw: SegmentCounter{N: 100, Owner: self}, owned: true, owner: self, unsettled: settleEvery - 1}, 2, true, false, true, SegmentCounter{N: 98, Owner: self}, "lazily"},
+		{"owned, hot", directState{value: 100, mod: 5, raw: SegmentCounter{N: 100, Owner: self}, owned: true, owner: self}, hotPlace, true, false, true, SegmentCounter{N: 100 - hotPlace}, "lazily"},
+		{"exact, nobody's, cold: claimed", directState{value: 100, mod: 5, raw: SegmentCounter{N: 100}}, 2, true, false, true, SegmentCounter{N: 98, Owner: self}, "written"},
+		{"exact, nobody's, hot: left ownerless", directState{value: 100, mod: 5, raw: SegmentCounter{N: 100}}, hotPlace, true, false, true, SegmentCounter{N: 100 - hotPlace}, "written"},
+		{"lazy under another owner", directState{value: 100, mod: 5, raw: SegmentCounter{N: 100, Owner: other}, owner: other}, 2, true, true, false, SegmentCounter{}, "written"},
+		{"marked, nobody's, unsettled sales", directState{value: 100, mod: 5, raw: SegmentCounter{N: 100, Base: 3}}, 2, true, true, false, SegmentCounter{}, "written"},
+		{"not lazy engine", directState{value: 100, mod: 5, raw: SegmentCounter{N: 100}}, 2, false, false, true, SegmentCounter{N: 98}, "written"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st := place(0, tc.d)
+			var batch []*commitReq
+			for i := range tc.orders {
+				batch = append(batch, order(fmt.Sprint("o", i), commitPart{st: st, qty: 1}))
+			}
+			places, _ := planDirect(batch, tc.lazy, self)
+			dp := places[st]
+			if dp.short != tc.short {
+				t.Fatalf("short %v; want %v (%+v)", dp.short, tc.short, *dp)
+			}
+			if tc.short {
+				return
+			}
+			if dp.settle != tc.settle || (tc.settle && dp.written != tc.written) {
+				t.Errorf("settle %v writing %+v; want %v writing %+v", dp.settle, dp.written, tc.settle, tc.written)
+			}
+			if lazily := dp.lazy; lazily != (tc.sells == "lazily") {
+				t.Errorf("sold lazily: %v; want %s (a place not sold lazily compares its lock's range empty)", lazily, tc.sells)
+			}
+		})
+	}
+}
