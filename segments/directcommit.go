@@ -76,8 +76,8 @@ type directPlan struct {
 	owner        int64
 	absorb       bool
 	inMod        int64
-	settle       bool // the batch writes the counter
-	lazy         bool // the place is sold lazily (else its counter is written with every commit, its lock's range compared empty)
+	settle       bool           // the batch writes the counter
+	lazy         bool           // the place is sold lazily (else its counter is written with every commit, its lock's range compared empty)
 	written      SegmentCounter // the counter the batch writes, when settle
 	lockPfx      string
 	short        bool // the cache does not show the batch's units there (or the place is not owned)
