@@ -90,6 +90,7 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 		MaxTxnOps:     o.maxTxnOps,
 		CommitTimeout: o.commitTimeout,
 		LazySegments:  o.lazySegments,
+		SpaceGuard:    o.spaceGuard,
 		Logger:        o.logger,
 		Metrics:       sm,
 	})

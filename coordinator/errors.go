@@ -115,3 +115,9 @@ type ExpiredError = segments.ExpiredError
 // LimitExceededError is the error of an order refused by a SKU's per-user
 // limit: the buyer held Held units at Revision, and Held + Want > Limit.
 type LimitExceededError = segments.LimitExceededError
+
+// SpaceLowError is the error of a new order refused by the space guard
+// (WithSpaceGuard): etcd's database is over the guard's share of its
+// quota. It matches ErrNoSpace; nothing was written. Prune old orders
+// (then reclaim) to make room, and retry under the same order IDs.
+type SpaceLowError = segments.SpaceLowError

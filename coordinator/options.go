@@ -104,6 +104,7 @@ type options struct {
 	tenureMaxHold     time.Duration
 	lockDelay         time.Duration
 	lazySegments      bool
+	spaceGuard        float64
 	logger            *slog.Logger
 	metrics           prometheus.Registerer // nil: no metrics
 	identity          string
@@ -126,6 +127,7 @@ func defaultOptions() options {
 		commitTimeout:     DefaultCommitTimeout,
 		tenureIdle:        DefaultTenureIdle,
 		tenureMaxHold:     DefaultTenureMaxHold,
+		spaceGuard:        DefaultSpaceGuard,
 		logger:            slog.New(slog.DiscardHandler),
 		identity:          DefaultIdentity(),
 	}
@@ -349,6 +351,33 @@ const MaxLockDelay = time.Minute
 func WithLazySegments() Option {
 	return func(o *options) error {
 		o.lazySegments = true
+		return nil
+	}
+}
+
+// DefaultSpaceGuard is WithSpaceGuard's default share of etcd's quota.
+const DefaultSpaceGuard = 0.95
+
+// WithSpaceGuard sets the share of etcd's database quota
+// (--quota-backend-bytes) over which this coordinator refuses new orders
+// (Allocate, AllocateFunc, Reserve, AllocateOrder, ReserveOrder) with a
+// *SpaceLowError, which matches ErrNoSpace: DefaultSpaceGuard (95 %) if
+// not given; 0 turns the guard off. Retries of orders that were applied
+// are still answered (replayed), and every other write (releases,
+// cancels, confirms, the expiry sweep, the rebalancer, prune) goes on, so
+// that prune can make room without etcd's NOSPACE alarm ever being raised:
+// order records are live keys, which compaction cannot free. The guard
+// reads each endpoint's database size and quota (etcd 3.6 and later
+// report the quota; with older members it does nothing) once a second, and
+// every 10 ms once the database is over 80 % of the line; the first order
+// waits for the first reading (up to a second). fraction must be 0, or
+// more than 0 and at most 1.
+func WithSpaceGuard(fraction float64) Option {
+	return func(o *options) error {
+		if !(fraction >= 0 && fraction <= 1) {
+			return fmt.Errorf("space guard %v: must be 0 (off), or more than 0 and at most 1", fraction)
+		}
+		o.spaceGuard = fraction
 		return nil
 	}
 }

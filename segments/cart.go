@@ -212,6 +212,11 @@ func (e *Engine) allocateLines(ctx context.Context, verb, order string, lines []
 	if n > e.cfg.MaxTxnOps {
 		return fail(invalid("lines", len(lines), "need at least %d compares in one transaction, more than the server's max-txn-ops %d (WithMaxTxnOps)", n, e.cfg.MaxTxnOps))
 	}
+	// Every line has a record, all written at once: the first line's says
+	// whether this is a retry.
+	if err := e.guardNewOrder(ctx, lines[0].SKU, order); err != nil {
+		return fail(err)
+	}
 	// The lines in the global lock order (SKU name), for the held path;
 	// results go back in the order given.
 	sorted := slices.Clone(ls)

@@ -29,6 +29,10 @@ type Config struct {
 	// order writes only its record. Off, every direct commit writes the
 	// segment's counter too. See coordinator.WithLazySegments.
 	LazySegments bool
+	// SpaceGuard is the share of etcd's quota over which new orders are
+	// refused (SpaceLowError); 0 turns the guard off. See
+	// coordinator.WithSpaceGuard.
+	SpaceGuard float64
 	// FallbackWait is how long an order waits for each other place's lock
 	// when its own segments cannot serve it.
 	FallbackWait time.Duration
@@ -65,6 +69,8 @@ type Engine struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
+	// space is the space guard's last reading (space.go).
+	space spaceGuard
 	// settling holds the SKUs whose stale lazy segments are being settled
 	// (settleStale): one settle of a SKU at a time.
 	settling sync.Map

@@ -94,6 +94,9 @@ func (e *Engine) allocate(ctx context.Context, verb, sku, order string, qty int6
 		}
 		req.userKey = e.keys.User(sku, o.buyer)
 	}
+	if err := e.guardNewOrder(ctx, sku, order); err != nil {
+		return nil, orderErr(verb, sku, order, err)
+	}
 	home := rand.IntN(info.segments)
 	if routeKey != "" {
 		home, req.routed = Route(routeKey, info.segments), true

@@ -36,7 +36,7 @@ type conn struct {
 func connect(ctx context.Context, c *ucli.Context, g *globals, opts ...coordinator.Option) (*conn, error) {
 	cn := &conn{g: g, endpoints: g.endpoints}
 	opts = append([]coordinator.Option{coordinator.WithPrefix(g.prefix), coordinator.WithLogger(g.logger(c.App.ErrWriter)),
-		coordinator.WithIdentity(g.identity)}, opts...)
+		coordinator.WithIdentity(g.identity), coordinator.WithSpaceGuard(g.spaceGuard)}, opts...)
 	if len(g.clusters) > 0 {
 		if err := connectClusters(ctx, c, g, cn, opts); err != nil {
 			cn.Close()

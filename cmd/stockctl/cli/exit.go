@@ -75,7 +75,11 @@ func failed(ctx context.Context, what string, err error) error {
 			err = fmt.Errorf("%w (%v)", err, cause)
 		}
 	}
-	if errors.Is(err, coordinator.ErrNoSpace) {
+	var low *coordinator.SpaceLowError
+	switch {
+	case errors.As(err, &low):
+		err = fmt.Errorf("%w: %s", err, spaceLowHint)
+	case errors.Is(err, coordinator.ErrNoSpace):
 		err = fmt.Errorf("%w: %s", err, noSpaceHint)
 	}
 	if what == "" {
@@ -96,6 +100,12 @@ const noSpaceHint = "etcd's database is full (alarm NOSPACE: it reached its --qu
 	"until space is reclaimed; reads still work. Run `stockctl reclaim` (compact, defragment, disarm the alarm), " +
 	"then `stockctl prune SKU --older-than D` to archive old orders (while etcd is nearly full, prune may stop " +
 	"part way: reclaim and prune again), and retry the orders that failed under their IDs; see docs/operations.md"
+
+// spaceLowHint is what an operator does when the space guard refuses new
+// orders (--space-guard): etcd still takes every other write.
+const spaceLowHint = "etcd still takes every other write (releases, confirms, prune); run `stockctl prune SKU --older-than D` " +
+	"to archive old orders (then `stockctl reclaim` to compact and defragment), and retry the refused orders under their IDs; " +
+	"see docs/operations.md"
 
 // usageError is invalid input or usage: exit 2, with a message naming what
 // was wrong.

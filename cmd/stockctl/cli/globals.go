@@ -75,6 +75,8 @@ func globalFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "log-level", Value: DefaultLogLevel, EnvVars: []string{"STOCKCTL_LOG_LEVEL"},
 			Usage: "what the coordinator and the rebalancer log on stderr: " + logLevelNames},
 		identityFlag(),
+		&ucli.Float64Flag{Name: "space-guard", Value: coordinator.DefaultSpaceGuard, EnvVars: []string{"STOCKCTL_SPACE_GUARD"},
+			Usage: "refuse new orders once etcd's database is over this share of its quota, keeping room for releases, confirms and prune (0: off; etcd 3.6 and later report the quota)"},
 	}
 }
 
@@ -92,6 +94,7 @@ type globals struct {
 	dataDir     string
 	logLevel    slog.Level // of the coordinator's and rebalancer's loggers
 	identity    string     // the coordinator's and the rebalancer's name (identity.go)
+	spaceGuard  float64    // coordinator.WithSpaceGuard
 }
 
 // readGlobals validates the global flags. Every problem is a usage error
@@ -168,6 +171,9 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 	g.logLevel = level
 	if g.identity, err = readIdentity(c); err != nil {
 		return nil, err
+	}
+	if g.spaceGuard = c.Float64("space-guard"); !(g.spaceGuard >= 0 && g.spaceGuard <= 1) {
+		return nil, usageError("invalid --space-guard %v: must be 0 (off), or more than 0 and at most 1", g.spaceGuard)
 	}
 	if g.dataDir == "" && len(g.endpoints) == 0 && len(g.clusters) == 0 {
 		return nil, usageError("--data-dir is empty: name a directory for the embedded etcd, or give --endpoints")

@@ -150,14 +150,17 @@ func TestNoSpaceAndRecovery(t *testing.T) {
 	const quota = 1 << 20
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithQuotaBackendBytes(quota))
 	ep := etcd.Endpoints()[0]
+	// The space guard is off: this is the recovery when etcd's own quota
+	// was reached (other writers, members older than 3.6, or the guard
+	// turned off). TestSpaceGuard is the guard's.
 	cli := func(args ...string) result {
-		return run(t, append([]string{"--endpoints", ep}, args...)...)
+		return run(t, append([]string{"--endpoints", ep, "--space-guard", "0"}, args...)...)
 	}
 	if r := cli("init", "big", "--total", "1000000", "--segments", "2"); r.code != 0 {
 		t.Fatalf("init: %+v", r)
 	}
 	client := etcd.Client(t)
-	c, err := coordinator.New(client)
+	c, err := coordinator.New(client, coordinator.WithSpaceGuard(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,4 +334,120 @@ func TestServeCompacts(t *testing.T) {
 		t.Fatalf("quota %d, %v; want --quota-backend-bytes 67108864", st.DbSizeQuota, err)
 	}
 	srv.stop(t)
+}
+
+// The space guard (on by default): a sale that drives etcd's database
+// toward its quota is refused new orders before etcd raises NOSPACE, with
+// an error that says so and what to do, while a retry of an applied order
+// still replays and releases still write; prune then makes room (no
+// alarm is ever raised), and orders are served again. The books balance
+// throughout.
+func TestSpaceGuard(t *testing.T) {
+	t.Parallel()
+	const quota = 1 << 20
+	// A sale on this machine fills a 1 MiB quota in about a second: the
+	// default line (95 %) leaves 52 KiB, which it crosses between two of
+	// the guard's readings; 80 % leaves room (a real quota is GiBs).
+	const line = 0.8
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithQuotaBackendBytes(quota))
+	ep := etcd.Endpoints()[0]
+	cli := func(args ...string) result {
+		return run(t, append([]string{"--endpoints", ep, "--space-guard", fmt.Sprint(line)}, args...)...)
+	}
+	if r := cli("init", "big", "--total", "1000000", "--segments", "2"); r.code != 0 {
+		t.Fatalf("init: %+v", r)
+	}
+	client := etcd.Client(t)
+	c, err := coordinator.New(client, coordinator.WithSpaceGuard(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	alarms := func() int {
+		resp, err := client.AlarmList(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.Alarms)
+	}
+	n := 0
+	var low *coordinator.SpaceLowError
+	for ; ; n++ {
+		_, err = c.Allocate(t.Context(), "big", fmt.Sprintf("fill-%06d", n), 1, "")
+		if errors.As(err, &low) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("order %d: %v (the guard should have refused before etcd's quota)", n, err)
+		}
+	}
+	if !errors.Is(err, coordinator.ErrNoSpace) || low.Quota != quota || float64(low.Size) < line*quota || low.Fraction != line {
+		t.Fatalf("the guard's refusal after %d orders: %+v (matches ErrNoSpace: %v)", n, low, errors.Is(err, coordinator.ErrNoSpace))
+	}
+	if a := alarms(); a != 0 {
+		t.Fatalf("%d alarms raised: the guard let the database reach the quota", a)
+	}
+	r := cli("allocate", "big", "--order", "new", "--qty", "1")
+	checkFails(t, r, ExitFailure, "new orders refused", []string{"allocate"})
+	for _, want := range []string{"space guard", "stockctl prune", "docs/operations.md"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the guard's refusal does not say %q: %s", want, r.stderr)
+		}
+	}
+	// A retry of an applied order replays; a release writes.
+	var v allocationView
+	if r := cli("-o", "json", "allocate", "big", "--order", "fill-000007", "--qty", "1"); r.code != 0 {
+		t.Fatalf("a retry under the guard: %+v", r)
+	} else if decode(t, r.stdout, &v); !v.Replayed {
+		t.Fatalf("a retry under the guard was not a replay: %+v", v)
+	}
+	if r := cli("release", "big", "--order", "fill-000003"); r.code != 0 {
+		t.Fatalf("a release under the guard: %+v", r)
+	}
+	if r := cli("status", "big"); r.code != 0 || !strings.Contains(r.stdout, "of a 1.0 MiB quota") || strings.Contains(r.stdout, "alarm NOSPACE") {
+		t.Fatalf("status under the guard: %+v", r)
+	}
+	if r := cli("audit", "big"); r.code != 0 {
+		t.Fatalf("audit under the guard: %+v", r)
+	}
+	// Recovery: prune and reclaim. Prune's deletes write tombstones, which
+	// take space until compaction: on a 1 MiB quota a prune may stop part
+	// way, and reclaim and prune again go on.
+	for round := 1; ; round++ {
+		r := cli("prune", "big", "--older-than", "1ns", "--keep-ids", "0")
+		if r.code == 0 {
+			t.Logf("prune completed in round %d", round)
+			break
+		}
+		if round == 10 || !strings.Contains(r.stderr, "run it again to go on") {
+			t.Fatalf("prune, round %d: %+v", round, r)
+		}
+		if r := cli("reclaim"); r.code != 0 {
+			t.Fatalf("reclaim, round %d: %+v", round, r)
+		}
+	}
+	if r := cli("reclaim"); r.code != 0 {
+		t.Fatalf("reclaim: %+v", r)
+	}
+	// The process's guard reads the database again within a second.
+	etcdtest.WaitFor(t, "the guard to let orders through again", 30*time.Second, func() bool {
+		_, err := c.Allocate(t.Context(), "big", "after-recovery", 1, "")
+		if err != nil && !errors.As(err, &low) {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
+	if r := cli("allocate", "big", "--order", "new", "--qty", "1"); r.code != 0 {
+		t.Fatalf("the refused order, retried after the recovery: %+v", r)
+	}
+	var au auditView
+	if r := cli("-o", "json", "audit", "big"); r.code != 0 {
+		t.Fatalf("audit after the recovery: %+v", r)
+	} else {
+		decode(t, r.stdout, &au)
+	}
+	// n orders before the guard, one released; then two more.
+	if au.Allocated+au.Archived != int64(n)-1+2 || au.Orders != 2 {
+		t.Fatalf("audit after the recovery: %+v (%d orders before the guard, one released)", au, n)
+	}
 }

@@ -1,0 +1,154 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// The space guard. etcd refuses every write once its database reaches its
+// quota (--quota-backend-bytes, alarm NOSPACE), and compaction cannot
+// free the space live keys take: order records (one key each, and lazy
+// segments write little else) stay until prune archives them, and prune
+// itself needs a write to start. So new orders are refused a little
+// before the quota, while releases, cancels, confirms, the sweep, prune
+// and the operator's other writes still have room: recovery is prune,
+// then reclaim, without the alarm (docs/operations.md).
+
+// SpaceLowError refuses a new order because etcd's database is over the
+// space guard's share of its quota. It matches rpctypes.ErrNoSpace
+// (coordinator.ErrNoSpace): nothing was written, and a retry of the order
+// under its ID is served once prune has made room. A retry of an order
+// that was applied is answered as before (a replay), guard or not.
+type SpaceLowError struct {
+	// Size is the largest database of the cluster's members that answered,
+	// in bytes, and Quota that member's quota.
+	Size, Quota int64
+	// Fraction is the guard's share of the quota (WithSpaceGuard).
+	Fraction float64
+	// Endpoint is the member it was read from.
+	Endpoint string
+}
+
+func (e *SpaceLowError) Error() string {
+	return fmt.Sprintf("new orders refused: etcd's database (%s) is %.1f MiB, %.0f%% of its %.1f MiB quota, over the space guard's %.0f%%, "+
+		"which keeps room for releases, confirms and prune before etcd's own NOSPACE",
+		e.Endpoint, mib(e.Size), 100*float64(e.Size)/float64(e.Quota), mib(e.Quota), 100*e.Fraction)
+}
+
+// Unwrap makes the error match rpctypes.ErrNoSpace.
+func (e *SpaceLowError) Unwrap() error { return rpctypes.ErrNoSpace }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// Space guard timing: the database's size is read at most once a
+// spaceCheckEvery, sooner when it grows fast enough to reach the line
+// before then (a quarter of the time the last growth rate would take, but
+// not more often than spaceCheckMin), and for at most spaceCheckWait (a
+// member that does not answer in time is passed over: the guard never
+// blocks an order longer than that, and etcd's own quota still holds).
+const (
+	spaceCheckEvery = 100 * time.Millisecond
+	spaceCheckMin   = 10 * time.Millisecond
+	spaceCheckWait  = time.Second
+)
+
+// spaceGuard is the engine's last reading of its etcd's database size.
+type spaceGuard struct {
+	mu      sync.Mutex
+	read    bool // a reading has been made
+	at      time.Time
+	share   float64       // of the quota, at the last reading
+	rate    float64       // its growth a second, as last seen
+	every   time.Duration // until the next reading
+	low     *SpaceLowError
+	reading bool // a reading is under way
+}
+
+// spaceLow returns the guard's refusal if the database is over the
+// guard's line, as last read. The first call reads it and waits (up to
+// spaceCheckWait); later calls start a new reading in the background when
+// the last one is older than the interval, and answer from the last one.
+func (e *Engine) spaceLow(ctx context.Context) error {
+	frac := e.cfg.SpaceGuard
+	if frac <= 0 {
+		return nil
+	}
+	g := &e.space
+	g.mu.Lock()
+	if !g.read {
+		g.mu.Unlock()
+		e.readSpace(ctx)
+		g.mu.Lock()
+	} else if !g.reading && time.Since(g.at) >= g.every {
+		g.reading = true
+		e.bg.Go(func(ctx context.Context) { e.readSpace(ctx) })
+	}
+	defer g.mu.Unlock()
+	if g.low != nil {
+		return g.low
+	}
+	return nil
+}
+
+// readSpace reads every endpoint's database size and quota (etcd 3.6 and
+// later report the quota; members that do not are passed over) and
+// records the largest share.
+func (e *Engine) readSpace(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, spaceCheckWait)
+	defer cancel()
+	var worst *SpaceLowError
+	share := 0.0
+	for _, ep := range e.client.Endpoints() {
+		st, err := e.client.Status(ctx, ep)
+		if err != nil || st.DbSizeQuota <= 0 {
+			continue
+		}
+		if s := float64(st.DbSize) / float64(st.DbSizeQuota); s >= share {
+			share = s
+			worst = &SpaceLowError{Size: st.DbSize, Quota: st.DbSizeQuota, Fraction: e.cfg.SpaceGuard, Endpoint: ep}
+		}
+	}
+	g := &e.space
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	if g.read && share > g.share {
+		// The file grows in steps: two readings close together often
+		// see one size, and the rate seen last stays until it moves.
+		g.rate = (share - g.share) / now.Sub(g.at).Seconds()
+	}
+	g.every = spaceCheckEvery
+	if left := e.cfg.SpaceGuard - share; g.rate > 0 && left > 0 {
+		g.every = max(spaceCheckMin, min(spaceCheckEvery, time.Duration(left/g.rate/4*float64(time.Second))))
+	} else if g.rate > 0 {
+		g.every = spaceCheckMin
+	}
+	g.read, g.at, g.share, g.reading = true, now, share, false
+	g.low = nil
+	if worst != nil && share >= e.cfg.SpaceGuard {
+		g.low = worst
+	}
+}
+
+// guardNewOrder refuses order of sku with the guard's error when the
+// database is over the line, unless the order has a record already (a
+// retry: it is answered as before, by the commit's replay).
+func (e *Engine) guardNewOrder(ctx context.Context, sku, order string) error {
+	low := e.spaceLow(ctx)
+	if low == nil {
+		return nil
+	}
+	resp, err := e.kv.Get(ctx, e.keys.Order(sku, order), clientv3.WithCountOnly())
+	if err != nil {
+		return low // cannot tell: refused, nothing written
+	}
+	if resp.Count > 0 {
+		return nil
+	}
+	return low
+}
