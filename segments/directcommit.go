@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -93,6 +94,13 @@ type directPlan struct {
 // commit carries few orders of each place: many SKUs.
 const hotPlace = 8
 
+// hotFor is how long a SKU stays hot in a process once one of its direct
+// batches carried hotPlace orders of it: its segments are written exact
+// and ownerless meanwhile, even by smaller batches. A claim by a small
+// batch between two large ones would cost the other processes selling
+// the SKU a takeover each, and their orders a race lost.
+const hotFor = 10 * time.Second
+
 // planDirect works out each place's new counter from its direct cache,
 // and how the batch sells there. Without lazy segments every place is
 // written with every commit. With them a place is sold in one of three
@@ -110,16 +118,26 @@ const hotPlace = 8
 func planDirect(batch []*commitReq, lazy bool, self int64) (map[*placeState]*directPlan, []*directPlan) {
 	places := map[*placeState]*directPlan{}
 	var order []*directPlan
+	skuOf := map[*placeState]*skuInfo{}
+	perSKU := map[*skuInfo]int{}
 	for _, cr := range batch {
+		perSKU[cr.req.sku]++
 		for _, p := range cr.parts {
 			dp := places[p.st]
 			if dp == nil {
 				dp = &directPlan{st: p.st, lowWatermark: p.lowWatermark, lockPfx: p.lockPfx}
 				places[p.st] = dp
 				order = append(order, dp)
+				skuOf[p.st] = cr.req.sku
 			}
 			dp.take += p.qty
 			dp.n++
+		}
+	}
+	now := time.Now().UnixNano()
+	for info, n := range perSKU {
+		if n >= hotPlace {
+			info.hotUntil.Store(now + int64(hotFor))
 		}
 	}
 	for _, dp := range order {
@@ -141,7 +159,7 @@ func planDirect(batch []*commitReq, lazy bool, self int64) (map[*placeState]*dir
 		default:
 			dp.short = true
 		}
-		hot := dp.n >= hotPlace
+		hot := dp.n >= hotPlace || now < skuOf[st].hotUntil.Load()
 		dp.lazy = lazy && owned
 		switch {
 		case !dp.lazy:

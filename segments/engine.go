@@ -168,6 +168,10 @@ type skuInfo struct {
 	created int64
 	// gone is set once the SKU is known to have been deleted or replaced.
 	gone atomic.Bool
+	// hotUntil (Unix nanoseconds) is when this process's direct commits
+	// may sell the SKU lazily again: a batch that carried hotPlace orders
+	// of it sets it hotFor ahead (planDirect).
+	hotUntil atomic.Int64
 }
 
 type placeID struct {
