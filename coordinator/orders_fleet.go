@@ -90,25 +90,22 @@ func (c *Coordinator) acrossGroups(ctx context.Context, lines []Line) ([]*orderG
 // reserved on any error), so the lines are looked up afresh and placed
 // again, once; they may then be in one cluster (the one-cluster path).
 func (c *Coordinator) acrossOnce(ctx context.Context, lines []Line, place func([]*orderGroup) (*OrderAllocation, error)) (a *OrderAllocation, err error, across bool) {
-	for fresh := false; ; fresh = true {
-		if fresh {
-			for _, l := range lines {
-				c.fleet.forgetAny(l.SKU)
-			}
-		}
+	type placed struct {
+		a      *OrderAllocation
+		across bool
+	}
+	p, err := freshOnce(c.fleet, lines, func(bool) (placed, bool, error) {
 		groups, err := c.acrossGroups(ctx, lines)
 		if err != nil {
-			return nil, err, true
+			return placed{across: true}, false, err
 		}
 		if groups == nil {
-			return nil, nil, false
+			return placed{}, false, nil
 		}
 		a, err := place(groups)
-		if !fresh && errors.Is(err, ErrUnknownSKU) {
-			continue
-		}
-		return a, err, true
-	}
+		return placed{a: a, across: true}, errors.Is(err, ErrUnknownSKU), err
+	})
+	return p.a, err, p.across
 }
 
 // groupsOf groups an order's SKUs (a record's Across) by cluster, in the
