@@ -167,6 +167,7 @@ func NewClusters(ctx context.Context, clusters []Cluster, opts ...Option) (*Coor
 		f.byName[cl.Name] = m
 		f.names = append(f.names, cl.Name)
 	}
+	f.installDeciders()
 	cctx, cancel := context.WithTimeout(ctx, f.checkWait)
 	defer cancel()
 	if err := f.check(cctx); err != nil && errors.Is(err, ErrFleetMismatch) {

@@ -183,7 +183,10 @@ func (e *Engine) prune(ctx context.Context, sku string, before time.Time, keepID
 				if keepIDs == 0 || o.PrunedAt.Before(forgetAt) {
 					batch, orders = append(batch, kv), append(orders, o)
 				}
-			case !o.Reserved() && o.Created.Before(before) && kv.CreateRevision <= keepAfter:
+			case !o.Reserved() && o.Created.Before(before) && kv.CreateRevision <= keepAfter && e.prunableAcross(ctx, o):
+				// (An order over several clusters keeps, at its first SKU,
+				// its commit decision until no line elsewhere waits for
+				// it: across.go.)
 				batch, orders = append(batch, kv), append(orders, o)
 			}
 			last := i == len(resp.Kvs)-1
@@ -229,8 +232,9 @@ func (e *Engine) prune(ctx context.Context, sku string, before time.Time, keepID
 
 // pruneBatchSize is how many orders one prune transaction archives: two
 // writes each (the record's claim or delete, the legacy claim's delete),
-// and at worst a buyer's counter each, within --max-txn-ops.
-func (e *Engine) pruneBatchSize() int { return max(1, (e.cfg.MaxTxnOps-1)/3) }
+// at worst a buyer's counter each, and the commit decision of an order
+// over several clusters, within --max-txn-ops.
+func (e *Engine) pruneBatchSize() int { return max(1, (e.cfg.MaxTxnOps-1)/4) }
 
 // pruneTxn archives one batch in one transaction that compares every
 // record's revision, the archive's and the buyers' counters'. Each order's
@@ -297,6 +301,9 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 			ops = append(ops, clientv3.OpDelete(key))
 		}
 		ops = append(ops, clientv3.OpDelete(e.keys.OrderID(o.ID)))
+		if decidesHere(o) {
+			ops = append(ops, clientv3.OpDelete(e.keys.Decision(sku, o.ID)))
+		}
 		add.Orders++
 		switch {
 		case o.State == StateExpired:
