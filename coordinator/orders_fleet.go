@@ -22,14 +22,17 @@ import (
 //     cluster), in the order of the clusters' names; a group refused
 //     cancels the groups already reserved, and the refusal names the line
 //     by its index in the caller's order;
-//  2. AllocateOrder then confirms every group, all at once.
+//  2. AllocateOrder then writes the order's commit decision (decision.go)
+//     and confirms every group, all at once.
 //
-// Between the two phases the units are held as reservations: a process
-// that dies there leaves them held until the reservations' TTL
-// (WithAcrossTTL, DefaultAcrossTTL), when each cluster's rebalancer
-// expires them. A retry with the same order ID finds every group's records
-// and goes on from where the first call stopped. docs/clusters.md describes
-// the window.
+// Between the reserves and the decision the units are held as
+// reservations: a process that dies there leaves them held until the
+// reservations' TTL (WithAcrossTTL, DefaultAcrossTTL), when each cluster's
+// rebalancer expires them (aborting the order). One that dies after the
+// decision leaves an order that each cluster's rebalancer confirms instead.
+// A retry with the same order ID finds every group's records and goes on
+// from where the first call stopped. docs/clusters.md describes the
+// protocol.
 
 // DefaultAcrossTTL is how long AllocateOrder over several clusters holds
 // each cluster's lines as a reservation, at most, before it confirms them

@@ -109,8 +109,11 @@ const prunePage = 1000
 // and replaces each record by a small claim of its order ID, kept for a
 // retention (KeepPrunedIDs, 24 h by default), in transactions that each
 // keep the books balanced. Live reservations are never pruned (they still
-// wait for a Confirm or their expiry). Claims whose retention ended are
-// deleted on the way.
+// wait for a Confirm or their expiry), nor, over several clusters, the
+// record that carries a committed order's decision while a line of the
+// order in another cluster still waits for it (across.go); the decision
+// goes with that record. Claims whose retention ended are deleted on the
+// way.
 //
 // What it costs the orders pruned: they can no longer be released,
 // cancelled or confirmed, and a retry of one is refused (both
