@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
+	"github.com/stockctl/stockctl/internal/etcdtest"
 	"github.com/stockctl/stockctl/segments"
 )
 
@@ -378,5 +380,51 @@ func TestClustersCartStoppedConcurrently(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d orders confirmed, the rest given back whole", whole, workers*perWorker)
+	feedEqualsAudits(t, tcs, c)
+}
+
+// With the decision's cluster (a, the cluster of a1) stopped, an order in
+// flight can be neither committed nor aborted: b's sweep leaves its line
+// reserved and goes on with its other reservations, a Cancel fails naming
+// a. Once a is back, the sweeps abort the order and expire both lines.
+func TestClustersCartDecisionClusterDown(t *testing.T) {
+	tcs, c := cartFleet(t, map[string]int64{"a1": 10, "a2": 10, "b1": 10})
+	ctx := t.Context()
+	stopped := errors.New("process stopped")
+	undo := coordinator.SetAcrossHook(func(string) error { return stopped })
+	_, err := c.AllocateOrder(ctx, "in-flight", []coordinator.Line{{SKU: "a1", Qty: 1}, {SKU: "b1", Qty: 2}})
+	undo()
+	if !errors.Is(err, stopped) {
+		t.Fatal(err)
+	}
+	if _, err := c.Reserve(ctx, "b1", "plain", 1, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	tcs[0].etcd.Stop()
+	if xs := sweepNow(t, c, "b", "b1"); len(xs) != 1 || xs[0].Order != "plain" {
+		t.Fatalf("sweep of b1 with a down expired %+v, want the plain reservation only", xs)
+	}
+	if o := record(t, c, "b1", "in-flight"); !o.Reserved() {
+		t.Fatalf("b1's line with the decision's cluster down: %+v, want it still reserved", o)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = c.CancelOrder(cctx, "b1", "in-flight")
+	cancel()
+	if !errors.Is(err, coordinator.ErrClusterUnavailable) || !strings.Contains(err.Error(), `"a"`) {
+		t.Fatalf("cancel with the decision's cluster down: %v, want ErrClusterUnavailable naming a", err)
+	}
+	tcs[0].etcd.Restart(t)
+	etcdtest.WaitFor(t, "b's sweep aborts the order once a is back", etcdtest.MinWait, func() bool {
+		xs, err := engines.Of(c.Cluster("b")).Stock.ExpireDue(ctx, "b1", time.Now().Add(2*time.Hour), 100)
+		return err == nil && len(xs) == 1
+	})
+	if got := decision(t, tcs, "a1", "in-flight"); got != "aborted" {
+		t.Fatalf("decision %q, want aborted", got)
+	}
+	sweepAll(t, c)
+	if wantWhole(t, c, "in-flight", "a1", "b1") {
+		t.Fatal("the order was confirmed")
+	}
+	wantHeld(t, c, nil, nil)
 	feedEqualsAudits(t, tcs, c)
 }
