@@ -238,10 +238,10 @@ func TestClustersCartDecisionLifetime(t *testing.T) {
 
 // A reserved order over two clusters whose commit (ConfirmOrder), cancel
 // (CancelOrder) and both clusters' sweeps (as if due) all race: the order
-// ends whole, all confirmed or all given back, exactly one of the confirm
-// and the cancel succeeds at most, and the decision record agrees with the
-// outcome. Then DeleteSKU-free books: audits balanced, the feed's table
-// equal to them, Prune leaves no decision record.
+// ends whole, all confirmed or all given back, at most one of the confirm
+// and the cancel succeeds, and the decision record agrees with the
+// outcome. Then the books: audits balanced, the feed's table equal to
+// them, and Prune leaves no decision record.
 func TestClustersCartCommitRacesAbort(t *testing.T) {
 	tcs, c := cartFleet(t, map[string]int64{"a1": 100, "a2": 100, "b1": 100})
 	other := mustFleet(t, tcs)
