@@ -428,3 +428,63 @@ func TestClustersCartDecisionClusterDown(t *testing.T) {
 	wantHeld(t, c, nil, nil)
 	feedEqualsAudits(t, tcs, c)
 }
+
+// Cancel and Release of orders over two clusters around the decision: a
+// committed order stopped before its confirms cannot be cancelled (it is
+// being confirmed) but is released whole; a cancelled reserved order is
+// aborted, and a Confirm after it is ErrConflict, nothing confirmed. Prune
+// then leaves no decision record.
+func TestClustersCartCancelReleaseAroundDecision(t *testing.T) {
+	tcs, c := cartFleet(t, map[string]int64{"a1": 10, "a2": 10, "b1": 10})
+	ctx := t.Context()
+	lines := []coordinator.Line{{SKU: "a2", Qty: 1}, {SKU: "b1", Qty: 2}}
+	stopped := errors.New("process stopped")
+	undo := coordinator.SetAcrossStepHook(func(_, s string) error {
+		if s == "decided" {
+			return stopped
+		}
+		return nil
+	})
+	_, err := c.AllocateOrder(ctx, "committed", lines)
+	undo()
+	if !errors.Is(err, stopped) {
+		t.Fatal(err)
+	}
+	if _, err := c.CancelOrder(ctx, "b1", "committed"); !errors.Is(err, coordinator.ErrConflict) {
+		t.Fatalf("cancel of a committed order: %v, want ErrConflict", err)
+	}
+	if r, err := c.ReleaseOrder(ctx, "b1", "committed"); err != nil || !r.Released || len(r.Lines) != 2 {
+		t.Fatalf("release of a committed order: %+v, %v", r, err)
+	}
+	sweepAll(t, c)
+	if wantWhole(t, c, "committed", "a2", "b1") {
+		t.Fatal("the released order is held")
+	}
+
+	if _, err := c.ReserveOrder(ctx, "cancelled", lines, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.CancelOrder(ctx, "a2", "cancelled"); err != nil || !r.Released {
+		t.Fatalf("cancel of a reserved order: %+v, %v", r, err)
+	}
+	if got := decision(t, tcs, "a2", "cancelled"); got != "aborted" {
+		t.Fatalf("decision after a cancel: %q, want aborted", got)
+	}
+	if _, err := c.ConfirmOrder(ctx, "b1", "cancelled"); !errors.Is(err, coordinator.ErrConflict) {
+		t.Fatalf("confirm of a cancelled order: %v, want ErrConflict", err)
+	}
+	sweepAll(t, c)
+	if wantWhole(t, c, "cancelled", "a2", "b1") {
+		t.Fatal("the cancelled order is held")
+	}
+	wantHeld(t, c, nil, nil)
+	feedEqualsAudits(t, tcs, c)
+	for _, sku := range []string{"a2", "b1"} {
+		if _, err := c.Prune(ctx, sku, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := decisions(t, tcs); n != 0 {
+		t.Fatalf("%d decision records after the prune, want 0", n)
+	}
+}

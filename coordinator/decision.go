@@ -140,13 +140,6 @@ func (f *fleet) commitDecision(ctx context.Context, id string, across []string) 
 		switch {
 		case st.value == decisionCommitted:
 			return true, nil
-		case st.value == decisionAborted:
-			var deadline time.Time
-			if st.rec != nil {
-				deadline = st.rec.Deadline
-			}
-			return false, m.wrap(fmt.Errorf("%w (a cluster's expiry sweep gave its lines back first): %w", errAborted,
-				&ExpiredError{SKU: sku, Order: id, Deadline: deadline}))
 		case st.rec == nil:
 			return false, m.wrap(fmt.Errorf("%w: the order has no record at %s, where its commit decision is kept", ErrOrderNotFound, sku))
 		case st.rec.IsPruned():
@@ -155,6 +148,11 @@ func (f *fleet) commitDecision(ctx context.Context, id string, across []string) 
 			return false, m.wrap(fmt.Errorf("%w: %w", errAborted, &ExpiredError{SKU: sku, Order: id, Deadline: st.rec.Deadline, Revision: st.recRev}))
 		case st.rec.Released:
 			return false, m.wrap(fmt.Errorf("%w: %w: its lines at %s were cancelled or released", errAborted, ErrConflict, sku))
+		case st.value == decisionAborted:
+			// s's line still reserved: another cluster's sweep expired its
+			// lines first (s's own sweep will follow).
+			return false, m.wrap(fmt.Errorf("%w (a cluster's expiry sweep gave its lines back first): %w", errAborted,
+				&ExpiredError{SKU: sku, Order: id, Deadline: st.rec.Deadline}))
 		case st.rec.State == segments.StateConfirmed:
 			return false, nil // committed, and its decision since deleted
 		case st.rec.State != segments.StateReserved:
