@@ -14,6 +14,7 @@ import (
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
+	"github.com/stockctl/stockctl/rebalance"
 	"github.com/stockctl/stockctl/segments"
 )
 
@@ -487,4 +488,63 @@ func TestClustersCartCancelReleaseAroundDecision(t *testing.T) {
 	if n := decisions(t, tcs); n != 0 {
 		t.Fatalf("%d decision records after the prune, want 0", n)
 	}
+}
+
+// The same with the real thing: a process with a 1 s TTL stopped between
+// its confirms (b's sent, a's not: a is the decision's cluster) and
+// closed; each cluster's elected rebalancer, at the TTL, confirms the
+// reserved line instead of expiring it.
+func TestClustersCartStoppedBetweenConfirmsSweptByRebalancers(t *testing.T) {
+	tcs, c := cartFleet(t, map[string]int64{"a1": 10, "a2": 10, "b1": 10})
+	ctx := t.Context()
+	for _, cl := range c.Clusters() {
+		r, err := rebalance.New(c.Cluster(cl), rebalance.Config{Identity: "reb-" + cl, SweepInterval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = r.Run(rctx)
+		}()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+		})
+	}
+	dying, err := newFleet(t, ctx, tcs, coordinator.WithAcrossTTL(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := errors.New("process stopped between its confirms")
+	undo := coordinator.SetAcrossStepHook(func(_, s string) error {
+		if s == "confirm a" {
+			return stopped
+		}
+		return nil
+	})
+	_, err = dying.AllocateOrder(ctx, "cut", []coordinator.Line{{SKU: "a1", Qty: 2}, {SKU: "b1", Qty: 3}})
+	undo()
+	if !errors.Is(err, stopped) {
+		t.Fatalf("stopped order: %v", err)
+	}
+	dying.Close()
+	if o := record(t, c, "a1", "cut"); !o.Reserved() {
+		t.Fatalf("a1's line before the sweep: %+v, want it reserved", o)
+	}
+	etcdtest.WaitFor(t, "the rebalancers settled the order", etcdtest.MinWait, func() bool {
+		for _, sku := range []string{"a1", "b1"} {
+			r, err := c.Audit(ctx, sku)
+			if err != nil || !r.OK || r.Reserved != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if !wantWhole(t, c, "cut", "a1", "b1") {
+		t.Fatal("the committed order was given back")
+	}
+	wantHeld(t, c, nil, map[string]int64{"a1": 2, "b1": 3})
+	feedEqualsAudits(t, tcs, c)
 }
