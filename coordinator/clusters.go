@@ -167,6 +167,7 @@ func NewClusters(ctx context.Context, clusters []Cluster, opts ...Option) (*Coor
 		f.byName[cl.Name] = m
 		f.names = append(f.names, cl.Name)
 	}
+	f.installDeciders()
 	cctx, cancel := context.WithTimeout(ctx, f.checkWait)
 	defer cancel()
 	if err := f.check(cctx); err != nil && errors.Is(err, ErrFleetMismatch) {
@@ -375,61 +376,4 @@ func routeSKU[T any](ctx context.Context, fl *fleet, sku string, f func(*segment
 		v, err = f(m.c.stock)
 	}
 	return v, m.wrap(err)
-}
-
-// onLines runs f, an order of several lines, on the segment engine of the
-// cluster that holds every line's SKU. Over several clusters, lines in two
-// clusters are refused: one transaction never spans two clusters.
-func onLines[T any](ctx context.Context, c *Coordinator, lines []segments.Line, f func(*segments.Engine) (T, error)) (T, error) {
-	if c.fleet == nil || len(lines) == 0 {
-		return f(c.stock)
-	}
-	var zero T
-	for _, l := range lines {
-		if segments.ValidateSKU(l.SKU) != nil {
-			return f(c.fleet.members[0].c.stock) // its own validation error
-		}
-	}
-	// The first try may use cached placements; a SKU moved since (deleted
-	// and created in another cluster) shows as lines in two clusters or as
-	// an unknown SKU: the lines are then looked up afresh, once.
-	for fresh := false; ; fresh = true {
-		var first *member
-		cached, split := false, false
-		for _, l := range lines {
-			if fresh {
-				c.fleet.forgetAny(l.SKU)
-			}
-			m, wasCached, err := c.fleet.route(ctx, l.SKU)
-			if err != nil {
-				return zero, err
-			}
-			cached = cached || wasCached
-			switch {
-			case first == nil:
-				first = m
-			case m != first:
-				if cached && !fresh {
-					split = true
-					break
-				}
-				return zero, fmt.Errorf("order of %d lines: %w: its SKUs are in two clusters (%s in %q, %s in %q): "+
-					"an order's SKUs must share a cluster", len(lines), ErrInvalidArgument, lines[0].SKU, first.name, l.SKU, m.name)
-			}
-			if split {
-				break
-			}
-		}
-		if split {
-			continue
-		}
-		if err := first.connected(ctx); err != nil {
-			return zero, err
-		}
-		v, err := f(first.c.stock)
-		if cached && !fresh && errors.Is(err, ErrUnknownSKU) {
-			continue
-		}
-		return v, first.wrap(err)
-	}
 }

@@ -86,15 +86,19 @@ type LineError = segments.LineError
 // WithAcrossTTL, DefaultAcrossTTL by default), cluster by cluster in the
 // order of their names, then confirmed the same way. A refusal in one
 // cluster cancels what the others reserved and names the line by its index
-// in lines. Between the reserves and the confirms the units are held as
-// reservations: a process that dies there leaves them held until the TTL,
-// when each cluster's rebalancer expires them; a retry with the same order
-// ID goes on where the first call stopped (it confirms what is reserved;
-// if a cluster's reservation expired meanwhile, it gives every line back
-// and answers ErrExpired: place the order again under a new ID). The
-// outcome's lines are confirmed reservations (State StateConfirmed), each
-// at its cluster's revision; the order's Revision is 0. docs/clusters.md
-// describes the window.
+// in lines. Before the confirms, a commit decision is written in the
+// cluster of the order's first SKU by name: every cluster's rebalancer
+// confirms, rather than expires, the lines of a committed order, and
+// expires those of one it finds undecided (aborting it), so no crash
+// leaves a part of the order confirmed and the rest given back. A process
+// that dies before the decision leaves the units reserved until the TTL,
+// when they expire; a retry with the same order ID goes on where the first
+// call stopped (it confirms what is reserved; if the order was aborted, a
+// cluster's reservation expired meanwhile, it gives every line back and
+// answers ErrExpired: place the order again under a new ID). The outcome's
+// lines are confirmed reservations (State StateConfirmed), each at its
+// cluster's revision; the order's Revision is 0. docs/clusters.md
+// describes the protocol.
 func (c *Coordinator) AllocateOrder(ctx context.Context, orderID string, lines []Line, opts ...OrderOption) (*OrderAllocation, error) {
 	if a, err, across := c.acrossOnce(ctx, lines, func(groups []*orderGroup) (*OrderAllocation, error) {
 		return c.allocateAcross(ctx, "allocate", orderID, lines, groups, c.fleet.acrossTTL, true, opts)
@@ -156,7 +160,9 @@ func (c *Coordinator) ReleaseOrder(ctx context.Context, sku, orderID string) (*O
 // CancelOrder gives back every line of a live reserved order (ReserveOrder)
 // in one transaction (Cancel's rules: ErrConflict for a confirmed or plain
 // order, *ExpiredError for an expired one). sku is any SKU of the order.
-// Over several clusters it cancels every cluster's lines.
+// Over several clusters it aborts the order (ErrConflict once it is
+// committed: its lines are being confirmed) and cancels every cluster's
+// lines.
 func (c *Coordinator) CancelOrder(ctx context.Context, sku, orderID string) (*OrderReleased, error) {
 	if groups, err := c.acrossOf(ctx, sku, orderID); err != nil || groups != nil {
 		if err != nil {

@@ -22,14 +22,17 @@ import (
 //     cluster), in the order of the clusters' names; a group refused
 //     cancels the groups already reserved, and the refusal names the line
 //     by its index in the caller's order;
-//  2. AllocateOrder then confirms every group, all at once.
+//  2. AllocateOrder then writes the order's commit decision (decision.go)
+//     and confirms every group, all at once.
 //
-// Between the two phases the units are held as reservations: a process
-// that dies there leaves them held until the reservations' TTL
-// (WithAcrossTTL, DefaultAcrossTTL), when each cluster's rebalancer
-// expires them. A retry with the same order ID finds every group's records
-// and goes on from where the first call stopped. docs/clusters.md describes
-// the window.
+// Between the reserves and the decision the units are held as
+// reservations: a process that dies there leaves them held until the
+// reservations' TTL (WithAcrossTTL, DefaultAcrossTTL), when each cluster's
+// rebalancer expires them (aborting the order). One that dies after the
+// decision leaves an order that each cluster's rebalancer confirms instead.
+// A retry with the same order ID finds every group's records and goes on
+// from where the first call stopped. docs/clusters.md describes the
+// protocol.
 
 // DefaultAcrossTTL is how long AllocateOrder over several clusters holds
 // each cluster's lines as a reservation, at most, before it confirms them
@@ -44,6 +47,13 @@ const undoTimeout = 5 * time.Second
 // AllocateOrder is reserved and before any is confirmed; an error stops the
 // call there, as if its process died.
 var acrossHook func(orderID string) error
+
+// acrossStepHook, when set (tests), runs at the steps of a cross-cluster
+// confirm: "decided" (the commit decision written, no confirm sent yet) and
+// "confirm <cluster>" (before that cluster's confirm is sent). An error
+// stops the call there (at "confirm", that cluster's confirm is not sent,
+// the others are), as if its process died.
+var acrossStepHook func(orderID, step string) error
 
 // orderGroup is one cluster's lines of an order.
 type orderGroup struct {
@@ -90,25 +100,22 @@ func (c *Coordinator) acrossGroups(ctx context.Context, lines []Line) ([]*orderG
 // reserved on any error), so the lines are looked up afresh and placed
 // again, once; they may then be in one cluster (the one-cluster path).
 func (c *Coordinator) acrossOnce(ctx context.Context, lines []Line, place func([]*orderGroup) (*OrderAllocation, error)) (a *OrderAllocation, err error, across bool) {
-	for fresh := false; ; fresh = true {
-		if fresh {
-			for _, l := range lines {
-				c.fleet.forgetAny(l.SKU)
-			}
-		}
+	type placed struct {
+		a      *OrderAllocation
+		across bool
+	}
+	p, err := freshOnce(c.fleet, lines, func(bool) (placed, bool, error) {
 		groups, err := c.acrossGroups(ctx, lines)
 		if err != nil {
-			return nil, err, true
+			return placed{across: true}, false, err
 		}
 		if groups == nil {
-			return nil, nil, false
+			return placed{}, false, nil
 		}
 		a, err := place(groups)
-		if !fresh && errors.Is(err, ErrUnknownSKU) {
-			continue
-		}
-		return a, err, true
-	}
+		return placed{a: a, across: true}, errors.Is(err, ErrUnknownSKU), err
+	})
+	return p.a, err, p.across
 }
 
 // groupsOf groups an order's SKUs (a record's Across) by cluster, in the
@@ -209,18 +216,40 @@ func (c *Coordinator) allocateAcross(ctx context.Context, verb, orderID string, 
 	return out, nil
 }
 
-// confirmAcross confirms every group, all at once: the confirms are sent
-// together, so that a process that dies after sending them leaves none
-// behind (the window in which it leaves some confirmed and others
-// reserved is the moment between two sends, not a round trip). A group
-// found expired gives every group back (ErrExpired); another error is
-// returned as it is, naming its cluster: a retry with the order ID goes on.
+// confirmAcross commits the order (its decision, decision.go) and then
+// confirms every group, all at once. Once the decision is written, every
+// group ends confirmed: by these confirms, by a retry's, or by its
+// cluster's expiry sweep, which confirms instead of expiring the lines of a
+// committed order, so a process that dies between the decision and the
+// last confirm leaves no partial order. A decision found aborted (a sweep
+// expired a group first) gives every group back (ErrExpired); another
+// error is returned as it is, naming its cluster: a retry with the order
+// ID goes on. Once every group is confirmed the decision is deleted.
 func (c *Coordinator) confirmAcross(ctx context.Context, orderID string, groups []*orderGroup) (*OrderConfirmed, error) {
+	across := acrossSKUs(groups)
+	decided, err := c.fleet.commitDecision(ctx, orderID, across)
+	if err != nil {
+		if errors.Is(err, errAborted) {
+			c.undoAcross(ctx, orderID, groups)
+			return nil, fmt.Errorf("%w; every cluster's lines are given back", err)
+		}
+		return nil, err
+	}
+	if acrossStepHook != nil {
+		if err := acrossStepHook(orderID, "decided"); err != nil {
+			return nil, err
+		}
+	}
 	cfs := make([]*OrderConfirmed, len(groups))
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
 	for i, g := range groups {
 		wg.Go(func() {
+			if acrossStepHook != nil {
+				if errs[i] = acrossStepHook(orderID, "confirm "+g.m.name); errs[i] != nil {
+					return
+				}
+			}
 			err := g.m.connected(ctx)
 			if err == nil {
 				cfs[i], err = g.m.c.stock.ConfirmOrder(ctx, g.lines[0].SKU, orderID)
@@ -231,6 +260,8 @@ func (c *Coordinator) confirmAcross(ctx context.Context, orderID string, groups 
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil && errors.Is(err, ErrExpired) {
+			// Not under a committed decision (its sweep confirms instead):
+			// a record expired without one (a one-cluster process's sweep).
 			c.undoAcross(ctx, orderID, groups)
 			return nil, groups[i].m.wrap(fmt.Errorf("%w: its lines in this cluster expired before they were confirmed; "+
 				"every cluster's lines are given back", err))
@@ -247,7 +278,23 @@ func (c *Coordinator) confirmAcross(ctx context.Context, orderID string, groups 
 		out.Revision = max(out.Revision, cfs[i].Revision)
 	}
 	slices.SortFunc(out.Lines, func(a, b *segments.Confirmed) int { return strings.Compare(a.SKU, b.SKU) })
+	if decided {
+		c.fleet.forgetDecision(ctx, orderID, across)
+	}
 	return out, nil
+}
+
+// acrossSKUs is the SKUs of every group's lines, sorted: the order's
+// Across.
+func acrossSKUs(groups []*orderGroup) []string {
+	var skus []string
+	for _, g := range groups {
+		for _, l := range g.lines {
+			skus = append(skus, l.SKU)
+		}
+	}
+	slices.Sort(skus)
+	return skus
 }
 
 // undoAcross gives back every group of the order that still holds units:
@@ -260,6 +307,10 @@ func (c *Coordinator) undoAcross(ctx context.Context, orderID string, groups []*
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 		defer cancel()
 	}
+	// Aborted first, so that no other call (a retry under the same ID)
+	// commits while the groups are given back one after the other. Best
+	// effort: giving back the decision's own group aborts it too.
+	_, _ = c.fleet.abortDecision(ctx, orderID, acrossSKUs(groups))
 	n := 0
 	for _, g := range groups {
 		if g.m.connected(ctx) != nil {
@@ -297,6 +348,18 @@ func (c *Coordinator) acrossOf(ctx context.Context, sku, orderID string) ([]*ord
 // cluster's error, and reports them all.
 func (c *Coordinator) returnAcross(ctx context.Context, orderID string, groups []*orderGroup, cancel bool) (*OrderReleased, error) {
 	out := &OrderReleased{Order: orderID}
+	if cancel {
+		// A cancel is an abort: refused once the order is committed (its
+		// lines are being confirmed; Release gives a confirmed order back).
+		committed, err := c.fleet.abortDecision(ctx, orderID, acrossSKUs(groups))
+		if err != nil {
+			return nil, err
+		}
+		if committed {
+			return nil, fmt.Errorf("cancel order %q: %w: the order is committed (its lines are confirmed, or being confirmed): "+
+				"release it instead", orderID, ErrConflict)
+		}
+	}
 	var errs []error
 	for _, g := range groups {
 		err := g.m.connected(ctx)

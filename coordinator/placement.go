@@ -473,3 +473,69 @@ func (f *fleet) unplace(ctx context.Context, sku string) error {
 	f.forget(sku, t)
 	return nil
 }
+
+// freshOnce runs try on lines' placements as cached, and when it reports
+// them stale (a SKU moved since it was cached: deleted, maybe created
+// again in another cluster, shows as ErrUnknownSKU where it was cached, or
+// as lines split over clusters), forgets every line's cached placement and
+// runs it once more on fresh lookups (fresh true), whose answer stands.
+// It is the one "stale cached placement: look up afresh once" of orders
+// of several lines (onLines, acrossOnce).
+func freshOnce[T any](f *fleet, lines []Line, try func(fresh bool) (v T, stale bool, err error)) (T, error) {
+	v, stale, err := try(false)
+	if !stale {
+		return v, err
+	}
+	for _, l := range lines {
+		f.forgetAny(l.SKU)
+	}
+	v, _, err = try(true)
+	return v, err
+}
+
+// onLines runs f, an order of several lines, on the segment engine of the
+// cluster that holds every line's SKU. Over several clusters, lines in two
+// clusters are refused: one transaction never spans two clusters (the
+// facade places such orders in two phases first: acrossOnce).
+func onLines[T any](ctx context.Context, c *Coordinator, lines []segments.Line, f func(*segments.Engine) (T, error)) (T, error) {
+	if c.fleet == nil || len(lines) == 0 {
+		return f(c.stock)
+	}
+	for _, l := range lines {
+		if segments.ValidateSKU(l.SKU) != nil {
+			return f(c.fleet.members[0].c.stock) // its own validation error
+		}
+	}
+	// The first try may use cached placements; a SKU moved since shows as
+	// lines in two clusters or as an unknown SKU.
+	return freshOnce(c.fleet, lines, func(fresh bool) (T, bool, error) {
+		var zero T
+		var first *member
+		cached := false
+		for _, l := range lines {
+			m, wasCached, err := c.fleet.route(ctx, l.SKU)
+			if err != nil {
+				return zero, false, err
+			}
+			cached = cached || wasCached
+			switch {
+			case first == nil:
+				first = m
+			case m != first:
+				if cached && !fresh {
+					return zero, true, nil
+				}
+				return zero, false, fmt.Errorf("order of %d lines: %w: its SKUs are in two clusters (%s in %q, %s in %q): "+
+					"an order's SKUs must share a cluster", len(lines), ErrInvalidArgument, lines[0].SKU, first.name, l.SKU, m.name)
+			}
+		}
+		if err := first.connected(ctx); err != nil {
+			return zero, false, err
+		}
+		v, err := f(first.c.stock)
+		if cached && !fresh && errors.Is(err, ErrUnknownSKU) {
+			return v, true, err
+		}
+		return v, false, first.wrap(err)
+	})
+}

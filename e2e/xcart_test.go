@@ -48,16 +48,21 @@ func helperXcart(ctx context.Context, c *coordinator.Coordinator, cfg helperConf
 }
 
 // A process placing orders of two lines over two clusters (each reserved
-// in its cluster, then confirmed) is SIGKILLed mid-sale, with a 2 s
-// reservation TTL. Invariants:
+// in its cluster, then committed by its decision record in the first
+// cluster, then confirmed) is SIGKILLed mid-sale, with a 2 s reservation
+// TTL. Invariants:
 //   - once each cluster's rebalancer has swept, nothing is held as a
-//     reservation: whatever the dead process had reserved and not
-//     confirmed expired;
+//     reservation: what the dead process had reserved and not committed
+//     expired, what it had committed and not confirmed everywhere was
+//     confirmed by the sweeps;
 //   - every acknowledged order has both lines confirmed;
-//   - an order the kill cut in the confirms may be partial (logged); a
-//     retry of every order sent, by another process, leaves each whole
-//     (both lines held) or absent (neither);
-//   - the books balance, and the feed's table equals the audits.
+//   - no order is partial, before any retry: every order sent has both
+//     lines held or neither (an order the kill cut in the confirms was
+//     committed, so its other line was confirmed by its sweep);
+//   - a retry of every order sent, by another process, leaves each whole
+//     or absent;
+//   - the books balance, and the feed's table equals the audits; Prune
+//     then leaves no decision record.
 func TestKilledMidOrderOverTwoClusters(t *testing.T) {
 	first := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	second := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
@@ -126,17 +131,23 @@ func TestKilledMidOrderOverTwoClusters(t *testing.T) {
 		}
 		return n
 	}
-	partial := 0
+	whole, partial := 0, []string{}
 	active := held()
 	for order := range sent {
 		switch n := active[order]; {
 		case acked[order] && n != 2:
 			t.Fatalf("acknowledged order %s has %d of 2 lines held", order, n)
 		case n == 1:
-			partial++
+			partial = append(partial, order)
+		case n == 2 && !acked[order]:
+			whole++
 		}
 	}
-	t.Logf("%d orders sent, %d acknowledged, %d partial (cut in the confirms) before the retries", len(sent), len(acked), partial)
+	t.Logf("%d orders sent, %d acknowledged, %d not acknowledged but whole (committed, then confirmed by the sweeps or the dead process), "+
+		"%d partial before the retries", len(sent), len(acked), whole, len(partial))
+	if len(partial) > 0 {
+		t.Fatalf("partial orders after the sweeps, before any retry: %v", partial)
+	}
 	for order, n := range sent {
 		_, err := c.AllocateOrder(ctx, order, xcartLines(skus, n))
 		if err != nil && !errors.Is(err, coordinator.ErrExpired) {
@@ -160,6 +171,21 @@ func TestKilledMidOrderOverTwoClusters(t *testing.T) {
 		if err != nil || !r.OK || r.Reserved != 0 || r.Allocated != table[sku] {
 			t.Fatalf("%s: audit %+v (%v), the feed's table holds %d", sku, r, err, table[sku])
 		}
+	}
+	// The decisions (in the first cluster: every order's first SKU, xa, is
+	// there) go with the orders: the retries deleted the committed ones
+	// they completed; Prune archives the rest with xa's records.
+	for _, sku := range skus {
+		if _, err := c.Prune(ctx, sku, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.Audit(ctx, sku); err != nil || !r.OK {
+			t.Fatalf("%s after the prune: %+v, %v", sku, r, err)
+		}
+	}
+	resp, err := clients[0].Get(ctx, coordinator.DefaultPrefix+"decisions/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 0 {
+		t.Fatalf("decision records after the prune: %v, %v", resp, err)
 	}
 }
 

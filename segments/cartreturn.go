@@ -166,6 +166,21 @@ func (e *Engine) returnLines(ctx context.Context, o Order, kind returnKind, now 
 			return rs, false, err
 		}
 	}
+	if kind == retExpire && len(o.Across) > 0 {
+		// An order over several clusters follows its commit decision
+		// (across.go): committed, its lines are confirmed, not expired.
+		committed, err := e.abortAcross(ctx, o)
+		if err != nil {
+			return nil, false, fmt.Errorf("%w: order %q: %w", errUndecided, o.ID, err)
+		}
+		if committed {
+			_, retry, err := e.confirmLines(ctx, o, true)
+			if err != nil || retry {
+				return nil, retry, err
+			}
+			return nil, false, errConfirmedInstead
+		}
+	}
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
 	for i, lo := range os {
@@ -262,7 +277,7 @@ func (e *Engine) ConfirmOrder(ctx context.Context, sku, order string) (*OrderCon
 				cs = []*Confirmed{c}
 			}
 		} else {
-			cs, retry, err = e.confirmLines(ctx, o)
+			cs, retry, err = e.confirmLines(ctx, o, false)
 		}
 		if err != nil {
 			return fail(err)
@@ -281,8 +296,10 @@ func (e *Engine) ConfirmOrder(ctx context.Context, sku, order string) (*OrderCon
 // confirmLines confirms every line of the order o is a line of, in one
 // transaction comparing every record as read and deleting every index
 // key; an order past its deadline by this clock is expired instead (all
-// lines), as confirmOnce does for one. retry: read again.
-func (e *Engine) confirmLines(ctx context.Context, o Order) ([]*Confirmed, bool, error) {
+// lines), as confirmOnce does for one, unless decided (the commit decision
+// of an order over several clusters: confirmed whatever the deadline).
+// retry: read again.
+func (e *Engine) confirmLines(ctx context.Context, o Order, decided bool) ([]*Confirmed, bool, error) {
 	os, kvs, err := e.readLineRecords(ctx, o.ID, o.Lines)
 	if err != nil {
 		return nil, false, err
@@ -308,10 +325,10 @@ func (e *Engine) confirmLines(ctx context.Context, o Order) ([]*Confirmed, bool,
 			cs[i].Replayed = true
 			continue
 		}
-		if now := time.Now(); !now.Before(lo.Deadline) {
+		if now := time.Now(); !decided && !now.Before(lo.Deadline) {
 			x, retry, err := e.returnLines(ctx, o, retExpire, now, nil)
 			switch {
-			case errors.Is(err, errNotDue) || retry:
+			case errors.Is(err, errNotDue) || errors.Is(err, errConfirmedInstead) || retry:
 				return nil, true, nil
 			case err != nil:
 				return nil, false, err

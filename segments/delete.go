@@ -82,6 +82,7 @@ func (e *Engine) DeleteSKU(ctx context.Context, sku string) (*Deleted, error) {
 		clientv3.OpDelete(e.keys.Archive(sku)),
 		clientv3.OpDelete(e.keys.Pull(sku)),
 		clientv3.OpDelete(e.keys.Deliveries(sku), clientv3.WithPrefix()),
+		clientv3.OpDelete(e.keys.Decisions(sku), clientv3.WithPrefix()),
 	}
 	now := min(len(claims), max(0, e.cfg.MaxTxnOps-len(ops)))
 	ops, claims = append(ops, claims[:now]...), claims[now:]

@@ -103,6 +103,7 @@ type Engine struct {
 	confirms       batch.Batcher[*confirmReq]
 	looks          batch.Batcher[*lookReq]
 	carts          batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
+	decider        atomic.Pointer[Decider] // orders over several clusters (across.go)
 }
 
 // NewEngine returns an engine making its calls through kv (the client's KV

@@ -109,8 +109,11 @@ const prunePage = 1000
 // and replaces each record by a small claim of its order ID, kept for a
 // retention (KeepPrunedIDs, 24 h by default), in transactions that each
 // keep the books balanced. Live reservations are never pruned (they still
-// wait for a Confirm or their expiry). Claims whose retention ended are
-// deleted on the way.
+// wait for a Confirm or their expiry), nor, over several clusters, the
+// record that carries a committed order's decision while a line of the
+// order in another cluster still waits for it (across.go); the decision
+// goes with that record. Claims whose retention ended are deleted on the
+// way.
 //
 // What it costs the orders pruned: they can no longer be released,
 // cancelled or confirmed, and a retry of one is refused (both
@@ -183,7 +186,10 @@ func (e *Engine) prune(ctx context.Context, sku string, before time.Time, keepID
 				if keepIDs == 0 || o.PrunedAt.Before(forgetAt) {
 					batch, orders = append(batch, kv), append(orders, o)
 				}
-			case !o.Reserved() && o.Created.Before(before) && kv.CreateRevision <= keepAfter:
+			case !o.Reserved() && o.Created.Before(before) && kv.CreateRevision <= keepAfter && e.prunableAcross(ctx, o):
+				// (An order over several clusters keeps, at its first SKU,
+				// its commit decision until no line elsewhere waits for
+				// it: across.go.)
 				batch, orders = append(batch, kv), append(orders, o)
 			}
 			last := i == len(resp.Kvs)-1
@@ -229,8 +235,9 @@ func (e *Engine) prune(ctx context.Context, sku string, before time.Time, keepID
 
 // pruneBatchSize is how many orders one prune transaction archives: two
 // writes each (the record's claim or delete, the legacy claim's delete),
-// and at worst a buyer's counter each, within --max-txn-ops.
-func (e *Engine) pruneBatchSize() int { return max(1, (e.cfg.MaxTxnOps-1)/3) }
+// at worst a buyer's counter each, and the commit decision of an order
+// over several clusters, within --max-txn-ops.
+func (e *Engine) pruneBatchSize() int { return max(1, (e.cfg.MaxTxnOps-1)/4) }
 
 // pruneTxn archives one batch in one transaction that compares every
 // record's revision, the archive's and the buyers' counters'. Each order's
@@ -297,6 +304,9 @@ func (e *Engine) pruneTxn(ctx context.Context, sku string, kvs []*mvccpb.KeyValu
 			ops = append(ops, clientv3.OpDelete(key))
 		}
 		ops = append(ops, clientv3.OpDelete(e.keys.OrderID(o.ID)))
+		if decidesHere(o) {
+			ops = append(ops, clientv3.OpDelete(e.keys.Decision(sku, o.ID)))
+		}
 		add.Orders++
 		switch {
 		case o.State == StateExpired:

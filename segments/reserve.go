@@ -91,7 +91,7 @@ func (e *Engine) confirmOnce(ctx context.Context, info *skuInfo, order string) (
 	if o.Lines != nil {
 		// A line of an order of several: the whole order is confirmed
 		// (cartreturn.go).
-		cs, retry, err := e.confirmLines(ctx, o)
+		cs, retry, err := e.confirmLines(ctx, o, false)
 		if cs == nil {
 			return nil, retry, err
 		}
@@ -288,6 +288,13 @@ func (e *Engine) expireOne(ctx context.Context, info *skuInfo, indexKey, order s
 			return nil, e.dropStrayIndex(ctx, info, indexKey, order, fence)
 		case errors.Is(err, ErrOrderNotFound):
 			return nil, e.dropStrayIndex(ctx, info, indexKey, order, fence)
+		case errors.Is(err, errConfirmedInstead):
+			return nil, nil // its order over several clusters was committed
+		case errors.Is(err, errUndecided):
+			// The cluster of its order's decision is unreachable: the
+			// lines stay held until it answers; the others go on.
+			e.log.Warn("reservation of an order over several clusters not expired", "sku", info.name, "order", order, "err", err)
+			return nil, nil
 		case err != nil:
 			return nil, err
 		case retry:

@@ -10,6 +10,9 @@ package keys
 //	P pin/<sku>              in the SKU's cluster: the pin that fences the
 //	                         SKU's creation there (the claim's generation, and
 //	                         whether it is live or forgotten)
+//	P decisions/<sku>/<id>   in the cluster of <sku>, the first SKU by name of
+//	                         order <id> over several clusters: its commit
+//	                         decision, "committed" or "aborted"
 
 // Fleet is the fleet record of a cluster.
 func (s Space) Fleet() string { return s.prefix + "fleet" }
@@ -19,3 +22,12 @@ func (s Space) Placement(sku string) string { return s.prefix + "placement/" + s
 
 // Pin is sku's creation pin (in the cluster the SKU is placed in).
 func (s Space) Pin(sku string) string { return s.prefix + "pin/" + sku }
+
+// Decisions is the prefix of the commit decisions of the orders over
+// several clusters whose first SKU (by name) is sku.
+func (s Space) Decisions(sku string) string { return s.prefix + "decisions/" + sku + "/" }
+
+// Decision is the commit decision of order id over several clusters,
+// "committed" or "aborted", kept in the cluster of the order's first SKU by
+// name, sku, beside that SKU's record of the order.
+func (s Space) Decision(sku, id string) string { return s.Decisions(sku) + id }
