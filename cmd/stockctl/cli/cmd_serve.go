@@ -86,10 +86,13 @@ func serveAction(c *ucli.Context) error {
 		return usageError("serve takes no arguments, got %q", c.Args().Slice())
 	}
 	listen := c.String("listen")
-	if len(g.endpoints) > 0 {
+	// With --endpoints or --cluster serve uses those clusters and starts no
+	// etcd of its own.
+	external := len(g.endpoints) > 0 || len(g.clusters) > 0
+	if external {
 		for _, f := range []string{"listen", "auto-compaction-retention", "quota-backend-bytes"} {
 			if c.IsSet(f) {
-				return usageError("--%s is the embedded etcd's: with --endpoints serve uses that etcd and starts none", f)
+				return usageError("--%s is the embedded etcd's: with --endpoints serve uses that etcd and starts none (and with --cluster those clusters)", f)
 			}
 		}
 	} else {
@@ -130,7 +133,7 @@ func serveAction(c *ucli.Context) error {
 	}
 	view := serveView{Prefix: g.prefix}
 	var cn *conn
-	if len(g.endpoints) > 0 {
+	if external {
 		view.Endpoints = g.endpoints
 		if cn, err = connect(sctx, c, g, opts...); err != nil {
 			return err
