@@ -3,7 +3,11 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -110,21 +114,35 @@ func feedError(err error) error {
 	var (
 		compacted *feed.CompactedError
 		ahead     *feed.AheadError
+		ofCluster *feed.ClusterError
 	)
+	// A merged feed's cursor error is one cluster's: the metadata names it
+	// (cluster), and the field is merged_since.
+	field, meta := "since", func(m map[string]string) map[string]string { return m }
+	if errors.As(err, &ofCluster) {
+		field = "merged_since"
+		meta = func(m map[string]string) map[string]string {
+			if m == nil {
+				m = map[string]string{}
+			}
+			m["cluster"] = ofCluster.Cluster
+			return m
+		}
+	}
 	switch {
 	case errors.As(err, &compacted):
 		return newError(connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_CURSOR_COMPACTED, err,
-			map[string]string{"cursor": itoa(compacted.Cursor), "compact_revision": itoa(compacted.CompactRevision)},
+			meta(map[string]string{"cursor": itoa(compacted.Cursor), "compact_revision": itoa(compacted.CompactRevision)}),
 			&stockctlv1.CursorCompacted{Cursor: compacted.Cursor, CompactRevision: compacted.CompactRevision})
 	case errors.Is(err, feed.ErrCompacted):
 		// A snapshot's revision compacted while it was sent.
-		return newError(connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_CURSOR_COMPACTED, err, nil,
+		return newError(connect.CodeFailedPrecondition, stockctlv1.ErrorReason_ERROR_REASON_CURSOR_COMPACTED, err, meta(nil),
 			&stockctlv1.CursorCompacted{})
 	case errors.As(err, &ahead):
 		return newError(connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_CURSOR_AHEAD, err,
-			map[string]string{"field": "since", "cursor": itoa(ahead.Cursor), "revision": itoa(ahead.Current)},
+			meta(map[string]string{"field": field, "cursor": itoa(ahead.Cursor), "revision": itoa(ahead.Current)}),
 			&stockctlv1.CursorAhead{Cursor: ahead.Cursor, Revision: ahead.Current},
-			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "since", Description: err.Error()}}})
+			&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: err.Error()}}})
 	}
 	return err
 }
@@ -234,6 +252,19 @@ func (s *Server) watchMerged(ctx, fctx context.Context, method string, m *stockc
 	var clusters []coordinator.Cluster
 	for _, name := range s.c.Clusters() {
 		clusters = append(clusters, coordinator.Cluster{Name: name, Client: s.c.Cluster(name).Client()})
+	}
+	// A cursor naming a cluster this server does not have (one removed
+	// from its --cluster list, or a cursor of another fleet): the metadata
+	// names the cluster, so that a client can tell it from a malformed one.
+	for _, name := range slices.Sorted(maps.Keys(since)) {
+		if !slices.Contains(s.c.Clusters(), name) {
+			err := fmt.Errorf("invalid merged_since: the cursor names cluster %q, which is not one of this server's (%s): "+
+				"its events cannot be resumed here; start again from an empty cursor, or from one without it",
+				name, strings.Join(s.c.Clusters(), ", "))
+			return s.fail(ctx, opRead, method, newError(connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, err,
+				map[string]string{"field": "merged_since", "cluster": name},
+				&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "merged_since", Description: err.Error()}}}))
+		}
 	}
 	f, err := feed.OpenMerged(clusters, feed.Config{Prefix: s.c.Prefix()}, since)
 	if err != nil {
