@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // token is the bearer token every serve of these tests accepts.
@@ -166,7 +167,7 @@ func startServe(t *testing.T, global ...string) *serve {
 
 func hasEndpoints(args []string) bool {
 	for _, a := range args {
-		if a == "--endpoints" || strings.HasPrefix(a, "--endpoints=") {
+		if a == "--endpoints" || strings.HasPrefix(a, "--endpoints=") || a == "--cluster" || strings.HasPrefix(a, "--cluster=") {
 			return true
 		}
 	}
@@ -180,6 +181,65 @@ type fleet struct {
 	a, b      *serve
 	compacted int64
 	pruned    string // a SKU whose order "gone" was pruned
+	clusters  *clusterFleet
+}
+
+// clusterFleet is what a client's suite runs its feed consumers over
+// several clusters against: two embedded etcd clusters, "a" and "b", and
+// two serves over both (m1, and m2, which the suite kills), with a SKU
+// created in each cluster, and cluster a's history compacted up to
+// compacted (a cursor of a before it is refused).
+type clusterFleet struct {
+	m1, m2       *serve
+	skuA, skuB   string
+	compactedA   int64
+	etcdA, etcdB *etcdtest.Single
+}
+
+// newClusterFleet starts a clusterFleet.
+func newClusterFleet(t *testing.T) *clusterFleet {
+	t.Helper()
+	a, b := etcdtest.NewSingle(t, etcdtest.WithNoFsync()), etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	ctx, cancel := context.WithTimeout(context.Background(), procBound)
+	defer cancel()
+	ca, cb := a.Client(t), b.Client(t)
+	c, err := coordinator.NewClusters(ctx, []coordinator.Cluster{{Name: "a", Client: ca}, {Name: "b", Client: cb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &clusterFleet{skuA: "merged-in-a", skuB: "merged-in-b", etcdA: a, etcdB: b}
+	for _, p := range []struct{ cluster, sku string }{{"a", f.skuA}, {"b", f.skuB}} {
+		if _, err := c.CreateSKUIn(ctx, p.cluster, p.sku, coordinator.SKUConfig{Total: 1000, Segments: 2, InitialFill: 1000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Close()
+	var rev int64
+	for i := range 3 {
+		resp, err := ca.Put(ctx, "/clients-test/compacted", strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	if _, err := ca.Compact(ctx, rev); err != nil {
+		t.Fatal(err)
+	}
+	f.compactedA = rev
+	args := []string{"--cluster", "a=" + a.Endpoints()[0], "--cluster", "b=" + b.Endpoints()[0]}
+	f.m1, f.m2 = startServe(t, args...), startServe(t, args...)
+	return f
+}
+
+func (c *clusterFleet) env() []string {
+	return []string{
+		"STOCKCTL_MERGED_TARGET=" + c.m1.API,
+		"STOCKCTL_MERGED_SPARE_TARGET=" + c.m2.API,
+		"STOCKCTL_MERGED_SPARE_PID=" + strconv.Itoa(c.m2.cmd.Process.Pid),
+		"STOCKCTL_MERGED_SKU_A=" + c.skuA,
+		"STOCKCTL_MERGED_SKU_B=" + c.skuB,
+		"STOCKCTL_MERGED_COMPACTED_A=" + strconv.FormatInt(c.compactedA, 10),
+	}
 }
 
 func newFleet(t *testing.T) *fleet {
@@ -204,7 +264,7 @@ func newFleet(t *testing.T) *fleet {
 	if _, err := cli.Compact(ctx, rev); err != nil {
 		t.Fatal(err)
 	}
-	return &fleet{a: a, b: b, compacted: rev, pruned: prunedOrder(ctx, t, cli)}
+	return &fleet{a: a, b: b, compacted: rev, pruned: prunedOrder(ctx, t, cli), clusters: newClusterFleet(t)}
 }
 
 // prunedOrder creates a SKU with one order, "gone", which it prunes (the
@@ -231,7 +291,8 @@ func prunedOrder(ctx context.Context, t *testing.T, cli *clientv3.Client) string
 }
 
 func (f *fleet) env() []string {
-	return append(os.Environ(),
+	env := append(os.Environ(), f.clusters.env()...)
+	return append(env,
 		"STOCKCTL_TARGET="+f.a.API,
 		"STOCKCTL_SPARE_TARGET="+f.b.API,
 		"STOCKCTL_SPARE_PID="+strconv.Itoa(f.b.cmd.Process.Pid),

@@ -15,7 +15,7 @@ The generated stubs are the package ``stockctl.v1`` (``stock_service_pb2``,
 from .client import Client, duration, retryable  # noqa: F401
 from .errors import *  # noqa: F401,F403
 from .errors import BY_CODE, BY_REASON, StockctlError, from_rpc_error, from_status  # noqa: F401
-from .feed import OrderFeedConsumer, kind  # noqa: F401
+from .feed import OrderFeedConsumer, kind, parse_merged_cursor  # noqa: F401
 from .lock import Lock  # noqa: F401
 from .orderstream import OrderStream, from_order_error  # noqa: F401
 from .aio import AsyncClient  # noqa: F401

@@ -72,8 +72,9 @@ class AsyncClient(Client):
             call.cancel()
 
     def watch_orders(self, sku: str = "", since: int = 0, snapshot: bool = False,  # type: ignore[override]
-                     timeout: Optional[float] = None) -> AsyncIterator[st.WatchOrdersResponse]:
-        return self._astream("WatchOrders", st.WatchOrdersRequest(sku=sku, since=since, snapshot=snapshot), timeout)
+                     timeout: Optional[float] = None, merged_since: str = "") -> AsyncIterator[st.WatchOrdersResponse]:
+        return self._astream("WatchOrders", st.WatchOrdersRequest(sku=sku, since=since, snapshot=snapshot,
+                                                                  merged_since=merged_since), timeout)
 
     async def watch_status(self, sku: str, min_interval: Optional[Seconds] = None,  # type: ignore[override]
                            timeout: Optional[float] = None) -> AsyncIterator[st.StockStatus]:

@@ -208,15 +208,23 @@ class Client:
             yield resp.status
 
     def watch_orders(self, sku: str = "", since: int = 0, snapshot: bool = False,
-                     timeout: Optional[float] = None) -> "_MappedStream":
+                     timeout: Optional[float] = None, merged_since: str = "") -> "_MappedStream":
         """The order feed's batches (WatchOrdersResponse: events, cursor, snapshot) after the cursor since.
 
         It ends at timeout (seconds; the stream simply stops) or raises the stream's error mapped
         (CursorCompacted, CursorAhead, Unavailable...). cancel() ends it. For
         a consumer that stores its cursor with what it applies, and resumes,
         use stockctl_client.OrderFeedConsumer.
+
+        On a server over several etcd clusters, every SKU's feed (no sku) is
+        the clusters' feeds merged: each batch is one cluster's, its
+        ``merged_cursor`` the position to store (``cursor`` is 0), and
+        ``merged_since`` resumes from it (not with since or snapshot). A
+        cursor naming a cluster the server does not have raises
+        CursorUnknownCluster; one compacted, CursorCompacted with ``cluster``.
         """
-        return self._stream("WatchOrders", st.WatchOrdersRequest(sku=sku, since=since, snapshot=snapshot), timeout)
+        return self._stream("WatchOrders", st.WatchOrdersRequest(sku=sku, since=since, snapshot=snapshot,
+                                                                 merged_since=merged_since), timeout)
 
     def list_skus(self, page_size: int = 0) -> Iterator[str]:
         """Every SKU whose creation has completed, in name order (read a page at a time)."""

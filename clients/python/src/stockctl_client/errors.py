@@ -74,7 +74,10 @@ def _reason(name: str, base: Type[StockctlError], code: grpc.StatusCode, doc: st
     def parse(self: StockctlError) -> None:
         d = self.detail(detail) if detail is not None else None
         for f in fields:
-            if f != "reason":
+            if f == "cluster":
+                # Of a feed over several clusters: the cluster the cursor's error is of (None: not such a feed).
+                self.cluster = self.metadata.get("cluster") or None
+            elif f != "reason":
                 setattr(self, f, getattr(d, f) if d is not None else None)
         if d is not None and "deadline" in fields:
             self.deadline = d.deadline.ToDatetime() if d.HasField("deadline") else None
@@ -169,8 +172,25 @@ class Unknown(StockctlError):
 E = errors_pb2
 TokenInURL = _reason("TOKEN_IN_URL", InvalidArgument, C.INVALID_ARGUMENT, "A credential in the URL's query.")
 CursorAhead = _reason("CURSOR_AHEAD", InvalidArgument, C.INVALID_ARGUMENT,
-                      "WatchOrders' since is ahead of etcd's revision (another etcd): start again with a snapshot.",
-                      E.CursorAhead, ("cursor", "revision"))
+                      "WatchOrders' since is ahead of etcd's revision (another etcd): start again with a snapshot. "
+                      "On a merged feed (several clusters) ``cluster`` names the cluster, and ``cursor`` is its revision.",
+                      E.CursorAhead, ("cursor", "revision", "cluster"))
+
+
+class CursorUnknownCluster(InvalidArgument):
+    """A merged feed's cursor (``merged_since``) names a cluster the server does not have: one removed
+    from its cluster list, or a cursor of another fleet. ``cluster`` names it. Nothing after that
+    cluster's position can be resumed here; start again from an empty cursor (or drop the cluster from
+    the cursor, accepting that its events after it are lost to this consumer).
+
+    The server says INVALID_ARGUMENT on field ``merged_since`` with the ErrorInfo metadata ``cluster``;
+    :func:`from_status` gives that this class (``reason`` stays ``"INVALID_ARGUMENT"``)."""
+
+    def _parse(self) -> None:
+        InvalidArgument._parse(self)
+        self.cluster = self.metadata.get("cluster") or None
+
+
 SKUNotFound = _reason("SKU_NOT_FOUND", NotFound, C.NOT_FOUND, "No such SKU (or its creation has not completed).")
 OrderNotFound = _reason("ORDER_NOT_FOUND", NotFound, C.NOT_FOUND, "No such order of this SKU.")
 HoldNotFound = _reason("HOLD_NOT_FOUND", NotFound, C.NOT_FOUND, "No live hold with this ID on this server.")
@@ -200,8 +220,10 @@ LockLost = _reason("LOCK_LOST", FailedPrecondition, C.FAILED_PRECONDITION,
                    "STREAM_BROKEN when the client saw its stream break); someone else may hold the lock now.",
                    E.LockLost, ("name", "token", "reason"))
 CursorCompacted = _reason("CURSOR_COMPACTED", FailedPrecondition, C.FAILED_PRECONDITION,
-                          "WatchOrders' since is older than etcd's compacted history: start again with a snapshot.",
-                          E.CursorCompacted, ("cursor", "compact_revision"))
+                          "WatchOrders' since is older than etcd's compacted history: start again with a snapshot. "
+                          "On a merged feed (several clusters) ``cluster`` names the compacted cluster, and "
+                          "``cursor`` is its revision.",
+                          E.CursorCompacted, ("cursor", "compact_revision", "cluster"))
 LimitMismatch = _reason("LIMIT_MISMATCH", FailedPrecondition, C.FAILED_PRECONDITION,
                         "A semaphore permit asked with another limit than its holders'.",
                         E.LimitMismatch, ("name", "limit", "held_limit"))
@@ -272,6 +294,8 @@ def from_status(code: grpc.StatusCode, message: str, status_bytes: Optional[byte
         br = rpc_pb2.BadRequest.FromString(details["google.rpc.BadRequest"])
         violations = [(v.field, v.description) for v in br.field_violations]
     cls = BY_REASON.get(reason) or BY_CODE.get(code, StockctlError)
+    if cls is InvalidArgument and metadata.get("field") == "merged_since" and metadata.get("cluster"):
+        cls = CursorUnknownCluster
     return cls(message, code=code, reason=reason, metadata=metadata, details=details, retry_delay=retry_delay,
                field_violations=violations)
 
