@@ -168,6 +168,10 @@ public class StockctlException extends RuntimeException {
     if (make == null) {
       make = BY_CODE.getOrDefault(code, StockctlException::new);
     }
+    if (code == Status.Code.INVALID_ARGUMENT && (reason.isEmpty() || reason.equals("INVALID_ARGUMENT"))
+        && "merged_since".equals(metadata.get("field")) && metadata.containsKey("cluster")) {
+      make = CursorUnknownCluster::new;
+    }
     return make.apply(i);
   }
 
@@ -301,17 +305,41 @@ public class StockctlException extends RuntimeException {
     }
   }
 
-  /** CURSOR_AHEAD: WatchOrders' since is ahead of etcd's revision: start again with a snapshot. */
+  /**
+   * CURSOR_AHEAD: WatchOrders' since is ahead of etcd's revision: start again with a snapshot. On a
+   * merged feed (a serve over several clusters) {@code cluster} names the cluster and {@code cursor}
+   * is its revision; null otherwise.
+   */
   public static class CursorAhead extends InvalidArgument {
     private static final long serialVersionUID = 1L;
     public final long cursor;
     public final long revision;
+    public final String cluster;
 
     protected CursorAhead(Info i) {
       super(i);
       com.github.stockctl.v1.CursorAhead d = i.detail(com.github.stockctl.v1.CursorAhead.parser(), "stockctl.v1.CursorAhead");
       this.cursor = d == null ? 0 : d.getCursor();
       this.revision = d == null ? 0 : d.getRevision();
+      this.cluster = i.metadata.get("cluster");
+    }
+  }
+
+  /**
+   * A merged feed's cursor ({@code merged_since}) names a cluster the server does not have: one
+   * removed from its cluster list, or a cursor of another fleet; {@code cluster} names it. Its
+   * events after that position cannot be resumed here: start again from an empty cursor (or drop the
+   * cluster from the cursor, accepting that its events after it are lost to this consumer). The server
+   * says INVALID_ARGUMENT on field merged_since with the ErrorInfo metadata {@code cluster}; {@link
+   * #from} makes that this class ({@code reason} stays "INVALID_ARGUMENT").
+   */
+  public static class CursorUnknownCluster extends InvalidArgument {
+    private static final long serialVersionUID = 1L;
+    public final String cluster;
+
+    protected CursorUnknownCluster(Info i) {
+      super(i);
+      this.cluster = i.metadata.get("cluster");
     }
   }
 
@@ -479,17 +507,23 @@ public class StockctlException extends RuntimeException {
     }
   }
 
-  /** CURSOR_COMPACTED: WatchOrders' since is older than etcd's compacted history: start again with a snapshot. */
+  /**
+   * CURSOR_COMPACTED: WatchOrders' since is older than etcd's compacted history: start again with a
+   * snapshot. On a merged feed (a serve over several clusters) {@code cluster} names the compacted
+   * cluster and {@code cursor} is its revision; null otherwise.
+   */
   public static class CursorCompacted extends FailedPrecondition {
     private static final long serialVersionUID = 1L;
     public final long cursor;
     public final long compactRevision;
+    public final String cluster;
 
     protected CursorCompacted(Info i) {
       super(i);
       com.github.stockctl.v1.CursorCompacted d = i.detail(com.github.stockctl.v1.CursorCompacted.parser(), "stockctl.v1.CursorCompacted");
       this.cursor = d == null ? 0 : d.getCursor();
       this.compactRevision = d == null ? 0 : d.getCompactRevision();
+      this.cluster = i.metadata.get("cluster");
     }
   }
 
