@@ -2,6 +2,8 @@ package com.github.stockctl.client;
 
 import com.github.stockctl.v1.AcquireRequest;
 import com.github.stockctl.v1.AcquireResponse;
+import com.github.stockctl.v1.AllocateOrderRequest;
+import com.github.stockctl.v1.AllocateOrderResponse;
 import com.github.stockctl.v1.AllocateRequest;
 import com.github.stockctl.v1.AllocateResponse;
 import com.github.stockctl.v1.AuditRequest;
@@ -21,8 +23,11 @@ import com.github.stockctl.v1.LockKind;
 import com.github.stockctl.v1.LockServiceGrpc;
 import com.github.stockctl.v1.LockServiceReleaseRequest;
 import com.github.stockctl.v1.LockServiceReleaseResponse;
+import com.github.stockctl.v1.OrderLine;
 import com.github.stockctl.v1.ReleaseRequest;
 import com.github.stockctl.v1.ReleaseResponse;
+import com.github.stockctl.v1.ReserveOrderRequest;
+import com.github.stockctl.v1.ReserveOrderResponse;
 import com.github.stockctl.v1.ReserveRequest;
 import com.github.stockctl.v1.ReserveResponse;
 import com.github.stockctl.v1.RestockRequest;
@@ -260,6 +265,51 @@ public final class StockctlClient implements AutoCloseable {
 
   public ReserveResponse reserve(String sku, String order, long qty, Duration ttl) {
     return reserve(ReserveRequest.newBuilder().setSku(sku).setOrder(order).setQty(qty).setTtl(duration(ttl)).build());
+  }
+
+  /** A line of an order of several SKUs: qty units of sku. */
+  public static OrderLine line(String sku, long qty) {
+    return OrderLine.newBuilder().setSku(sku).setQty(qty).build();
+  }
+
+  /**
+   * Takes every line of an order of several SKUs (each SKU once), or none, in one transaction,
+   * under one order ID. A refusal is SoldOut (or PerUserLimitExceeded) naming the line that could
+   * not be served: {@link StockctlException#refusedLine()} ({@code index} in the request's lines,
+   * {@code sku}, {@code qty}); nothing was taken. Retried like allocate: a retry with the same lines
+   * replays the whole first outcome; other lines are OrderConflict. confirm, cancel and release with
+   * any line's SKU act on the whole order.
+   */
+  public AllocateOrderResponse allocateOrder(AllocateOrderRequest request) {
+    return unary(StockServiceGrpc.getAllocateOrderMethod(), request, true, null);
+  }
+
+  /** allocateOrder of these lines: {@code client.allocateOrder("cart-1", line("iphone", 1), line("case", 1))}. */
+  public AllocateOrderResponse allocateOrder(String order, OrderLine... lines) {
+    return allocateOrder(AllocateOrderRequest.newBuilder().setOrder(order).addAllLines(List.of(lines)).build());
+  }
+
+  /** allocateOrder of these lines for a buyer (required on SKUs with a per-user limit). */
+  public AllocateOrderResponse allocateOrder(String order, String buyer, List<OrderLine> lines) {
+    return allocateOrder(AllocateOrderRequest.newBuilder().setOrder(order).setBuyer(buyer).addAllLines(lines).build());
+  }
+
+  /**
+   * allocateOrder as a reservation of every line, with one deadline: until confirm of any line's
+   * SKU, for at most the request's ttl; unconfirmed, every line expires together. The same refusals.
+   */
+  public ReserveOrderResponse reserveOrder(ReserveOrderRequest request) {
+    return unary(StockServiceGrpc.getReserveOrderMethod(), request, true, null);
+  }
+
+  /** reserveOrder of these lines for ttl. */
+  public ReserveOrderResponse reserveOrder(String order, Duration ttl, OrderLine... lines) {
+    return reserveOrder(ReserveOrderRequest.newBuilder().setOrder(order).setTtl(duration(ttl)).addAllLines(List.of(lines)).build());
+  }
+
+  /** reserveOrder of these lines for ttl, for a buyer. */
+  public ReserveOrderResponse reserveOrder(String order, String buyer, Duration ttl, List<OrderLine> lines) {
+    return reserveOrder(ReserveOrderRequest.newBuilder().setOrder(order).setBuyer(buyer).setTtl(duration(ttl)).addAllLines(lines).build());
   }
 
   /** Makes a reservation final. Throws ReservationExpired, OrderStateConflict. */

@@ -102,6 +102,23 @@ public class StockctlException extends RuntimeException {
     this.field = i.field;
   }
 
+  /**
+   * The line of an order of several SKUs (allocateOrder, reserveOrder) that was refused: its {@code
+   * index} in the request's lines (from 0), {@code sku} and {@code qty}; null for any other error. It
+   * comes with SoldOut and PerUserLimitExceeded, whose fields are that line's SKU's.
+   */
+  public com.github.stockctl.v1.RefusedLine refusedLine() {
+    ByteString raw = details.get("stockctl.v1.RefusedLine");
+    if (raw == null) {
+      return null;
+    }
+    try {
+      return com.github.stockctl.v1.RefusedLine.parseFrom(raw);
+    } catch (InvalidProtocolBufferException e) {
+      return null;
+    }
+  }
+
   /** Whether the client retries this error with the same request. */
   public boolean retryable() {
     return code == Status.Code.UNAVAILABLE
