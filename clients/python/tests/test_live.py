@@ -94,6 +94,7 @@ class OrdersOfSeveralSKUs(unittest.TestCase):
                 c.allocate_order(o("c-2"), [(a, 1), (b, 1)])
             line = errors_pb2.RefusedLine.FromString(cm.exception.details["stockctl.v1.RefusedLine"])
             self.assertEqual((line.index, line.sku, line.qty), (1, b, 1))
+            self.assertEqual(cm.exception.refused_line(), line)
             self.assertEqual(c.status(a).allocated, 2)  # nothing of c-2 was taken
             r = c.reserve_order(o("r-1"), [(a, 1)], ttl=600)
             self.assertEqual(r.state, st.ORDER_STATE_RESERVED)

@@ -62,6 +62,12 @@ class StockctlError(Exception):
         raw = self.details.get(cls.DESCRIPTOR.full_name)
         return None if raw is None else cls.FromString(raw)
 
+    def refused_line(self) -> Optional[Any]:
+        """The line of an order of several SKUs (allocate_order, reserve_order) that was refused: a
+        stockctl.v1.RefusedLine (``index`` in the request's lines from 0, ``sku``, ``qty``), or None. It
+        comes with SoldOut and PerUserLimitExceeded, whose attributes are that line's SKU's."""
+        return self.detail(errors_pb2.RefusedLine)
+
     def _parse(self) -> None:
         """Sets the subclass's attributes from its typed detail."""
 
