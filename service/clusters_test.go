@@ -2,12 +2,15 @@ package service_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
@@ -199,5 +202,81 @@ func TestServiceOverClusters(t *testing.T) {
 	}
 	if _, err := l.Release(cx, connect.NewRequest(&stockctlv1.LockServiceReleaseRequest{HoldId: resp.Msg.HoldId})); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A merged feed's refused cursor names its cluster: CURSOR_COMPACTED with
+// the metadata cluster for one compacted past the cursor, and
+// INVALID_ARGUMENT with field merged_since and cluster for a cluster the
+// server does not have (a client tells it from a malformed cursor).
+func TestWatchOrdersMergedRefusedCursorsNameTheCluster(t *testing.T) {
+	a, b := etcdtest.NewSingle(t, etcdtest.WithNoFsync()), etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	ca := a.Client(t)
+	coord, err := coordinator.NewClusters(t.Context(), []coordinator.Cluster{{Name: "a", Client: ca}, {Name: "b", Client: b.Client(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = coord.Close() })
+	srv, err := service.New(coord, service.Config{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{coord: coord, srv: srv, url: serve(t, srv, nil)}
+	c := e.grpcStock(t)
+	cx := ctx(t)
+	var rev int64
+	for range 3 {
+		resp, err := ca.Put(cx, "/compact-me", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	if _, err := ca.Compact(cx, rev); err != nil {
+		t.Fatal(err)
+	}
+	watchErr := func(since string) error {
+		st, err := c.WatchOrders(cx, connect.NewRequest(&stockctlv1.WatchOrdersRequest{MergedSince: since}))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for st.Receive() {
+		}
+		return st.Err()
+	}
+	meta := func(err error) map[string]string {
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			for _, d := range ce.Details() {
+				if v, derr := d.Value(); derr == nil {
+					if info, ok := v.(*errdetails.ErrorInfo); ok {
+						return info.Metadata
+					}
+				}
+			}
+		}
+		return nil
+	}
+	err = watchErr("a=1")
+	if code, reason := errorInfo(t, err); code != connect.CodeFailedPrecondition || reason != "CURSOR_COMPACTED" {
+		t.Fatalf("a compacted cursor of a: %v", err)
+	}
+	if m := meta(err); m["cluster"] != "a" || m["cursor"] != "1" || m["compact_revision"] != fmt.Sprint(rev) {
+		t.Fatalf("a compacted cursor of a: metadata %v", m)
+	}
+	if d := detail[*stockctlv1.CursorCompacted](t, err); d.Cursor != 1 || d.CompactRevision != rev {
+		t.Fatalf("CursorCompacted %v", d)
+	}
+	err = watchErr("a=" + fmt.Sprint(rev) + ",gone=7")
+	if code, reason := errorInfo(t, err); code != connect.CodeInvalidArgument || reason != "INVALID_ARGUMENT" {
+		t.Fatalf("a cursor naming cluster gone: %v", err)
+	}
+	if m := meta(err); m["cluster"] != "gone" || m["field"] != "merged_since" || !strings.Contains(err.Error(), `"gone"`) {
+		t.Fatalf("a cursor naming cluster gone: metadata %v, %v", m, err)
+	}
+	err = watchErr("nonsense")
+	if m := meta(err); m["field"] != "merged_since" || m["cluster"] != "" {
+		t.Fatalf("a malformed cursor: metadata %v, %v", m, err)
 	}
 }
