@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -278,5 +279,68 @@ func TestWatchOrdersMergedRefusedCursorsNameTheCluster(t *testing.T) {
 	err = watchErr("nonsense")
 	if m := meta(err); m["field"] != "merged_since" || m["cluster"] != "" {
 		t.Fatalf("a malformed cursor: metadata %v, %v", m, err)
+	}
+}
+
+// ListSKUs over several clusters lists every cluster's SKUs, in name
+// order across the clusters and pages, and says which cluster holds each.
+func TestListSKUsOverClustersNamesTheCluster(t *testing.T) {
+	a, b := etcdtest.NewSingle(t, etcdtest.WithNoFsync()), etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	coord, err := coordinator.NewClusters(t.Context(), []coordinator.Cluster{{Name: "a", Client: a.Client(t)}, {Name: "b", Client: b.Client(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = coord.Close() })
+	srv, err := service.New(coord, service.Config{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{coord: coord, srv: srv, url: serve(t, srv, nil)}
+	c := e.grpcStock(t)
+	cx := ctx(t)
+	want := map[string]string{}
+	for i, cl := range []string{"a", "b", "a", "b", "b"} {
+		sku := fmt.Sprintf("s%d-%s", i, cl)
+		if _, err := coord.CreateSKUIn(cx, cl, sku, coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10}); err != nil {
+			t.Fatal(err)
+		}
+		want[sku] = cl
+	}
+	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "hashed", Total: 10, Segments: 1, InitialFill: 10})
+	where, err := coord.ClusterOf(cx, "hashed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want["hashed"] = where
+	got := map[string]string{}
+	var order []string
+	token := ""
+	for {
+		res, err := c.ListSKUs(cx, connect.NewRequest(&stockctlv1.ListSKUsRequest{PageSize: 2, PageToken: token}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Msg.Clusters) != len(res.Msg.Skus) {
+			t.Fatalf("page %v: clusters %v", res.Msg.Skus, res.Msg.Clusters)
+		}
+		for i, sku := range res.Msg.Skus {
+			got[sku] = res.Msg.Clusters[i]
+			order = append(order, sku)
+		}
+		if token = res.Msg.NextPageToken; token == "" {
+			break
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) || !slices.IsSorted(order) || len(order) != len(want) {
+		t.Fatalf("ListSKUs: %v in order %v, want %v", got, order, want)
+	}
+	// A cluster that cannot be read fails the listing, naming it: a list
+	// without its SKUs would look whole.
+	b.Stop()
+	short, cancel := context.WithTimeout(cx, 3*time.Second)
+	defer cancel()
+	_, err = c.ListSKUs(short, connect.NewRequest(&stockctlv1.ListSKUsRequest{}))
+	if code, reason := errorInfo(t, err); code != connect.CodeUnavailable || reason != "ETCD_UNAVAILABLE" || !strings.Contains(err.Error(), `"b"`) {
+		t.Fatalf("ListSKUs with cluster b stopped: %v", err)
 	}
 }

@@ -2,15 +2,19 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
+	"github.com/stockctl/stockctl/coordinator"
 )
 
 // healthChecker answers grpc.health.v1 for the whole server ("") and for
@@ -70,7 +74,34 @@ func (s *Server) etcdReady(ctx context.Context) error {
 	if s.c.Clusters() != nil {
 		return nil
 	}
-	conn := s.c.Client().ActiveConnection()
+	return s.connReady(ctx, s.c.Client())
+}
+
+// clustersReady is etcdReady for a call that reads every cluster of
+// several (ListSKUs): each cluster's connection is waited for at once, and
+// one that stays down is a *coordinator.ClusterError naming it
+// (ErrClusterUnavailable), where its read would wait for the caller's
+// deadline.
+func (s *Server) clustersReady(ctx context.Context) error {
+	names := s.c.Clusters()
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			if err := s.connReady(ctx, s.c.Cluster(name).Client()); err != nil && ctx.Err() == nil {
+				errs[i] = &coordinator.ClusterError{Cluster: name, Unavailable: true, Err: err}
+			} else if err != nil {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// connReady waits for client's connection to be ready, as etcdReady says.
+func (s *Server) connReady(ctx context.Context, client *clientv3.Client) error {
+	conn := client.ActiveConnection()
 	if conn == nil {
 		return nil
 	}

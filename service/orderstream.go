@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -255,7 +256,7 @@ func (h stockService) ListSKUs(ctx context.Context, req *connect.Request[stockct
 		if err != nil {
 			return nil, err
 		}
-		all, err := h.s.c.SKUs(ctx)
+		all, where, err := h.s.skuClusters(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -267,11 +268,50 @@ func (h stockService) ListSKUs(ctx context.Context, req *connect.Request[stockct
 		}
 		page := all[i:min(len(all), i+size)]
 		res := &stockctlv1.ListSKUsResponse{Skus: append([]string{}, page...)}
+		if where != nil {
+			for _, sku := range page {
+				res.Clusters = append(res.Clusters, where[sku])
+			}
+		}
 		if i+size < len(all) {
 			res.NextPageToken = encodePageToken(page[len(page)-1])
 		}
 		return res, nil
 	})
+}
+
+// skuClusters lists every SKU, sorted, and on a server over several
+// clusters the cluster that holds each (nil on a server of one). A cluster
+// that cannot be read fails the listing, naming it, as Coordinator.SKUs
+// does: a list without its SKUs would look whole.
+func (s *Server) skuClusters(ctx context.Context) ([]string, map[string]string, error) {
+	if s.c.Clusters() == nil {
+		all, err := s.c.SKUs(ctx)
+		return all, nil, err
+	}
+	if err := s.clustersReady(ctx); err != nil {
+		return nil, nil, err
+	}
+	var (
+		all  []string
+		errs []error
+	)
+	where := map[string]string{}
+	for _, l := range s.c.ClusterSKUs(ctx) {
+		if l.Err != nil {
+			errs = append(errs, l.Err)
+			continue
+		}
+		for _, sku := range l.SKUs {
+			all = append(all, sku)
+			where[sku] = l.Cluster
+		}
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+	slices.Sort(all)
+	return all, where, nil
 }
 
 // A page token is "s1." and the last SKU of the page before, base64url.

@@ -188,6 +188,9 @@ func TestListSKUs(t *testing.T) {
 			if size > 0 && len(res.Msg.Skus) > int(size) {
 				t.Fatalf("page of %d for size %d", len(res.Msg.Skus), size)
 			}
+			if len(res.Msg.Clusters) != 0 {
+				t.Fatalf("a server of one cluster names clusters: %v", res.Msg.Clusters)
+			}
 			got = append(got, res.Msg.Skus...)
 			if token = res.Msg.NextPageToken; token == "" {
 				break

@@ -3287,6 +3287,10 @@ type ListSKUsResponse struct {
 	Skus  []string               `protobuf:"bytes,1,rep,name=skus,proto3" json:"skus,omitempty"`
 	// Pass it as page_token for the next page; empty after the last.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// On a server over several etcd clusters: the cluster that holds each SKU
+	// of skus, in the same order (clusters[i] holds skus[i]). Empty on a
+	// server of one cluster.
+	Clusters      []string `protobuf:"bytes,3,rep,name=clusters,proto3" json:"clusters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3333,6 +3337,13 @@ func (x *ListSKUsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *ListSKUsResponse) GetClusters() []string {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
 }
 
 var File_stockctl_v1_stock_service_proto protoreflect.FileDescriptor
@@ -3590,10 +3601,11 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x0fListSKUsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"N\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"j\n" +
 	"\x10ListSKUsResponse\x12\x12\n" +
 	"\x04skus\x18\x01 \x03(\tR\x04skus\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\x92\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
+	"\bclusters\x18\x03 \x03(\tR\bclusters*\x92\x01\n" +
 	"\n" +
 	"OrderState\x12\x1b\n" +
 	"\x17ORDER_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +

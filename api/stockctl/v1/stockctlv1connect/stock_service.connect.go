@@ -154,7 +154,8 @@ type StockServiceClient interface {
 	// may not have been committed: retry them with the same order IDs.
 	OrderStream(context.Context) *connect.BidiStreamForClient[v1.OrderStreamRequest, v1.OrderStreamResponse]
 	// ListSKUs lists the SKUs whose creation has completed, in name order, a
-	// page at a time.
+	// page at a time. On a server over several etcd clusters it lists every
+	// cluster's SKUs and says which cluster holds each (clusters).
 	ListSKUs(context.Context, *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error)
 }
 
@@ -430,7 +431,8 @@ type StockServiceHandler interface {
 	// may not have been committed: retry them with the same order IDs.
 	OrderStream(context.Context, *connect.BidiStream[v1.OrderStreamRequest, v1.OrderStreamResponse]) error
 	// ListSKUs lists the SKUs whose creation has completed, in name order, a
-	// page at a time.
+	// page at a time. On a server over several etcd clusters it lists every
+	// cluster's SKUs and says which cluster holds each (clusters).
 	ListSKUs(context.Context, *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error)
 }
 

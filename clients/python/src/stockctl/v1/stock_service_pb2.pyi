@@ -229,12 +229,14 @@ class ListSKUsRequest(_message.Message):
     def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListSKUsResponse(_message.Message):
-    __slots__ = ["next_page_token", "skus"]
+    __slots__ = ["clusters", "next_page_token", "skus"]
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SKUS_FIELD_NUMBER: _ClassVar[int]
+    clusters: _containers.RepeatedScalarFieldContainer[str]
     next_page_token: str
     skus: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, skus: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    def __init__(self, skus: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ..., clusters: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class OrderError(_message.Message):
     __slots__ = ["code", "details", "message", "reason"]

@@ -246,7 +246,8 @@ class StockServiceServicer(object):
 
   def ListSKUs(self, request, context):
     """ListSKUs lists the SKUs whose creation has completed, in name order, a
-    page at a time.
+    page at a time. On a server over several etcd clusters it lists every
+    cluster's SKUs and says which cluster holds each (clusters).
     """
     context.set_code(grpc.StatusCode.UNIMPLEMENTED)
     context.set_details('Method not implemented!')
