@@ -197,6 +197,14 @@ class MergedFeedConsumer(unittest.TestCase):
             self.assertEqual(conn.execute("SELECT revision, merged_cursor FROM stockctl_feed_cursor").fetchone(), (pos, ""))
             self.assertEqual({r[0] for r in t.rows()}, {env.SKU_B})
 
+    def test_list_skus_names_each_skus_cluster(self):
+        with client() as c:
+            where = dict(c.list_sku_clusters(page_size=1))
+            self.assertEqual((where[env.SKU_A], where[env.SKU_B]), ("a", "b"))
+            self.assertEqual(list(where), list(c.list_skus()))
+        with sc.Client(env.TARGET, env.TOKEN) as one:
+            self.assertEqual({cl for _, cl in one.list_sku_clusters()}, {""})
+
     def test_old_cursor_table_gains_the_column(self):
         with client() as c:
             t = Table()

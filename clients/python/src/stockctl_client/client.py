@@ -236,6 +236,18 @@ class Client:
             if not token:
                 return
 
+    def list_sku_clusters(self, page_size: int = 0) -> Iterator[Tuple[str, str]]:
+        """Every SKU with the etcd cluster that holds it, (sku, cluster) in name order; the cluster is ""
+        on a server of one cluster."""
+        token = ""
+        while True:
+            page = self._unary("stock", "ListSKUs", st.ListSKUsRequest(page_size=page_size, page_token=token))
+            clusters = list(page.clusters) or [""] * len(page.skus)
+            yield from zip(page.skus, clusters)
+            token = page.next_page_token
+            if not token:
+                return
+
     def order_stream(self) -> "OrderStream":
         """Many Allocate and Reserve orders on one stream, each answered on its own (a Future)::
 

@@ -420,6 +420,24 @@ public final class StockctlClient implements AutoCloseable {
   }
 
   /**
+   * Every SKU with the etcd cluster that holds it, in name order, read pageSize at a time (0: the
+   * server's 100); the cluster is "" on a server of one cluster.
+   */
+  public java.util.LinkedHashMap<String, String> listSkuClusters(int pageSize) {
+    java.util.LinkedHashMap<String, String> all = new java.util.LinkedHashMap<>();
+    String token = "";
+    do {
+      ListSKUsResponse page = unary(StockServiceGrpc.getListSKUsMethod(),
+          ListSKUsRequest.newBuilder().setPageSize(pageSize).setPageToken(token).build(), true, null);
+      for (int i = 0; i < page.getSkusCount(); i++) {
+        all.put(page.getSkus(i), i < page.getClustersCount() ? page.getClusters(i) : "");
+      }
+      token = page.getNextPageToken();
+    } while (!token.isEmpty());
+    return all;
+  }
+
+  /**
    * Many Allocate and Reserve orders on one stream, each answered on its own (a future); orders
    * not answered when the stream breaks are sent again with the same order IDs on a new stream:
    *

@@ -293,6 +293,17 @@ public class MergedFeedTest {
   }
 
   @Test
+  public void listSkusNamesEachSkusCluster() {
+    try (StockctlClient c = merged().build(); StockctlClient one = ClientTest.client().build()) {
+      Map<String, String> where = c.listSkuClusters(1);
+      assertEquals("a", where.get(SKU_A));
+      assertEquals("b", where.get(SKU_B));
+      assertEquals(new ArrayList<>(where.keySet()), c.listSkus(0));
+      assertEquals(Set.of(""), new TreeSet<>(one.listSkuClusters(0).values()));
+    }
+  }
+
+  @Test
   public void oldCursorTableGainsTheColumn() throws Exception {
     try (StockctlClient c = merged().build()) {
       Table t = new Table();
