@@ -41,6 +41,28 @@ func (c Cursor) String() string {
 	return strings.Join(parts, ",")
 }
 
+// Without returns the cursor without the named cluster: for a cluster
+// removed from the fleet once every event of it up to its removal has
+// been read (docs/deploy.md, removing a cluster).
+func (c Cursor) Without(cluster string) Cursor {
+	out := Cursor{}
+	for n, r := range c {
+		if n != cluster {
+			out[n] = r
+		}
+	}
+	return out
+}
+
+// names are the clusters' names.
+func names(clusters []coordinator.Cluster) []string {
+	out := make([]string, len(clusters))
+	for i, c := range clusters {
+		out[i] = c.Name
+	}
+	return out
+}
+
 // ParseCursor reads a cursor's String ("" is the empty cursor: every
 // cluster from the start of its history).
 func ParseCursor(s string) (Cursor, error) {
@@ -128,7 +150,10 @@ func OpenMerged(clusters []coordinator.Cluster, cfg Config, since Cursor) (*Merg
 	}
 	for n := range since {
 		if !known[n] {
-			return nil, fmt.Errorf("%w: the cursor names cluster %q, which is not one of the feed's", ErrInvalidArgument, n)
+			return nil, fmt.Errorf("%w: the cursor names cluster %q, which is not one of the feed's (%s): if it was removed from "+
+				"the fleet, its events after the cursor's revision %d would be skipped: read them first (a feed of that cluster "+
+				"from that revision, e.g. stockctl --endpoints ITS-ENDPOINTS orders --all --since %d), then drop %q from the cursor "+
+				"(docs/deploy.md, removing a cluster)", ErrInvalidArgument, n, strings.Join(names(clusters), ","), since[n], since[n], n)
 		}
 	}
 	m := &Merged{cursor: Cursor{}, results: make(chan mergedResult), open: len(clusters)}
