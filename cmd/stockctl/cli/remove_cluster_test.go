@@ -64,7 +64,12 @@ func TestCLIRemoveCluster(t *testing.T) {
 		t.Fatalf("list with the old list: exit %d, %q", r.code, r.stderr)
 	}
 	okRun(append(two, "allocate", "y", "--order", "o1", "--qty", "1")...)
-	okRun("--endpoints", c.Endpoints()[0], "--prefix", prefix, "orders", "--all", "--since", "1")
+	// The removed cluster's last events, read with --endpoints (a merged
+	// cursor's consumer catching up before it drops c).
+	if out := okRun("--endpoints", c.Endpoints()[0], "--prefix", prefix, "-o", "json", "orders", "--all", "--since", "1"); !strings.Contains(out, `"o1"`) ||
+		!strings.Contains(out, `"x"`) {
+		t.Fatalf("orders --all on removed c shows no order o1 of x:\n%s", out)
+	}
 	if r := run(t, append(two, "orders", "--all", "--since", "a=1,c=2")...); r.code != ExitUsage || !strings.Contains(r.stderr, `"c"`) {
 		t.Fatalf("orders --all with a cursor naming removed c: exit %d, %q", r.code, r.stderr)
 	}
