@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -47,6 +48,9 @@ const (
 	removalBegun = "removing"
 	removalDone  = "removed"
 )
+
+// withdrawWait bounds the withdrawal of a refused removal's record.
+const withdrawWait = 5 * time.Second
 
 // withoutRemoved is names without the clusters whose removal is done.
 func withoutRemoved(names []string, removed map[string]removal) []string {
@@ -212,7 +216,10 @@ func (c *Coordinator) RemoveCluster(ctx context.Context, name string, opts Remov
 		mark = kvs[0].ModRevision
 	}
 	withdraw := func(cause error) error {
-		if _, err := reg.c.kv.Txn(context.WithoutCancel(ctx)).If(clientv3.Compare(clientv3.ModRevision(rk), "=", mark)).
+		// Even when ctx has ended (a refusal by its deadline), within a bound.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawWait)
+		defer cancel()
+		if _, err := reg.c.kv.Txn(wctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", mark)).
 			Then(clientv3.OpDelete(rk)).Commit(); err != nil {
 			return errors.Join(cause, fmt.Errorf("withdraw the removal record of cluster %q (creations there are refused "+
 				"until RemoveCluster is run again): %w", name, reg.wrap(err)))

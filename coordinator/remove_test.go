@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -262,5 +264,100 @@ func TestRemoveCluster(t *testing.T) {
 	_, err = feed.OpenMerged([]coordinator.Cluster{{Name: "a", Client: tcs[0].raw}}, feed.Config{}, feed.Cursor{"a": 1, "c": 2})
 	if !errors.Is(err, feed.ErrInvalidArgument) || !strings.Contains(err.Error(), `"c"`) || !strings.Contains(err.Error(), "removed") {
 		t.Fatalf("merged feed with a cursor naming removed c: %v", err)
+	}
+}
+
+// A removal racing creations and deletes in the cluster: it is refused
+// while any SKU is there, and once it is done nothing is ever created
+// there again; every creation either succeeded before it or was refused
+// with ErrConflict, and the cluster ends with no SKU and no claim naming it.
+func TestRemoveClusterRacesCreations(t *testing.T) {
+	tcs := newTestClusters(t, "a", "b", "c")
+	ctx := t.Context()
+	cfg := coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10}
+	mustFleet(t, tcs[:2]) // lock clusters a and b: c is removed without MoveLocks
+	remover := mustFleet(t, tcs)
+	const creators, rounds = 2, 30
+	var wg sync.WaitGroup
+	var created, refused atomic.Int64
+	errs := make(chan error, creators*rounds*2)
+	for i := range creators {
+		p := mustFleet(t, tcs)
+		wg.Go(func() {
+			for j := range rounds {
+				sku := fmt.Sprintf("r%d-%d", i, j)
+				if _, err := p.CreateSKUIn(ctx, "c", sku, cfg); err != nil {
+					if !errors.Is(err, coordinator.ErrConflict) {
+						errs <- fmt.Errorf("create %s: %w", sku, err)
+					}
+					refused.Add(1)
+					continue
+				}
+				created.Add(1)
+				if _, err := p.DeleteSKU(ctx, sku); err != nil {
+					errs <- fmt.Errorf("delete %s: %w", sku, err)
+				}
+			}
+		})
+	}
+	var removed *coordinator.ClusterRemoval
+	refusals := 0
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for running := true; running && removed == nil; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		r, err := remover.RemoveCluster(ctx, "c", coordinator.RemoveClusterOptions{})
+		switch {
+		case err == nil:
+			removed = &r
+		case errors.Is(err, coordinator.ErrConflict):
+			refusals++
+		default:
+			t.Fatalf("remove c: %v", err)
+		}
+	}
+	midRace := removed != nil
+	<-done
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if removed == nil {
+		r, err := remover.RemoveCluster(ctx, "c", coordinator.RemoveClusterOptions{})
+		if err != nil {
+			t.Fatalf("remove c once the creators are done (every SKU deleted): %v", err)
+		}
+		removed = &r
+	}
+	t.Logf("removed mid-race: %v, after %d refusals; %d SKUs created in c and deleted, %d creations refused",
+		midRace, refusals, created.Load(), refused.Load())
+	metas, err := tcs[2].raw.Get(ctx, coordinator.DefaultPrefix+"meta/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil || len(metas.Kvs) != 0 {
+		t.Fatalf("c holds SKUs after its removal: %v %v", metas.Kvs, err)
+	}
+	// Nothing was written in c after the removal's revision: etcd's
+	// history of every key under the prefix says so.
+	now, err := tcs[2].raw.Get(ctx, "rev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := keysWritten(t, tcs[2].raw, coordinator.DefaultPrefix, removed.Revision, now.Header.Revision); n != 0 {
+		t.Fatalf("%d keys were written in c after its removal (revision %d)", n, removed.Revision)
+	}
+	claims, err := tcs[0].raw.Get(ctx, coordinator.DefaultPrefix+"placement/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range claims.Kvs {
+		if strings.Contains(string(kv.Value), `"c"`) {
+			t.Fatalf("a claim names removed c: %s = %s", kv.Key, kv.Value)
+		}
+	}
+	if _, err := remover.CreateSKUIn(ctx, "c", "after", cfg); !errors.Is(err, coordinator.ErrConflict) {
+		t.Fatalf("create in c after its removal: %v", err)
 	}
 }
