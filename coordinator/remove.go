@@ -448,3 +448,32 @@ func (f *fleet) createHashed(ctx context.Context, sku string, cfg SKUConfig) (se
 	}
 	return f.create(ctx, sku, rendezvous(names, sku), cfg)
 }
+
+// RemovedClusters names the clusters removed from the fleet of a
+// coordinator over several, each with its revision at the removal
+// (ClusterRemoval.Revision); nil for one cluster. They are read from the
+// registry when this process checks it (at NewClusters, or when first
+// needed, within WithFleetCheckWait): a removal made after that is of a
+// cluster this process still has in its list. A merged feed takes them
+// (feed.Config.Removed) to refuse cursors that would skip a removed
+// cluster's events.
+func (c *Coordinator) RemovedClusters(ctx context.Context) (map[string]int64, error) {
+	f := c.fleet
+	if f == nil {
+		return nil, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, f.checkWait)
+	defer cancel()
+	if err := f.ready(cctx, f.members[0]); err != nil {
+		return nil, fmt.Errorf("the clusters removed from the fleet: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int64{}
+	for n, rm := range f.removed {
+		if rm.State == removalDone {
+			out[n] = rm.Revision
+		}
+	}
+	return out, nil
+}

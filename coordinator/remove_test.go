@@ -259,11 +259,50 @@ func TestRemoveCluster(t *testing.T) {
 	}
 	mustAudit(t, c3, "y")
 
-	// A merged feed's cursor that names a removed cluster is refused,
-	// naming it: its events after the cursor would be skipped.
-	_, err = feed.OpenMerged([]coordinator.Cluster{{Name: "a", Client: tcs[0].raw}}, feed.Config{}, feed.Cursor{"a": 1, "c": 2})
-	if !errors.Is(err, feed.ErrInvalidArgument) || !strings.Contains(err.Error(), `"c"`) || !strings.Contains(err.Error(), "removed") {
-		t.Fatalf("merged feed with a cursor naming removed c: %v", err)
+	// The merged feed: a cursor that would skip a removed cluster's events
+	// is refused, naming it; one at or past both removals resumes, and so
+	// does an empty one, their cursors carrying the removed clusters.
+	removedAt, err := c3.RemovedClusters(ctx)
+	if err != nil || len(removedAt) != 2 || removedAt["b"] != r.Revision || removedAt["c"] == 0 {
+		t.Fatalf("RemovedClusters: %v %v, want b at %d and c", removedAt, err, r.Revision)
+	}
+	only := []coordinator.Cluster{{Name: "a", Client: tcs[0].raw}}
+	cfgFeed := feed.Config{Removed: removedAt, UntilOpen: true}
+	for _, bad := range []feed.Cursor{
+		{"a": 1, "b": removedAt["b"], "c": removedAt["c"] - 1}, // c's last events unread
+		{"a": 1, "b": removedAt["b"]},                          // c never read
+	} {
+		_, err := feed.OpenMerged(only, cfgFeed, bad)
+		if !errors.Is(err, feed.ErrInvalidArgument) || !strings.Contains(err.Error(), `"c"`) || !strings.Contains(err.Error(), "removed") {
+			t.Fatalf("merged feed from %s: %v, want ErrInvalidArgument naming removed c", bad, err)
+		}
+	}
+	if _, err := feed.OpenMerged(only, feed.Config{}, feed.Cursor{"a": 1, "c": 2}); !errors.Is(err, feed.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "Config.Removed") {
+		t.Fatalf("merged feed without Removed, from a cursor naming c: %v", err)
+	}
+	want := fmt.Sprintf("b=%d,c=%d", removedAt["b"], removedAt["c"])
+	for _, since := range []feed.Cursor{{}, {"a": 0, "b": removedAt["b"], "c": removedAt["c"] + 5}} {
+		m, err := feed.OpenMerged(only, cfgFeed, since)
+		if err != nil {
+			t.Fatalf("merged feed from %s: %v", since, err)
+		}
+		got := 0
+		for range 1000 {
+			b, err := m.Next(ctx)
+			if err != nil {
+				break
+			}
+			got += len(b.Events)
+			if !strings.Contains(b.Merged, fmt.Sprintf("b=%d", removedAt["b"])) || !strings.Contains(b.Merged, "c=") {
+				t.Fatalf("a batch's merged cursor %q does not carry the removed clusters", b.Merged)
+			}
+		}
+		m.Close()
+		if got == 0 {
+			t.Fatalf("merged feed from %s: no event of a", since)
+		}
+		t.Logf("merged feed from %q: %d events of a; cursor carries %s", since, got, want)
 	}
 }
 

@@ -21,7 +21,7 @@ func removeClusterCommand() *ucli.Command {
 			"is removed only with --move-locks and every process of the fleet stopped: its lock names move to\n" +
 			"the other lock clusters. Once removed, processes are started without it (one that names it is\n" +
 			"refused) and no SKU can be created in it. It prints the cluster's last revision: a merged feed's\n" +
-			"cursor at or past it for the cluster has all of its events, and drops the cluster. With --drain, a\n" +
+			"cursor at or past it for the cluster has all of its events (orders --all carries it). With --drain, a\n" +
 			"refusal keeps the removal begun: no SKU is created in the cluster from then on (names that hash to\n" +
 			"it go to the others) while you delete or move its SKUs; run it again once they are gone (a refusal\n" +
 			"without --drain ends the drain).",

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -70,7 +71,20 @@ func TestCLIRemoveCluster(t *testing.T) {
 		!strings.Contains(out, `"x"`) {
 		t.Fatalf("orders --all on removed c shows no order o1 of x:\n%s", out)
 	}
-	if r := run(t, append(two, "orders", "--all", "--since", "a=1,c=2")...); r.code != ExitUsage || !strings.Contains(r.stderr, `"c"`) {
-		t.Fatalf("orders --all with a cursor naming removed c: exit %d, %q", r.code, r.stderr)
+	if r := run(t, append(two, "orders", "--all", "--since", "a=1,c=2")...); r.code != ExitUsage || !strings.Contains(r.stderr, `"c"`) ||
+		!strings.Contains(r.stderr, fmt.Sprintf("c=%d", v.Revision)) {
+		t.Fatalf("orders --all with a cursor below removed c's end: exit %d, %q", r.code, r.stderr)
+	}
+	if r := run(t, append(two, "orders", "--all", "--since", "a=1")...); r.code != ExitUsage || !strings.Contains(r.stderr, `"c"`) {
+		t.Fatalf("orders --all with a cursor that does not name removed c: exit %d, %q", r.code, r.stderr)
+	}
+	// From the start (a new consumer), and from a cursor at c's end: the
+	// cursors printed carry c at its end.
+	carried := fmt.Sprintf("c=%d", v.Revision)
+	for _, since := range [][]string{nil, {"--since", "a=1," + carried}} {
+		out := okRun(append(append(two, "-o", "json", "orders", "--all"), since...)...)
+		if !strings.Contains(out, `"y"`) || !strings.Contains(out, carried) {
+			t.Fatalf("orders --all %v: no event of y, or its cursors do not carry %s:\n%s", since, carried, out)
+		}
 	}
 }
