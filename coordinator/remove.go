@@ -42,6 +42,9 @@ type removal struct {
 	// Revision is the removed cluster's revision when it was marked
 	// removed (step 3); 0 while begun.
 	Revision int64 `json:"revision,omitempty"`
+	// FeedEnd is the revision of the last change to an order record in
+	// it (ClusterRemoval.FeedEnd).
+	FeedEnd int64 `json:"feedEnd,omitempty"`
 }
 
 const (
@@ -85,12 +88,14 @@ type ClusterRemoval struct {
 	// Cluster is the removed cluster.
 	Cluster string
 	// Revision is the removed cluster's revision when it left the fleet.
-	// It held no SKU from then on, so its order feed has no event after
-	// it: a merged feed's cursor whose revision for the cluster is at
-	// least this one has every event of it (feed.Cursor: drop the
-	// cluster from it); a lower one must first read the cluster's events
-	// up to it.
 	Revision int64
+	// FeedEnd is the revision of the last change to an order record in
+	// the cluster (the delete of its last SKU's orders; 0 if it never had
+	// one; at least its history's compacted revision): its order feed has
+	// nothing after it. A consumer that has read the cluster's feed to
+	// its end has a cursor at FeedEnd or later for it; a merged feed's
+	// cursor below it would skip events (feed.Config.Removed).
+	FeedEnd int64
 	// Clusters and Locks are the fleet's clusters and lock clusters
 	// without it, as every process must now be given them.
 	Clusters []string
@@ -245,18 +250,30 @@ func (c *Coordinator) RemoveCluster(ctx context.Context, name string, opts Remov
 		}
 	}
 
-	// (3) The cluster's own record says it was removed.
+	// (3) The end of its order feed: the revision of the last change to
+	// an order record in it, read from its history up to a write of its
+	// fleet record (unchanged) made now, after which no order record can
+	// change (no SKU is left, and none can be created).
 	fk := b.c.keys.Fleet()
 	fr, err := b.c.kv.Get(ctx, fk)
 	if err != nil {
 		return out, withdraw(fmt.Errorf("remove cluster %q: %w", name, b.wrap(err)))
 	}
-	var fcmp clientv3.Cmp
 	if len(fr.Kvs) == 0 {
-		fcmp = clientv3.Compare(clientv3.CreateRevision(fk), "=", 0)
-	} else {
-		fcmp = clientv3.Compare(clientv3.ModRevision(fk), "=", fr.Kvs[0].ModRevision)
+		return out, withdraw(fmt.Errorf("remove cluster %q: %w: its fleet record is gone: retry", name, ErrConflict))
 	}
+	tr, err := b.c.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(fk), "=", fr.Kvs[0].ModRevision)).
+		Then(clientv3.OpPut(fk, string(fr.Kvs[0].Value))).Commit()
+	if err != nil {
+		return out, withdraw(fmt.Errorf("remove cluster %q: %w", name, b.wrap(err)))
+	}
+	if !tr.Succeeded {
+		return out, withdraw(fmt.Errorf("remove cluster %q: %w: its fleet record changed meanwhile: retry", name, ErrConflict))
+	}
+	if out.FeedEnd, err = orderFeedEnd(ctx, b, tr.Header.Revision); err != nil {
+		return out, withdraw(fmt.Errorf("remove cluster %q: read the end of its order feed: %w", name, b.wrap(err)))
+	}
+	fcmp := clientv3.Compare(clientv3.ModRevision(fk), "=", tr.Header.Revision)
 	gone, _ := json.Marshal(fleetRecord{Cluster: name, Clusters: out.Clusters, Locks: out.Locks, Removed: true})
 	// Compared in the same transaction: still no SKU (a one-cluster
 	// process could have created one since step 2).
@@ -272,7 +289,7 @@ func (c *Coordinator) RemoveCluster(ctx context.Context, name string, opts Remov
 	out.Revision = br.Header.Revision
 
 	// (4) Done: the cluster leaves the fleet.
-	done, _ := json.Marshal(removal{State: removalDone, Revision: out.Revision})
+	done, _ := json.Marshal(removal{State: removalDone, Revision: out.Revision, FeedEnd: out.FeedEnd})
 	dr, err := reg.c.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", mark)).
 		Then(clientv3.OpPut(rk, string(done))).Commit()
 	if err != nil {
@@ -288,7 +305,7 @@ func (c *Coordinator) RemoveCluster(ctx context.Context, name string, opts Remov
 	if f.removed == nil {
 		f.removed = map[string]removal{}
 	}
-	f.removed[name] = removal{State: removalDone, Revision: out.Revision}
+	f.removed[name] = removal{State: removalDone, Revision: out.Revision, FeedEnd: out.FeedEnd}
 	f.mu.Unlock()
 
 	// (5) The other clusters' records, without it.
@@ -450,8 +467,8 @@ func (f *fleet) createHashed(ctx context.Context, sku string, cfg SKUConfig) (se
 }
 
 // RemovedClusters names the clusters removed from the fleet of a
-// coordinator over several, each with its revision at the removal
-// (ClusterRemoval.Revision); nil for one cluster. They are read from the
+// coordinator over several, each with the end of its order feed
+// (ClusterRemoval.FeedEnd); nil for one cluster. They are read from the
 // registry when this process checks it (at NewClusters, or when first
 // needed, within WithFleetCheckWait): a removal made after that is of a
 // cluster this process still has in its list. A merged feed takes them
@@ -472,8 +489,65 @@ func (c *Coordinator) RemovedClusters(ctx context.Context) (map[string]int64, er
 	out := map[string]int64{}
 	for n, rm := range f.removed {
 		if rm.State == removalDone {
-			out[n] = rm.Revision
+			out[n] = rm.FeedEnd
 		}
 	}
 	return out, nil
+}
+
+// feedEndRestarts bounds how often orderFeedEnd starts again after
+// history was compacted under it.
+const feedEndRestarts = 8
+
+// orderFeedEnd is the revision of the last change to an order record in
+// m's cluster up to until, a revision at which m's fleet record was
+// written: it watches the key range from the fleet record to the order
+// records (the bulk of a cluster's writes, its stock counters, is outside
+// it) from the start of the history etcd keeps, up to until. History
+// compacted before an order change makes the answer the compacted
+// revision (no later than the change could have been).
+func orderFeedEnd(ctx context.Context, m *member, until int64) (int64, error) {
+	root := strings.TrimSuffix(m.c.keys.Orders("x"), "x/")
+	from, end := m.c.keys.Fleet(), clientv3.GetPrefixRangeEnd(root)
+	if from >= root {
+		return 0, fmt.Errorf("keys: the fleet record %q does not sort before the orders %q", from, root)
+	}
+	start, floor := int64(1), int64(0)
+	for range feedEndRestarts {
+		last, compacted, err := watchFeedEnd(ctx, m, from, end, root, start, floor, until)
+		if compacted == 0 {
+			return last, err
+		}
+		start, floor = compacted, compacted
+	}
+	return 0, fmt.Errorf("its history was compacted %d times while it was read", feedEndRestarts)
+}
+
+// watchFeedEnd is one watch of orderFeedEnd: from start, the last order
+// change up to until (floor when none), or the compacted revision to
+// start again from.
+func watchFeedEnd(ctx context.Context, m *member, from, end, root string, start, floor, until int64) (last, compacted int64, err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	last = floor
+	for resp := range m.c.client.Watch(wctx, from, clientv3.WithRange(end), clientv3.WithRev(start)) {
+		if resp.CompactRevision > 0 {
+			return 0, resp.CompactRevision, nil
+		}
+		if err := resp.Err(); err != nil {
+			return 0, 0, err
+		}
+		for _, ev := range resp.Events {
+			if strings.HasPrefix(string(ev.Kv.Key), root) && ev.Kv.ModRevision > last {
+				last = ev.Kv.ModRevision
+			}
+			if ev.Kv.ModRevision >= until {
+				return last, 0, nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	return 0, 0, errors.New("its watch ended before the revision it waited for")
 }

@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/feed"
+	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // fleetRecordOf reads tc's fleet record directly.
@@ -147,9 +149,14 @@ func TestRemoveCluster(t *testing.T) {
 		t.Fatalf("create in draining c: %v, want ErrConflict saying it is being removed", err)
 	}
 	createByName(t, c1, tcs, "h", cfg)
+	var lastDelete int64 // c's last order change is at x's delete or before (its archive step)
 	for _, sku := range []string{"x", "x2"} {
-		if _, err := c1.DeleteSKU(ctx, sku); err != nil {
+		d, err := c1.DeleteSKU(ctx, sku)
+		if err != nil {
 			t.Fatalf("delete %s: %v", sku, err)
+		}
+		if sku == "x" {
+			lastDelete = d.Revision // x2 has no order
 		}
 	}
 	r, err := c1.RemoveCluster(ctx, "c", coordinator.RemoveClusterOptions{})
@@ -157,9 +164,10 @@ func TestRemoveCluster(t *testing.T) {
 		t.Fatalf("remove c, empty: %v", err)
 	}
 	if r.Cluster != "c" || r.Revision == 0 || !slices.Equal(r.Clusters, []string{"a", "b"}) || !slices.Equal(r.Locks, []string{"a", "b"}) ||
-		r.LockCluster || len(r.Unrewritten) != 0 {
-		t.Fatalf("removal: %+v", r)
+		r.LockCluster || len(r.Unrewritten) != 0 || r.FeedEnd == 0 || r.FeedEnd > lastDelete {
+		t.Fatalf("removal: %+v, want its feed ending by x's delete, %d", r, lastDelete)
 	}
+	rc := r
 	for _, tc := range tcs[:2] {
 		if rec := fleetRecordOf(t, tc); !slices.Equal(rec.Clusters, []string{"a", "b"}) || rec.Removed {
 			t.Fatalf("cluster %s's record after the removal: %+v", tc.name, rec)
@@ -263,8 +271,8 @@ func TestRemoveCluster(t *testing.T) {
 	// is refused, naming it; one at or past both removals resumes, and so
 	// does an empty one, their cursors carrying the removed clusters.
 	removedAt, err := c3.RemovedClusters(ctx)
-	if err != nil || len(removedAt) != 2 || removedAt["b"] != r.Revision || removedAt["c"] == 0 {
-		t.Fatalf("RemovedClusters: %v %v, want b at %d and c", removedAt, err, r.Revision)
+	if err != nil || len(removedAt) != 2 || removedAt["b"] != r.FeedEnd || r.FeedEnd == 0 || removedAt["c"] != rc.FeedEnd {
+		t.Fatalf("RemovedClusters: %v %v, want b's feed end %d and c's %d", removedAt, err, r.FeedEnd, rc.FeedEnd)
 	}
 	only := []coordinator.Cluster{{Name: "a", Client: tcs[0].raw}}
 	cfgFeed := feed.Config{Removed: removedAt, UntilOpen: true}
@@ -281,8 +289,28 @@ func TestRemoveCluster(t *testing.T) {
 		!strings.Contains(err.Error(), "Config.Removed") {
 		t.Fatalf("merged feed without Removed, from a cursor naming c: %v", err)
 	}
+	// A consumer that followed c to its end has a cursor at its feed's
+	// end: it resumes.
+	fc, err := feed.Open(ctx, tcs[2].raw, feed.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, etcdtest.MinWait)
+	var cAt int64
+	for cAt < rc.FeedEnd {
+		b, err := fc.Next(wctx)
+		if err != nil {
+			t.Fatalf("c's feed up to %d: at %d: %v", rc.FeedEnd, cAt, err)
+		}
+		cAt = b.Cursor
+	}
+	cancel()
+	fc.Close()
+	if cAt != rc.FeedEnd {
+		t.Fatalf("a consumer that followed c has cursor %d, past its feed's end %d", cAt, rc.FeedEnd)
+	}
 	want := fmt.Sprintf("b=%d,c=%d", removedAt["b"], removedAt["c"])
-	for _, since := range []feed.Cursor{{}, {"a": 0, "b": removedAt["b"], "c": removedAt["c"] + 5}} {
+	for _, since := range []feed.Cursor{{}, {"a": 0, "b": removedAt["b"], "c": cAt}} {
 		m, err := feed.OpenMerged(only, cfgFeed, since)
 		if err != nil {
 			t.Fatalf("merged feed from %s: %v", since, err)
@@ -398,5 +426,41 @@ func TestRemoveClusterRacesCreations(t *testing.T) {
 	}
 	if _, err := remover.CreateSKUIn(ctx, "c", "after", cfg); !errors.Is(err, coordinator.ErrConflict) {
 		t.Fatalf("create in c after its removal: %v", err)
+	}
+}
+
+// The end of a removed cluster's order feed when its history was
+// compacted past its last order change: the compacted revision (no order
+// change can be after it), never a revision below a change.
+func TestRemoveClusterAfterCompaction(t *testing.T) {
+	tcs := newTestClusters(t, "a", "b", "c")
+	ctx := t.Context()
+	mustFleet(t, tcs[:2])
+	c := mustFleet(t, tcs)
+	if _, err := c.CreateSKUIn(ctx, "c", "x", coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10}); err != nil {
+		t.Fatal(err)
+	}
+	seller := mustFleet(t, tcs)
+	if _, err := seller.Allocate(ctx, "x", "o1", 1, "u"); err != nil {
+		t.Fatal(err)
+	}
+	seller.Close()
+	d, err := c.DeleteSKU(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := tcs[2].raw.Get(ctx, "rev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tcs[2].raw.Compact(ctx, at.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.RemoveCluster(ctx, "c", coordinator.RemoveClusterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FeedEnd != at.Header.Revision || r.FeedEnd < d.Revision {
+		t.Fatalf("feed end %d after compaction at %d (x deleted at %d), want the compacted revision", r.FeedEnd, at.Header.Revision, d.Revision)
 	}
 }

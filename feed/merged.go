@@ -43,7 +43,8 @@ func (c Cursor) String() string {
 }
 
 // sinceRemoved checks since's revision for cluster n, removed from the
-// fleet at removed[n]: since must name it at that revision or later, or
+// fleet, its order feed ending at removed[n]: since must name it at that
+// revision or later, or
 // its events after since's revision would be skipped. A cluster not in
 // removed is unknown.
 func sinceRemoved(since Cursor, n string, removed map[string]int64) error {
@@ -56,12 +57,12 @@ func sinceRemoved(since Cursor, n string, removed map[string]int64) error {
 	case !ok:
 		return errors.New("it is not a cluster removed from the fleet either")
 	case !named:
-		return fmt.Errorf("the cursor does not name cluster %q, removed from the fleet at its revision %d: its events would be "+
+		return fmt.Errorf("the cursor does not name cluster %q, removed from the fleet, whose order feed ended at its revision %d: its events would be "+
 			"skipped. If this consumer has read them (or had none to read), add %s=%d to the cursor; else read them first, with a "+
 			"feed of that cluster alone (stockctl --endpoints ITS-ENDPOINTS orders --all --since REV, REV 0 for all its history), "+
 			"then add it (docs/deploy.md, removing a cluster)", n, end, n, end)
 	case rev < end:
-		return fmt.Errorf("its revision in the cursor, %d, is below %d, where it was removed from the fleet: its events after %d "+
+		return fmt.Errorf("it was removed from the fleet, and its revision in the cursor, %d, is below %d, where its order feed ended: its events after %d "+
 			"would be skipped. Read them first, with a feed of that cluster alone (stockctl --endpoints ITS-ENDPOINTS orders --all "+
 			"--since %d), then set %s=%d in the cursor (docs/deploy.md, removing a cluster)", rev, end, rev, rev, n, end)
 	}

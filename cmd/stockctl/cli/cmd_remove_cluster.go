@@ -20,8 +20,9 @@ func removeClusterCommand() *ucli.Command {
 			"removed. A lock cluster (one the fleet was first started with, over which named locks are placed)\n" +
 			"is removed only with --move-locks and every process of the fleet stopped: its lock names move to\n" +
 			"the other lock clusters. Once removed, processes are started without it (one that names it is\n" +
-			"refused) and no SKU can be created in it. It prints the cluster's last revision: a merged feed's\n" +
-			"cursor at or past it for the cluster has all of its events (orders --all carries it). With --drain, a\n" +
+			"refused) and no SKU can be created in it. It prints the end of the cluster's order feed (its last\n" +
+			"order change): a merged feed's cursor at or past it for the cluster has all of its events (orders\n" +
+			"--all then carries it; below it, or without the cluster, is refused). With --drain, a\n" +
 			"refusal keeps the removal begun: no SKU is created in the cluster from then on (names that hash to\n" +
 			"it go to the others) while you delete or move its SKUs; run it again once they are gone (a refusal\n" +
 			"without --drain ends the drain).",
@@ -38,6 +39,7 @@ func removeClusterCommand() *ucli.Command {
 type removeClusterView struct {
 	Cluster       string   `json:"cluster"`
 	Revision      int64    `json:"revision"`
+	FeedEnd       int64    `json:"feedEnd"`
 	Clusters      []string `json:"clusters"`
 	Locks         []string `json:"locks"`
 	LockCluster   bool     `json:"lockCluster"`
@@ -47,8 +49,9 @@ type removeClusterView struct {
 
 func (v removeClusterView) table() table {
 	var t table
-	t.add("REMOVED", fmt.Sprintf("cluster %s, at its revision %d (a merged feed's cursor at or past it for %s has all of its events)",
-		v.Cluster, v.Revision, v.Cluster))
+	t.add("REMOVED", fmt.Sprintf("cluster %s, at its revision %d", v.Cluster, v.Revision))
+	t.add("FEED END", fmt.Sprintf("%s's last order change is at its revision %d: a merged feed's cursor at or past it for %s has all of its events",
+		v.Cluster, v.FeedEnd, v.Cluster))
 	t.add("CLUSTERS", strings.Join(v.Clusters, ",")+" (give every process these, in this order)")
 	locks := strings.Join(v.Locks, ",")
 	if v.LockCluster {
@@ -83,7 +86,7 @@ func removeClusterAction(c *ucli.Context) error {
 		if err != nil {
 			return opFailed(ctx, err)
 		}
-		return show(c, g, removeClusterView{Cluster: r.Cluster, Revision: r.Revision, Clusters: r.Clusters, Locks: r.Locks,
+		return show(c, g, removeClusterView{Cluster: r.Cluster, Revision: r.Revision, FeedEnd: r.FeedEnd, Clusters: r.Clusters, Locks: r.Locks,
 			LockCluster: r.LockCluster, TokensMayDrop: nonNil(r.TokensMayDrop), Unrewritten: nonNil(r.Unrewritten)})
 	})
 }

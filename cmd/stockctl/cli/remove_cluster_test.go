@@ -54,10 +54,10 @@ func TestCLIRemoveCluster(t *testing.T) {
 	}
 	okRun(append(three, "delete", "x", "--force")...)
 	out := okRun(append(three, "-o", "json", "remove-cluster", "c")...)
-	checkShape(t, "remove-cluster", out, "cluster", "revision", "clusters", "locks", "lockCluster", "tokensMayDrop", "unrewritten")
+	checkShape(t, "remove-cluster", out, "cluster", "revision", "feedEnd", "clusters", "locks", "lockCluster", "tokensMayDrop", "unrewritten")
 	var v removeClusterView
 	decode(t, out, &v)
-	if v.Cluster != "c" || v.Revision == 0 || !slices.Equal(v.Clusters, []string{"a", "b"}) || v.LockCluster {
+	if v.Cluster != "c" || v.Revision == 0 || v.FeedEnd == 0 || v.FeedEnd >= v.Revision || !slices.Equal(v.Clusters, []string{"a", "b"}) || v.LockCluster {
 		t.Fatalf("remove-cluster c: %+v", v)
 	}
 
@@ -72,7 +72,7 @@ func TestCLIRemoveCluster(t *testing.T) {
 		t.Fatalf("orders --all on removed c shows no order o1 of x:\n%s", out)
 	}
 	if r := run(t, append(two, "orders", "--all", "--since", "a=1,c=2")...); r.code != ExitUsage || !strings.Contains(r.stderr, `"c"`) ||
-		!strings.Contains(r.stderr, fmt.Sprintf("c=%d", v.Revision)) {
+		!strings.Contains(r.stderr, fmt.Sprintf("c=%d", v.FeedEnd)) {
 		t.Fatalf("orders --all with a cursor below removed c's end: exit %d, %q", r.code, r.stderr)
 	}
 	if r := run(t, append(two, "orders", "--all", "--since", "a=1")...); r.code != ExitUsage || !strings.Contains(r.stderr, `"c"`) {
@@ -80,7 +80,7 @@ func TestCLIRemoveCluster(t *testing.T) {
 	}
 	// From the start (a new consumer), and from a cursor at c's end: the
 	// cursors printed carry c at its end.
-	carried := fmt.Sprintf("c=%d", v.Revision)
+	carried := fmt.Sprintf("c=%d", v.FeedEnd)
 	for _, since := range [][]string{nil, {"--since", "a=1," + carried}} {
 		out := okRun(append(append(two, "-o", "json", "orders", "--all"), since...)...)
 		if !strings.Contains(out, `"y"`) || !strings.Contains(out, carried) {
