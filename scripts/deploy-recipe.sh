@@ -7,7 +7,9 @@
 # limited to the prefix /stockctl/, runs `stockctl serve` against it (API
 # with TLS, tokens and client certificates), runs stockctl commands through
 # it, sells a SKU through the API while the etcd leader is stopped and
-# started again, and puts HAProxy in front when installed.
+# started again, puts HAProxy in front when installed, then adds a second
+# (one-member) etcd cluster to the fleet, places a SKU in it, and removes
+# it again (remove-cluster).
 # Everything lives in a temporary directory, removed on exit with the
 # processes. Any step that fails stops the script with a non-zero exit.
 # e2e/deploy_recipe_test.go runs it.
@@ -17,7 +19,8 @@
 # ETCD, ETCDCTL (binaries), loopback ports ETCD_PORT, ETCD_PORT_2,
 # ETCD_PORT_3 (the members' client ports, defaults 23790, 23791, 23792),
 # ETCD_PEER_PORT, ETCD_PEER_PORT_2, ETCD_PEER_PORT_3 (their peer ports,
-# 23800, 23801, 23802), API_PORT, LB_PORT, LB_STATS_PORT (28443, 28444,
+# 23800, 23801, 23802), ETCD_B_PORT, ETCD_B_PEER_PORT (the second cluster's
+# member, 23793, 23803), API_PORT, LB_PORT, LB_STATS_PORT (28443, 28444,
 # 28445); SALE_ORDERS (the orders of the sale with a member stopped, 120);
 # KEEP=1 keeps the directory.
 set -euo pipefail
@@ -31,6 +34,8 @@ ETCD_PORT_3=${ETCD_PORT_3:-23792}
 ETCD_PEER_PORT=${ETCD_PEER_PORT:-23800}
 ETCD_PEER_PORT_2=${ETCD_PEER_PORT_2:-23801}
 ETCD_PEER_PORT_3=${ETCD_PEER_PORT_3:-23802}
+ETCD_B_PORT=${ETCD_B_PORT:-23793}
+ETCD_B_PEER_PORT=${ETCD_B_PEER_PORT:-23803}
 SALE_ORDERS=${SALE_ORDERS:-120}
 API_PORT=${API_PORT:-28443}
 LB_PORT=${LB_PORT:-28444}
@@ -164,7 +169,8 @@ stockctl serve --api-addr "127.0.0.1:$API_PORT" --api-tokens api-tokens \
   --api-cert pki/api.crt --api-key pki/api.key --api-client-ca pki/ca.crt \
   --api-max-inflight 512 >serve.log 2>&1 &
 # </recipe:serve>
-PIDS+=($!)
+SERVE=$!
+PIDS+=($SERVE)
 # The health check the balancer makes: grpc.health.v1 over Connect's JSON (no token needed).
 health() {
   curl -sS --fail --cacert pki/ca.crt --cert pki/api-client.crt --key pki/api-client.key \
@@ -311,5 +317,86 @@ EOF
   fi
   echo "haproxy: server s1 is up by its grpc.health.v1 check (L7OK)"
 fi
+
+step "9. a second etcd cluster: the fleet grows to two, a SKU lives in the second, the second is removed again"
+# east-2: one member (TLS, the same CA, users and prefix as the first cluster).
+cert etcd-b1-server etcd-b1 serverAuth,clientAuth "DNS:localhost,IP:127.0.0.1"
+cert etcd-b1-peer   etcd-b1 serverAuth,clientAuth "DNS:localhost,IP:127.0.0.1"
+"$ETCD" --name etcd-b1 --data-dir "$D/etcd-b1" \
+  --listen-client-urls "https://127.0.0.1:$ETCD_B_PORT" --advertise-client-urls "https://127.0.0.1:$ETCD_B_PORT" \
+  --listen-peer-urls "https://127.0.0.1:$ETCD_B_PEER_PORT" --initial-advertise-peer-urls "https://127.0.0.1:$ETCD_B_PEER_PORT" \
+  --initial-cluster "etcd-b1=https://127.0.0.1:$ETCD_B_PEER_PORT" --initial-cluster-state new --initial-cluster-token stockctl-2 \
+  --cert-file pki/etcd-b1-server.crt --key-file pki/etcd-b1-server.key --trusted-ca-file pki/ca.crt --client-cert-auth \
+  --peer-cert-file pki/etcd-b1-peer.crt --peer-key-file pki/etcd-b1-peer.key --peer-trusted-ca-file pki/ca.crt --peer-client-cert-auth \
+  >etcd-b1.log 2>&1 &
+EB_PID=$!
+PIDS+=($EB_PID)
+EB="$ETCDCTL --endpoints https://127.0.0.1:$ETCD_B_PORT --cacert pki/ca.crt --cert pki/admin.crt --key pki/admin.key"
+if ! wait_for 30 $EB endpoint health; then tail -20 etcd-b1.log >&2; exit 1; fi
+$EB user add "root:$(cat root-password)"
+$EB role add stockctl
+$EB role grant-permission stockctl --prefix=true readwrite /stockctl/
+$EB user add "stockctl:$(cat etcd-password)"
+$EB user grant-role stockctl stockctl
+$EB user grant-role root root
+$EB auth enable
+# serve_with CLUSTERS: stops serve (if it runs) and starts it again on STOCKCTL_CLUSTERS=CLUSTERS.
+serve_with() {
+  kill "$SERVE" 2>/dev/null || true
+  wait "$SERVE" || true
+  export STOCKCTL_ENDPOINTS= STOCKCTL_CLUSTERS="$1"
+  stockctl serve --api-addr "127.0.0.1:$API_PORT" --api-tokens api-tokens \
+    --api-cert pki/api.crt --api-key pki/api.key --api-client-ca pki/ca.crt \
+    --api-max-inflight 512 >>serve.log 2>&1 &
+  SERVE=$!
+  PIDS+=($SERVE)
+  if ! wait_for 60 sh -c "$(declare -f health); health localhost:$API_PORT | grep -q SERVING_STATUS_SERVING"; then
+    tail -30 serve.log >&2; exit 1
+  fi
+}
+EAST1="east-1=$ENDPOINTS"
+EAST2="east-2=https://127.0.0.1:$ETCD_B_PORT"
+# From one cluster to several (docs/deploy.md): the old cluster first, with every process
+# stopped. The fleet is first recorded with east-1 alone, so east-2 is added to it: it holds no
+# named lock, and is removed without stopping the fleet.
+kill "$SERVE"
+wait "$SERVE" || true
+STOCKCTL_ENDPOINTS= STOCKCTL_CLUSTERS="$EAST1" stockctl list
+serve_with "$EAST1;$EAST2"
+echo "serve runs on clusters east-1 (3 members) and east-2 (1 member)"
+stockctl init tablet --total 20 --segments 2 --cluster east-2
+api Allocate '{"sku":"tablet","order":"t-1","qty":2,"route_key":"user-1"}'; echo
+stockctl list
+stockctl audit tablet
+# Refused while tablet is there (exit 5, naming it); --drain keeps the removal begun.
+rc=0
+stockctl remove-cluster east-2 --drain 2>remove.err || rc=$?
+cat remove.err
+if [ "$rc" != 5 ] || ! grep -q tablet remove.err; then echo "deploy-recipe: remove-cluster east-2 holding tablet: exit $rc, want 5 naming it" >&2; exit 1; fi
+rc=0
+stockctl init tablet2 --total 5 --segments 1 --cluster east-2 2>init.err || rc=$?
+cat init.err
+if [ "$rc" != 5 ]; then echo "deploy-recipe: init in draining east-2: exit $rc, want 5" >&2; exit 1; fi
+# Its orders, read before it goes (every cluster's current orders: step 7 compacted east-1's
+# history), then its delete: serve keeps the segment it sold from for about 10 s after its last
+# order, so the delete is retried.
+stockctl orders --all --snapshot
+wait_for 60 stockctl delete tablet --force
+stockctl remove-cluster east-2
+END=$(stockctl -o json remove-cluster east-2 2>&1 || true)
+echo "$END" | grep -q "was removed" || { echo "deploy-recipe: a second remove-cluster: $END" >&2; exit 1; }
+# A process given the old list is refused; serve goes on with the new one.
+serve_with "$EAST1"
+stockctl list
+api Allocate '{"sku":"iphone","order":"o-3","qty":1,"route_key":"user-3"}'; echo
+stockctl audit iphone
+# A merged cursor that does not name east-2 would skip its events: refused (exit 2).
+rc=0
+stockctl orders --all --since "east-1=1" 2>cursor.err || rc=$?
+cat cursor.err
+if [ "$rc" != 2 ] || ! grep -q east-2 cursor.err; then echo "deploy-recipe: a merged cursor without east-2: exit $rc, want 2 naming it" >&2; exit 1; fi
+kill "$EB_PID"
+wait "$EB_PID" || true
+echo "east-2 removed and stopped; serve sells on east-1"
 
 step "done: the recipe ran"
