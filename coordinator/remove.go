@@ -27,13 +27,17 @@ import (
 //     it; any of them: the record is withdrawn and the removal refused
 //     (*ClusterInUseError, naming them). A lock cluster (one named locks
 //     are placed over) is refused unless MoveLocks, and then also while
-//     another process holds a lease in it;
-//  3. marks the cluster's own fleet record removed, and notes its revision;
+//     another process holds a lease in it (with Drain, a refusal keeps
+//     the record, so that the cluster empties);
+//  3. writes the cluster's fleet record again, unchanged, if it holds no
+//     SKU (its revision is the removal's), and reads the end of its order
+//     feed from its history up to that write;
 //  4. records the removal as done in the registry (state "removed", with
-//     that revision): this is the moment the cluster leaves the fleet.
-//     Fleet records are from then on read without it, and a process that
-//     names it is refused;
-//  5. rewrites every other cluster's fleet record without it (a process
+//     that revision and the feed's end): this is the moment the cluster
+//     leaves the fleet. Fleet records are from then on read without it,
+//     and a process that names it is refused;
+//  5. marks the cluster's own fleet record removed;
+//  6. rewrites every other cluster's fleet record without it (a process
 //     started with the new list does the same for a record left behind).
 
 // removal is the registry's record of a cluster's removal (keys.Removed).
@@ -253,7 +257,9 @@ func (c *Coordinator) RemoveCluster(ctx context.Context, name string, opts Remov
 	// (3) The end of its order feed: the revision of the last change to
 	// an order record in it, read from its history up to a write of its
 	// fleet record (unchanged) made now, after which no order record can
-	// change (no SKU is left, and none can be created).
+	// change (no SKU is left, and none can be created). The write also
+	// checks that it holds no SKU (a one-cluster process could have
+	// created one since step 2).
 	fk := b.c.keys.Fleet()
 	fr, err := b.c.kv.Get(ctx, fk)
 	if err != nil {
@@ -262,39 +268,27 @@ func (c *Coordinator) RemoveCluster(ctx context.Context, name string, opts Remov
 	if len(fr.Kvs) == 0 {
 		return out, withdraw(fmt.Errorf("remove cluster %q: %w: its fleet record is gone: retry", name, ErrConflict))
 	}
-	tr, err := b.c.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(fk), "=", fr.Kvs[0].ModRevision)).
+	tr, err := b.c.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(fk), "=", fr.Kvs[0].ModRevision),
+		clientv3.Compare(clientv3.CreateRevision(b.c.keys.MetaPrefix()), "=", 0).WithPrefix()).
 		Then(clientv3.OpPut(fk, string(fr.Kvs[0].Value))).Commit()
 	if err != nil {
 		return out, withdraw(fmt.Errorf("remove cluster %q: %w", name, b.wrap(err)))
 	}
 	if !tr.Succeeded {
-		return out, withdraw(fmt.Errorf("remove cluster %q: %w: its fleet record changed meanwhile: retry", name, ErrConflict))
-	}
-	if out.FeedEnd, err = orderFeedEnd(ctx, b, tr.Header.Revision); err != nil {
-		return out, withdraw(fmt.Errorf("remove cluster %q: read the end of its order feed: %w", name, b.wrap(err)))
-	}
-	fcmp := clientv3.Compare(clientv3.ModRevision(fk), "=", tr.Header.Revision)
-	gone, _ := json.Marshal(fleetRecord{Cluster: name, Clusters: out.Clusters, Locks: out.Locks, Removed: true})
-	// Compared in the same transaction: still no SKU (a one-cluster
-	// process could have created one since step 2).
-	br, err := b.c.kv.Txn(ctx).If(fcmp,
-		clientv3.Compare(clientv3.CreateRevision(b.c.keys.MetaPrefix()), "=", 0).WithPrefix()).
-		Then(clientv3.OpPut(fk, string(gone))).Commit()
-	if err != nil {
-		return out, withdraw(fmt.Errorf("remove cluster %q: %w", name, b.wrap(err)))
-	}
-	if !br.Succeeded {
 		return out, withdraw(fmt.Errorf("remove cluster %q: %w: its fleet record or its SKUs changed meanwhile: retry", name, ErrConflict))
 	}
-	out.Revision = br.Header.Revision
+	out.Revision = tr.Header.Revision
+	if out.FeedEnd, err = orderFeedEnd(ctx, b, out.Revision); err != nil {
+		return out, withdraw(fmt.Errorf("remove cluster %q: read the end of its order feed: %w", name, b.wrap(err)))
+	}
 
-	// (4) Done: the cluster leaves the fleet.
+	// (4) Done, in the registry: the cluster leaves the fleet.
 	done, _ := json.Marshal(removal{State: removalDone, Revision: out.Revision, FeedEnd: out.FeedEnd})
 	dr, err := reg.c.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(rk), "=", mark)).
 		Then(clientv3.OpPut(rk, string(done))).Commit()
 	if err != nil {
-		return out, fmt.Errorf("remove cluster %q: record it removed in the registry: %w (cluster %q's own record already "+
-			"says removed: run RemoveCluster again)", name, reg.wrap(err), name)
+		return out, fmt.Errorf("remove cluster %q: record it removed in the registry: %w (run the removal again: if it "+
+			"says the cluster was removed, it was)", name, reg.wrap(err))
 	}
 	if !dr.Succeeded {
 		return out, fmt.Errorf("remove cluster %q: %w: its removal record changed meanwhile (another removal ran?): "+
@@ -308,7 +302,15 @@ func (c *Coordinator) RemoveCluster(ctx context.Context, name string, opts Remov
 	f.removed[name] = removal{State: removalDone, Revision: out.Revision, FeedEnd: out.FeedEnd}
 	f.mu.Unlock()
 
-	// (5) The other clusters' records, without it.
+	// (5) Its own record says it was removed (for a process that reaches
+	// it without reading the registry first).
+	gone, _ := json.Marshal(fleetRecord{Cluster: name, Clusters: out.Clusters, Locks: out.Locks, Removed: true})
+	if br, err := b.c.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(fk), "=", out.Revision)).
+		Then(clientv3.OpPut(fk, string(gone))).Commit(); err != nil || !br.Succeeded {
+		out.Unrewritten = append(out.Unrewritten, name)
+	}
+
+	// (6) The other clusters' records, without it.
 	for _, m := range f.members {
 		if m == b {
 			continue

@@ -406,14 +406,15 @@ func TestRemoveClusterRacesCreations(t *testing.T) {
 	if err != nil || len(metas.Kvs) != 0 {
 		t.Fatalf("c holds SKUs after its removal: %v %v", metas.Kvs, err)
 	}
-	// Nothing was written in c after the removal's revision: etcd's
-	// history of every key under the prefix says so.
-	now, err := tcs[2].raw.Get(ctx, "rev")
-	if err != nil {
-		t.Fatal(err)
+	// Nothing but its fleet record (marked removed) was written in c after
+	// the removal's revision: etcd's history of every key under the
+	// prefix says so.
+	fleet, err := tcs[2].raw.Get(ctx, coordinator.DefaultPrefix+"fleet")
+	if err != nil || len(fleet.Kvs) != 1 || fleet.Kvs[0].ModRevision <= removed.Revision {
+		t.Fatalf("c's fleet record after its removal: %v %v", fleet.Kvs, err)
 	}
-	if n := keysWritten(t, tcs[2].raw, coordinator.DefaultPrefix, removed.Revision, now.Header.Revision); n != 0 {
-		t.Fatalf("%d keys were written in c after its removal (revision %d)", n, removed.Revision)
+	if n := keysWritten(t, tcs[2].raw, coordinator.DefaultPrefix, removed.Revision, fleet.Header.Revision); n != 1 {
+		t.Fatalf("%d keys were written in c after its removal (revision %d), want 1 (its fleet record)", n, removed.Revision)
 	}
 	claims, err := tcs[0].raw.Get(ctx, coordinator.DefaultPrefix+"placement/", clientv3.WithPrefix())
 	if err != nil {
