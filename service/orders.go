@@ -235,7 +235,11 @@ func (s *Server) watchMerged(ctx, fctx context.Context, method string, m *stockc
 	for _, name := range s.c.Clusters() {
 		clusters = append(clusters, coordinator.Cluster{Name: name, Client: s.c.Cluster(name).Client()})
 	}
-	f, err := feed.OpenMerged(clusters, feed.Config{Prefix: s.c.Prefix()}, since)
+	removed, err := s.c.RemovedClusters(ctx)
+	if err != nil {
+		return s.fail(ctx, opRead, method, err)
+	}
+	f, err := feed.OpenMerged(clusters, feed.Config{Prefix: s.c.Prefix(), Removed: removed}, since)
 	if err != nil {
 		return s.fail(ctx, opRead, method, badField("merged_since", err.Error()))
 	}
