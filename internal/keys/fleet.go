@@ -34,6 +34,7 @@ func (s Space) Decisions(sku string) string { return s.prefix + "decisions/" + s
 // "committed" or "aborted", kept in the cluster of the order's first SKU by
 // name, sku, beside that SKU's record of the order.
 func (s Space) Decision(sku, id string) string { return s.Decisions(sku) + id }
+
 // Removed is the registry's record of a cluster being removed from the
 // fleet, or removed.
 func (s Space) Removed(cluster string) string { return s.RemovedPrefix() + cluster }
