@@ -96,6 +96,7 @@ type fleet struct {
 
 	mu      sync.Mutex
 	locks   []string           // the lock clusters, from the fleet records; nil until known
+	removed map[string]removal // the registry's removal records, as last read (remove.go)
 	placed  map[string]*member // the placement cache: SKU → its cluster
 	splitAt map[string]string  // SKUs found in two clusters: the message
 }

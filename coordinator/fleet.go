@@ -30,11 +30,18 @@ import (
 //     cluster other than the registry must then hold no SKU: SKUs from
 //     before the fleet can only be in the registry, where creations look
 //     for them.
+//
+// A cluster removed from the fleet (RemoveCluster, remove.go) is recorded
+// in the registry (keys.Removed): records are read without it (a record
+// not yet rewritten still lists it), a process that names it is refused,
+// and its own record says it was removed (refused too).
 
 type fleetRecord struct {
 	Cluster  string   `json:"cluster"`
 	Clusters []string `json:"clusters"`
 	Locks    []string `json:"locks"`
+	// Removed says this cluster was removed from the fleet.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // ready checks m's fleet record if that has not been done yet. Its error
@@ -72,11 +79,13 @@ func (f *fleet) check(ctx context.Context) error {
 	defer func() { <-f.gate }()
 
 	type read struct {
-		m    *member
-		rec  *fleetRecord
-		rev  int64 // the record's mod revision (0: none)
-		skus bool  // the cluster holds a SKU meta record
-		err  error
+		m       *member
+		rec     *fleetRecord
+		rev     int64              // the record's mod revision (0: none)
+		skus    bool               // the cluster holds a SKU meta record
+		stale   bool               // its record lists a removed cluster
+		removed map[string]removal // the registry's removal records
+		err     error
 	}
 	var pending []*member
 	for _, m := range f.members {
@@ -95,8 +104,12 @@ func (f *fleet) check(ctx context.Context) error {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			r := read{m: m}
-			resp, err := m.c.kv.Txn(ctx).Then(clientv3.OpGet(m.c.keys.Fleet()),
-				clientv3.OpGet(m.c.keys.MetaPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())).Commit()
+			ops := []clientv3.Op{clientv3.OpGet(m.c.keys.Fleet()),
+				clientv3.OpGet(m.c.keys.MetaPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())}
+			if m == f.members[0] {
+				ops = append(ops, clientv3.OpGet(m.c.keys.RemovedPrefix(), clientv3.WithPrefix()))
+			}
+			resp, err := m.c.kv.Txn(ctx).Then(ops...).Commit()
 			if err != nil {
 				r.err = err
 				reads[i] = r
@@ -110,6 +123,16 @@ func (f *fleet) check(ctx context.Context) error {
 				r.rec, r.rev = &rec, kvs[0].ModRevision
 			}
 			r.skus = resp.Responses[1].GetResponseRange().Count > 0
+			if m == f.members[0] {
+				r.removed = map[string]removal{}
+				for _, kv := range resp.Responses[2].GetResponseRange().Kvs {
+					var rm removal
+					if err := json.Unmarshal(kv.Value, &rm); err != nil {
+						r.err = fmt.Errorf("%w: removal record %s: %v", ErrCorrupt, kv.Key, err)
+					}
+					r.removed[strings.TrimPrefix(string(kv.Key), m.c.keys.RemovedPrefix())] = rm
+				}
+			}
 			reads[i] = r
 		}()
 	}
@@ -117,12 +140,35 @@ func (f *fleet) check(ctx context.Context) error {
 		<-done
 	}
 
+	for _, r := range reads {
+		if r.err == nil && r.removed != nil {
+			f.mu.Lock()
+			f.removed = r.removed
+			f.mu.Unlock()
+		}
+	}
 	f.mu.Lock()
 	locks := f.locks
+	removed := f.removed
 	f.mu.Unlock()
+	for _, n := range f.names {
+		if rm, ok := removed[n]; ok && rm.State == removalDone {
+			return fmt.Errorf("%w: cluster %q was removed from the fleet (its revision %d; docs/deploy.md, removing a cluster): "+
+				"give every process the fleet's clusters without it", ErrFleetMismatch, n, rm.Revision)
+		}
+	}
 	var unanswered []string
 	var errs []error
-	for _, r := range reads {
+	for i, r := range reads {
+		if r.err == nil && r.rec != nil {
+			// A record not rewritten since a removal still lists the removed
+			// cluster: read it without.
+			rec := *r.rec
+			rec.Clusters, rec.Locks = withoutRemoved(rec.Clusters, removed), withoutRemoved(rec.Locks, removed)
+			stale := len(rec.Clusters) != len(r.rec.Clusters) || len(rec.Locks) != len(r.rec.Locks)
+			reads[i].rec, reads[i].stale = &rec, stale
+			r.rec, r.stale = &rec, stale
+		}
 		switch {
 		case r.err != nil:
 			unanswered = append(unanswered, r.m.name)
@@ -130,6 +176,9 @@ func (f *fleet) check(ctx context.Context) error {
 		case r.rec == nil:
 		case r.rec.Cluster != r.m.name:
 			return fmt.Errorf("%w: the endpoints given for cluster %q reach cluster %q", ErrFleetMismatch, r.m.name, r.rec.Cluster)
+		case r.rec.Removed:
+			return fmt.Errorf("%w: cluster %q was removed from the fleet of clusters %s (docs/deploy.md, removing a cluster): "+
+				"give every process the fleet's clusters without it", ErrFleetMismatch, r.m.name, strings.Join(r.rec.Clusters, ","))
 		case !isPrefix(r.rec.Clusters, f.names):
 			return fmt.Errorf("%w: cluster %q belongs to a fleet of clusters %s; this process was given %s "+
 				"(every process names the same clusters in the same order; clusters are added at the end)",
@@ -156,7 +205,7 @@ func (f *fleet) check(ctx context.Context) error {
 		if r.err != nil {
 			continue
 		}
-		if r.rec != nil && slices.Equal(r.rec.Clusters, f.names) {
+		if r.rec != nil && slices.Equal(r.rec.Clusters, f.names) && !r.stale {
 			r.m.mu.Lock()
 			r.m.checked = true
 			r.m.mu.Unlock()

@@ -317,9 +317,10 @@ func (f *fleet) create(ctx context.Context, sku, cluster string, cfg SKUConfig) 
 	val, _ := json.Marshal(claim{Cluster: target})
 	resp, err := reg.c.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(ck), "=", 0),
-			clientv3.Compare(clientv3.CreateRevision(reg.c.keys.Meta(sku)), "=", 0)).
+			clientv3.Compare(clientv3.CreateRevision(reg.c.keys.Meta(sku)), "=", 0),
+			clientv3.Compare(clientv3.CreateRevision(reg.c.keys.Removed(target)), "=", 0)). // remove.go
 		Then(clientv3.OpPut(ck, string(val))).
-		Else(clientv3.OpGet(ck)).
+		Else(clientv3.OpGet(ck), clientv3.OpGet(reg.c.keys.Removed(target))).
 		Commit()
 	if err != nil {
 		return segments.Meta{}, fmt.Errorf("create %s: claim it: %w", sku, reg.wrap(err))
@@ -327,6 +328,9 @@ func (f *fleet) create(ctx context.Context, sku, cluster string, cfg SKUConfig) 
 	gen := resp.Header.Revision
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 && len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
+			return segments.Meta{}, removedTarget(sku, target)
+		}
 		if len(kvs) == 0 {
 			// The registry holds the SKU from before the fleet (no claim).
 			if cluster != "" && cluster != reg.name {

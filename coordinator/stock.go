@@ -82,11 +82,13 @@ func DefaultRefillBatch(total int64, segs int) int64 { return segments.DefaultRe
 // Over several clusters (NewClusters) the SKU is placed in the cluster its
 // name hashes to, unless its name is already placed (an interrupted
 // creation, or a SKU created with CreateSKUIn), and stays there: see
-// CreateSKUIn.
+// CreateSKUIn. A name that hashes to a cluster being removed (or removed,
+// for a process still running with the old list) is placed by its hash
+// over the other clusters.
 func (c *Coordinator) CreateSKU(ctx context.Context, sku string, cfg SKUConfig) (segments.Meta, error) {
 	switch {
 	case c.fleet != nil:
-		return c.fleet.create(ctx, sku, "", cfg)
+		return c.fleet.createHashed(ctx, sku, cfg)
 	case c.inFleet:
 		return segments.Meta{}, fmt.Errorf("create %s: %w: this coordinator is one cluster of a fleet: create SKUs through the fleet's", sku, ErrInvalidArgument)
 	}

@@ -12,13 +12,21 @@ import (
 	"time"
 )
 
-// recipeBound bounds the whole recipe: certificates, etcd, serve, HAProxy.
+// recipeBound bounds the whole recipe: certificates, a 3-member etcd,
+// serve, a sale with the etcd leader stopped, HAProxy, a second cluster
+// added and removed.
 const recipeBound = 4 * time.Minute
 
 // TestDeployRecipe runs scripts/deploy-recipe.sh, docs/deploy.md's recipe on
-// loopback: openssl's CA and certificates, a TLS etcd with authentication,
-// its root and prefix-limited users, `stockctl serve` (the binary of this
-// tree) and commands through it, reclaim as root, HAProxy when installed.
+// loopback: openssl's CA and certificates, a 3-member etcd cluster with TLS
+// for clients and peers and authentication, its root and prefix-limited
+// users, `stockctl serve` (the binary of this tree) and commands through it,
+// a sale through the API during which the etcd leader is stopped (every
+// order acknowledged, some while it is down, the books balanced) and then
+// started again, reclaim as root, HAProxy when installed, and a second
+// etcd cluster added to the fleet, given a SKU, and removed again
+// (refused while the SKU is there, then done; the old list and a merged
+// cursor without it refused).
 // It skips only when the tools the recipe needs are missing; any failing
 // step fails the test with the script's output.
 func TestDeployRecipe(t *testing.T) {
@@ -45,7 +53,7 @@ func TestDeployRecipe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports := freePorts(t, 5)
+	ports := freePorts(t, 11)
 	ctx, cancel := context.WithTimeout(context.Background(), recipeBound)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", script)
@@ -54,6 +62,10 @@ func TestDeployRecipe(t *testing.T) {
 		fmt.Sprintf("ETCD_PORT=%d", ports[0]), fmt.Sprintf("ETCD_PEER_PORT=%d", ports[1]),
 		fmt.Sprintf("API_PORT=%d", ports[2]), fmt.Sprintf("LB_PORT=%d", ports[3]),
 		fmt.Sprintf("LB_STATS_PORT=%d", ports[4]),
+		fmt.Sprintf("ETCD_PORT_2=%d", ports[5]), fmt.Sprintf("ETCD_PORT_3=%d", ports[6]),
+		fmt.Sprintf("ETCD_PEER_PORT_2=%d", ports[7]), fmt.Sprintf("ETCD_PEER_PORT_3=%d", ports[8]),
+		fmt.Sprintf("ETCD_B_PORT=%d", ports[9]), fmt.Sprintf("ETCD_B_PEER_PORT=%d", ports[10]),
+		"SALE_ORDERS=120",
 		// The recipe sets its own; the caller's must not leak in.
 		"STOCKCTL_ENDPOINTS=", "STOCKCTL_CLUSTERS=", "STOCKCTL_USER=", "STOCKCTL_PREFIX=",
 		"STOCKCTL_CACERT=", "STOCKCTL_CERT=", "STOCKCTL_KEY=", "KEEP=")
@@ -64,7 +76,9 @@ func TestDeployRecipe(t *testing.T) {
 	if err != nil {
 		t.Fatalf("scripts/deploy-recipe.sh failed (%v, within %s):\n%s", err, recipeBound, out)
 	}
-	for _, want := range []string{"SERVING_STATUS_SERVING", "AUDIT      ok", "reclaim needs etcd's root user", "COMPACTED", "the recipe ran"} {
+	for _, want := range []string{"SERVING_STATUS_SERVING", "AUDIT      ok", "reclaim needs etcd's root user", "COMPACTED",
+		"sale: 120 of 120 orders acknowledged through the API", "is back", "CHECK      total 121 = pool 0 + segments 0 + allocated 121",
+		"cannot be removed: 1 SKU(s) placed in it: tablet", "FEED END", "east-2 removed and stopped", "the recipe ran"} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the recipe's output lacks %q:\n%s", want, out)
 		}
@@ -129,7 +143,7 @@ func TestDeployDocMatchesRecipe(t *testing.T) {
 			blocks[open] = append(blocks[open], line)
 		}
 	}
-	for _, name := range []string{"certs", "users", "reclaim", "serve"} {
+	for _, name := range []string{"certs", "etcd", "users", "reclaim", "serve"} {
 		b := strings.Join(blocks[name], "\n")
 		if b == "" {
 			t.Errorf("scripts/deploy-recipe.sh has no block <recipe:%s>", name)

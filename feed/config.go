@@ -34,6 +34,15 @@ type Config struct {
 	// everything so far, then io.EOF (a catch-up, as a nightly job wants).
 	// Not together with Until.
 	UntilOpen bool
+	// Removed, for OpenMerged only, names the clusters removed from the
+	// fleet, each with the end of its order feed, the revision of its
+	// last order change (coordinator.RemovedClusters): a cursor must name
+	// each at that revision or later (it has every event of it; the feed
+	// keeps it in the cursors it gives), or be empty (a new consumer: its
+	// cursors get them at those revisions). Otherwise OpenMerged refuses
+	// the cursor, which would skip events of a removed cluster. nil: not
+	// checked.
+	Removed map[string]int64
 	// Logger receives a debug record for each watch the feed opens again
 	// after one broke, with the reason. Default: discarded.
 	Logger *slog.Logger

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,42 @@ func (c Cursor) String() string {
 		parts[i] = n + "=" + strconv.FormatInt(c[n], 10)
 	}
 	return strings.Join(parts, ",")
+}
+
+// sinceRemoved checks since's revision for cluster n, removed from the
+// fleet, its order feed ending at removed[n]: since must name it at that
+// revision or later, or
+// its events after since's revision would be skipped. A cluster not in
+// removed is unknown.
+func sinceRemoved(since Cursor, n string, removed map[string]int64) error {
+	end, ok := removed[n]
+	rev, named := since[n]
+	switch {
+	case !ok && removed == nil:
+		return fmt.Errorf("if it was removed from the fleet, give the feed the removed clusters (Config.Removed, from "+
+			"coordinator's RemovedClusters) (docs/deploy.md, removing a cluster); cursor's revision for it: %d", rev)
+	case !ok:
+		return errors.New("it is not a cluster removed from the fleet either")
+	case !named:
+		return fmt.Errorf("the cursor does not name cluster %q, removed from the fleet, whose order feed ended at its revision %d: its events would be "+
+			"skipped. If this consumer has read them (or had none to read), add %s=%d to the cursor; else read them first, with a "+
+			"feed of that cluster alone (stockctl --endpoints ITS-ENDPOINTS orders --all --since REV, REV 0 for all its history), "+
+			"then add it (docs/deploy.md, removing a cluster)", n, end, n, end)
+	case rev < end:
+		return fmt.Errorf("it was removed from the fleet, and its revision in the cursor, %d, is below %d, where its order feed ended: its events after %d "+
+			"would be skipped. Read them first, with a feed of that cluster alone (stockctl --endpoints ITS-ENDPOINTS orders --all "+
+			"--since %d), then set %s=%d in the cursor (docs/deploy.md, removing a cluster)", rev, end, rev, rev, n, end)
+	}
+	return nil
+}
+
+// names are the clusters' names.
+func names(clusters []coordinator.Cluster) []string {
+	out := make([]string, len(clusters))
+	for i, c := range clusters {
+		out[i] = c.Name
+	}
+	return out
 }
 
 // ParseCursor reads a cursor's String ("" is the empty cursor: every
@@ -125,15 +162,35 @@ func OpenMerged(clusters []coordinator.Cluster, cfg Config, since Cursor) (*Merg
 	known := map[string]bool{}
 	for _, c := range clusters {
 		known[c.Name] = true
+		if _, ok := cfg.Removed[c.Name]; ok {
+			return nil, fmt.Errorf("%w: cluster %q is given to the feed and also said removed", ErrInvalidArgument, c.Name)
+		}
 	}
 	for n := range since {
-		if !known[n] {
-			return nil, fmt.Errorf("%w: the cursor names cluster %q, which is not one of the feed's", ErrInvalidArgument, n)
+		if known[n] {
+			continue
+		}
+		if err := sinceRemoved(since, n, cfg.Removed); err != nil {
+			return nil, fmt.Errorf("%w: the cursor names cluster %q, which is not one of the feed's (%s): %w", ErrInvalidArgument,
+				n, strings.Join(names(clusters), ","), err)
+		}
+	}
+	if len(since) > 0 {
+		for _, n := range slices.Sorted(maps.Keys(cfg.Removed)) {
+			if err := sinceRemoved(since, n, cfg.Removed); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+			}
 		}
 	}
 	m := &Merged{cursor: Cursor{}, results: make(chan mergedResult), open: len(clusters)}
 	for n, r := range since {
 		m.cursor[n] = r
+	}
+	if len(since) == 0 {
+		// A new consumer: it starts after the removed clusters' ends.
+		for n, r := range cfg.Removed {
+			m.cursor[n] = r
+		}
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	for _, c := range clusters {

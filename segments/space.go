@@ -55,12 +55,13 @@ const (
 	spaceCheckEvery = 100 * time.Millisecond
 	spaceCheckMin   = 10 * time.Millisecond
 	spaceCheckWait  = time.Second
+	spaceCheckIdle  = 30 * time.Second
 )
 
 // spaceGuard is the engine's last reading of its etcd's database size.
 type spaceGuard struct {
 	mu      sync.Mutex
-	read    bool // a reading has been made
+	first   chan struct{} // closed once the first reading is made; nil before it starts
 	at      time.Time
 	share   float64       // of the quota, at the last reading
 	rate    float64       // its growth a second, as last seen
@@ -70,21 +71,31 @@ type spaceGuard struct {
 }
 
 // spaceLow returns the guard's refusal if the database is over the
-// guard's line, as last read. The first call reads it and waits (up to
-// spaceCheckWait); later calls start a new reading in the background when
-// the last one is older than the interval, and answer from the last one.
+// guard's line, as last read. The first call reads it and every call
+// waits for that first reading (up to spaceCheckWait, or ctx); later calls
+// start a new reading in the background when the last one is older than
+// the interval, and answer from the last one.
 func (e *Engine) spaceLow(ctx context.Context) error {
-	frac := e.cfg.SpaceGuard
-	if frac <= 0 {
+	if e.cfg.SpaceGuard <= 0 {
 		return nil
 	}
 	g := &e.space
 	g.mu.Lock()
-	if !g.read {
+	switch first := g.first; {
+	case first == nil:
+		g.first, g.reading = make(chan struct{}), true
 		g.mu.Unlock()
 		e.readSpace(ctx)
 		g.mu.Lock()
-	} else if !g.reading && time.Since(g.at) >= g.every {
+	case !isClosed(first):
+		g.mu.Unlock()
+		select {
+		case <-first:
+		case <-ctx.Done():
+		case <-time.After(spaceCheckWait):
+		}
+		g.mu.Lock()
+	case !g.reading && time.Since(g.at) >= g.every:
 		g.reading = true
 		e.bg.Go(func(ctx context.Context) { e.readSpace(ctx) })
 	}
@@ -95,6 +106,15 @@ func (e *Engine) spaceLow(ctx context.Context) error {
 	return nil
 }
 
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
 // readSpace reads every endpoint's database size and quota (etcd 3.6 and
 // later report the quota; members that do not are passed over) and
 // records the largest share.
@@ -103,9 +123,14 @@ func (e *Engine) readSpace(ctx context.Context) {
 	defer cancel()
 	var worst *SpaceLowError
 	share := 0.0
+	answered := false
 	for _, ep := range e.client.Endpoints() {
 		st, err := e.client.Status(ctx, ep)
-		if err != nil || st.DbSizeQuota <= 0 {
+		if err != nil {
+			continue
+		}
+		answered = true
+		if st.DbSizeQuota <= 0 {
 			continue
 		}
 		if s := float64(st.DbSize) / float64(st.DbSizeQuota); s >= share {
@@ -117,7 +142,8 @@ func (e *Engine) readSpace(ctx context.Context) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	if g.read && share > g.share {
+	read := isClosed(g.first)
+	if read && share > g.share {
 		// The file grows in steps: two readings close together often
 		// see one size, and the rate seen last stays until it moves.
 		g.rate = (share - g.share) / now.Sub(g.at).Seconds()
@@ -128,7 +154,15 @@ func (e *Engine) readSpace(ctx context.Context) {
 	} else if g.rate > 0 {
 		g.every = spaceCheckMin
 	}
-	g.read, g.at, g.share, g.reading = true, now, share, false
+	if answered && worst == nil {
+		// No member reports a quota (etcd before 3.6): nothing to guard;
+		// look again now and then (a member may be upgraded).
+		g.every = spaceCheckIdle
+	}
+	if !read {
+		close(g.first)
+	}
+	g.at, g.share, g.reading = now, share, false
 	g.low = nil
 	if worst != nil && share >= e.cfg.SpaceGuard {
 		g.low = worst

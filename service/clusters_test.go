@@ -344,3 +344,65 @@ func TestListSKUsOverClustersNamesTheCluster(t *testing.T) {
 		t.Fatalf("ListSKUs with cluster b stopped: %v", err)
 	}
 }
+
+// A merged cursor that would skip a removed cluster's events (one that
+// does not name it) is refused naming it; one at its feed's end resumes.
+func TestWatchOrdersMergedCursorOfRemovedCluster(t *testing.T) {
+	a, b, gone := etcdtest.NewSingle(t, etcdtest.WithNoFsync()), etcdtest.NewSingle(t, etcdtest.WithNoFsync()), etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	ca, cb := a.Client(t), b.Client(t)
+	old, err := coordinator.NewClusters(t.Context(), []coordinator.Cluster{{Name: "a", Client: ca}, {Name: "b", Client: cb}, {Name: "gone", Client: gone.Client(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm, err := old.RemoveCluster(t.Context(), "gone", coordinator.RemoveClusterOptions{MoveLocks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = old.Close()
+	coord, err := coordinator.NewClusters(t.Context(), []coordinator.Cluster{{Name: "a", Client: ca}, {Name: "b", Client: cb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = coord.Close() })
+	srv, err := service.New(coord, service.Config{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{coord: coord, srv: srv, url: serve(t, srv, nil)}
+	c := e.grpcStock(t)
+	watch := func(since string) error {
+		wctx, cancel := context.WithTimeout(ctx(t), time.Second)
+		defer cancel()
+		st, err := c.WatchOrders(wctx, connect.NewRequest(&stockctlv1.WatchOrdersRequest{MergedSince: since}))
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for st.Receive() {
+		}
+		if wctx.Err() != nil {
+			return nil // open until the deadline: resumed
+		}
+		return st.Err()
+	}
+	err = watch("a=1")
+	if code, reason := errorInfo(t, err); code != connect.CodeInvalidArgument || reason != "INVALID_ARGUMENT" || !strings.Contains(err.Error(), `"gone"`) {
+		t.Fatalf("a cursor without the removed cluster: %v", err)
+	}
+	var ce *connect.Error
+	errors.As(err, &ce)
+	found := false
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if info, ok := v.(*errdetails.ErrorInfo); ok {
+				found = info.Metadata["cluster"] == "gone" && info.Metadata["field"] == "merged_since"
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("a cursor without the removed cluster: no metadata cluster gone: %v", err)
+	}
+	if err := watch(fmt.Sprintf("a=1,gone=%d", rm.FeedEnd)); err != nil {
+		t.Fatalf("a cursor at the removed cluster's end: %v", err)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -253,22 +252,13 @@ func (s *Server) watchMerged(ctx, fctx context.Context, method string, m *stockc
 	for _, name := range s.c.Clusters() {
 		clusters = append(clusters, coordinator.Cluster{Name: name, Client: s.c.Cluster(name).Client()})
 	}
-	// A cursor naming a cluster this server does not have (one removed
-	// from its --cluster list, or a cursor of another fleet): the metadata
-	// names the cluster, so that a client can tell it from a malformed one.
-	for _, name := range slices.Sorted(maps.Keys(since)) {
-		if !slices.Contains(s.c.Clusters(), name) {
-			err := fmt.Errorf("invalid merged_since: the cursor names cluster %q, which is not one of this server's (%s): "+
-				"its events cannot be resumed here; start again from an empty cursor, or from one without it",
-				name, strings.Join(s.c.Clusters(), ", "))
-			return s.fail(ctx, opRead, method, newError(connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, err,
-				map[string]string{"field": "merged_since", "cluster": name},
-				&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "merged_since", Description: err.Error()}}}))
-		}
-	}
-	f, err := feed.OpenMerged(clusters, feed.Config{Prefix: s.c.Prefix()}, since)
+	removed, err := s.c.RemovedClusters(ctx)
 	if err != nil {
-		return s.fail(ctx, opRead, method, badField("merged_since", err.Error()))
+		return s.fail(ctx, opRead, method, err)
+	}
+	f, err := feed.OpenMerged(clusters, feed.Config{Prefix: s.c.Prefix(), Removed: removed}, since)
+	if err != nil {
+		return s.fail(ctx, opRead, method, mergedSinceError(err, refusedCluster(s.c.Clusters(), removed, since)))
 	}
 	defer f.Close()
 	if err := stream.Send(nil); err != nil { // the headers now, as WatchOrders
@@ -283,4 +273,38 @@ func (s *Server) watchMerged(ctx, fctx context.Context, method string, m *stockc
 			return err
 		}
 	}
+}
+
+// refusedCluster is the cluster for which OpenMerged refuses since: one
+// the server does not have (another fleet's, or one removed from the fleet
+// whose order feed's end the cursor has not reached), or, in a cursor that
+// is not empty, a removed cluster it does not name; "" when none is.
+func refusedCluster(clusters []string, removed map[string]int64, since feed.Cursor) string {
+	for _, n := range slices.Sorted(maps.Keys(since)) {
+		end, gone := removed[n]
+		if !slices.Contains(clusters, n) && (!gone || since[n] < end) {
+			return n
+		}
+	}
+	if len(since) > 0 {
+		for _, n := range slices.Sorted(maps.Keys(removed)) {
+			if rev, ok := since[n]; !ok || rev < removed[n] {
+				return n
+			}
+		}
+	}
+	return ""
+}
+
+// mergedSinceError is a refused merged_since: INVALID_ARGUMENT on the
+// field, with the metadata cluster naming the cluster it is refused for,
+// so that a client can tell it from a malformed cursor.
+func mergedSinceError(err error, cluster string) error {
+	if cluster == "" {
+		return badField("merged_since", err.Error())
+	}
+	err = fmt.Errorf("invalid merged_since: %w", err)
+	return newError(connect.CodeInvalidArgument, stockctlv1.ErrorReason_ERROR_REASON_INVALID_ARGUMENT, err,
+		map[string]string{"field": "merged_since", "cluster": cluster},
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: "merged_since", Description: err.Error()}}})
 }

@@ -13,6 +13,9 @@ package keys
 //	P decisions/<sku>/<id>   in the cluster of <sku>, the first SKU by name of
 //	                         order <id> over several clusters: its commit
 //	                         decision, "committed" or "aborted"
+//	P removed/<cluster>      in the registry only: a cluster being removed
+//	                         from the fleet, or removed (coordinator's
+//	                         RemoveCluster); no SKU is claimed in it
 
 // Fleet is the fleet record of a cluster.
 func (s Space) Fleet() string { return s.prefix + "fleet" }
@@ -31,3 +34,10 @@ func (s Space) Decisions(sku string) string { return s.prefix + "decisions/" + s
 // "committed" or "aborted", kept in the cluster of the order's first SKU by
 // name, sku, beside that SKU's record of the order.
 func (s Space) Decision(sku, id string) string { return s.Decisions(sku) + id }
+
+// Removed is the registry's record of a cluster being removed from the
+// fleet, or removed.
+func (s Space) Removed(cluster string) string { return s.RemovedPrefix() + cluster }
+
+// RemovedPrefix prefixes every Removed key.
+func (s Space) RemovedPrefix() string { return s.prefix + "removed/" }

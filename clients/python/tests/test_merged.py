@@ -174,7 +174,7 @@ class MergedFeedConsumer(unittest.TestCase):
             # A cursor naming a cluster the server does not have (removed from its list).
             t = Table()
             consumer = sc.OrderFeedConsumer(c, t.conn, t.apply, since=start() + ",gone=7", stream_timeout=BOUND)
-            with self.assertRaises(sc.CursorUnknownCluster) as cm:
+            with self.assertRaises(sc.MergedCursorRefused) as cm:
                 consumer.run()
             e = cm.exception
             self.assertIsInstance(e, sc.InvalidArgument)
@@ -183,7 +183,7 @@ class MergedFeedConsumer(unittest.TestCase):
             with self.assertRaises(sc.InvalidArgument) as cm:
                 for _ in c.watch_orders(merged_since="nonsense", timeout=BOUND):
                     pass
-            self.assertNotIsInstance(cm.exception, sc.CursorUnknownCluster)
+            self.assertNotIsInstance(cm.exception, sc.MergedCursorRefused)
 
     def test_one_skus_feed_keeps_a_revision_cursor(self):
         with client() as c:

@@ -62,6 +62,7 @@ func commands() []*ucli.Command {
 		policyCommand(),
 		pruneCommand(),
 		deleteCommand(),
+		removeClusterCommand(),
 		reclaimCommand(),
 		ordersCommand(),
 		rebalanceCommand(),

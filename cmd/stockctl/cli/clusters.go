@@ -138,7 +138,8 @@ func globalClusters(c *ucli.Context) *clusterFlag {
 // refuseFleetMember refuses a one-cluster command (--endpoints, or the
 // embedded etcd) on a cluster of a fleet: it would create SKUs without
 // their placement claim and take locks in a cluster other than the one
-// the fleet places them in (two holders). The fleet record says so.
+// the fleet places them in (two holders). The fleet record says so. A
+// cluster removed from its fleet is no longer one of its clusters.
 func refuseFleetMember(ctx context.Context, g *globals, client *clientv3.Client, endpoints []string) error {
 	ks, err := keys.New(g.prefix)
 	if err != nil {
@@ -156,8 +157,14 @@ func refuseFleetMember(ctx context.Context, g *globals, client *clientv3.Client,
 	var rec struct {
 		Cluster  string   `json:"cluster"`
 		Clusters []string `json:"clusters"`
+		Removed  bool     `json:"removed"`
 	}
 	_ = json.Unmarshal(resp.Kvs[0].Value, &rec)
+	if rec.Removed {
+		// Removed from its fleet (remove-cluster): it holds no SKU, and its
+		// feed's last events may still be read (orders --all --since REV).
+		return nil
+	}
 	return usageError("etcd at %s is cluster %q of a fleet of clusters %s (prefix %s): give every cluster with --cluster NAME=endpoints, in that order, instead of --endpoints",
 		strings.Join(endpoints, ","), rec.Cluster, strings.Join(rec.Clusters, ","), g.prefix)
 }

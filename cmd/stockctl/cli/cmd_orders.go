@@ -340,10 +340,21 @@ func ordersMerged(ctx context.Context, c *ucli.Context, g *globals, cn *conn, a 
 	for _, name := range cn.coord.Clusters() {
 		clusters = append(clusters, coordinator.Cluster{Name: name, Client: cn.coord.Cluster(name).Client()})
 	}
+	removed, err := cn.coord.RemovedClusters(ctx)
+	if err != nil {
+		return ordersFailed(ctx, "read the clusters removed from the fleet", err)
+	}
 	p := &ordersPrinter{w: c.App.Writer, json: g.output == outputJSON}
 	merged := feed.Cursor{}
 	for n, r := range a.merged {
 		merged[n] = r
+	}
+	if len(merged) == 0 {
+		// A new consumer (from the start, or a snapshot): after the removed
+		// clusters' ends, which the cursors it prints carry.
+		for n, r := range removed {
+			merged[n] = r
+		}
 	}
 	if a.snapshot {
 		// Each cluster's snapshot at a revision of its own; the merged
@@ -372,7 +383,7 @@ func ordersMerged(ctx context.Context, c *ucli.Context, g *globals, cn *conn, a 
 			return writeFailed(err)
 		}
 	}
-	m, err := feed.OpenMerged(clusters, feed.Config{Prefix: g.prefix, UntilOpen: !a.follow}, merged)
+	m, err := feed.OpenMerged(clusters, feed.Config{Prefix: g.prefix, UntilOpen: !a.follow, Removed: removed}, merged)
 	if err != nil {
 		return ordersFailed(ctx, "read the orders of every cluster", err)
 	}

@@ -220,8 +220,9 @@ class Client:
         the clusters' feeds merged: each batch is one cluster's, its
         ``merged_cursor`` the position to store (``cursor`` is 0), and
         ``merged_since`` resumes from it (not with since or snapshot). A
-        cursor naming a cluster the server does not have raises
-        CursorUnknownCluster; one compacted, CursorCompacted with ``cluster``.
+        cursor naming a cluster the server does not have (or skipping a
+        removed cluster's last events) raises MergedCursorRefused; one
+        compacted, CursorCompacted with ``cluster``.
         """
         return self._stream("WatchOrders", st.WatchOrdersRequest(sku=sku, since=since, snapshot=snapshot,
                                                                  merged_since=merged_since), timeout)

@@ -183,11 +183,12 @@ CursorAhead = _reason("CURSOR_AHEAD", InvalidArgument, C.INVALID_ARGUMENT,
                       E.CursorAhead, ("cursor", "revision", "cluster"))
 
 
-class CursorUnknownCluster(InvalidArgument):
-    """A merged feed's cursor (``merged_since``) names a cluster the server does not have: one removed
-    from its cluster list, or a cursor of another fleet. ``cluster`` names it. Nothing after that
-    cluster's position can be resumed here; start again from an empty cursor (or drop the cluster from
-    the cursor, accepting that its events after it are lost to this consumer).
+class MergedCursorRefused(InvalidArgument):
+    """A merged feed's cursor (``merged_since``) refused because of one cluster, named in ``cluster``:
+    one the server does not have (another fleet's), or one removed from the fleet whose order feed's
+    end the cursor has not reached (or does not name): its events would be skipped. The message says
+    what to do (read the removed cluster's last events with a feed of it alone, then set it at its end
+    in the cursor; docs/deploy.md, removing a cluster).
 
     The server says INVALID_ARGUMENT on field ``merged_since`` with the ErrorInfo metadata ``cluster``;
     :func:`from_status` gives that this class (``reason`` stays ``"INVALID_ARGUMENT"``)."""
@@ -301,7 +302,7 @@ def from_status(code: grpc.StatusCode, message: str, status_bytes: Optional[byte
         violations = [(v.field, v.description) for v in br.field_violations]
     cls = BY_REASON.get(reason) or BY_CODE.get(code, StockctlError)
     if cls is InvalidArgument and metadata.get("field") == "merged_since" and metadata.get("cluster"):
-        cls = CursorUnknownCluster
+        cls = MergedCursorRefused
     return cls(message, code=code, reason=reason, metadata=metadata, details=details, retry_delay=retry_delay,
                field_violations=violations)
 

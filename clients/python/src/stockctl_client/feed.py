@@ -84,8 +84,8 @@ class OrderFeedConsumer:
     starts again from a snapshot (every order in its current state, applied
     in one transaction with its cursor; not on a merged feed, which has no
     snapshot: there it raises). A merged cursor naming a cluster the server
-    does not have (removed from its cluster list) raises
-    CursorUnknownCluster. Before the first batch is stored the feed starts
+    does not have, or skipping a removed cluster's last events, raises
+    MergedCursorRefused (``cluster`` names it). Before the first batch is stored the feed starts
     after ``since`` (0: the start of etcd's history, or of every cluster's;
     a merged cursor string: from it), or from a snapshot with
     ``snapshot_first`` (a feed of one cluster only). ``paramstyle`` is the

@@ -34,7 +34,8 @@ import java.util.TreeMap;
  * cursor older than etcd's compacted history throws CursorCompacted (on a merged feed its {@code
  * cluster} names the cluster), or with {@link #snapshotOnCompacted()} starts again from a snapshot
  * (not on a merged feed, which has no snapshot: there it throws). A merged cursor naming a cluster
- * the server does not have (removed from its list) throws CursorUnknownCluster.
+ * the server does not have, or skipping a removed cluster's last events, throws MergedCursorRefused
+ * ({@code cluster} names it).
  */
 public final class OrderFeedConsumer {
   /** What a consumer does with a batch, inside its transaction. */

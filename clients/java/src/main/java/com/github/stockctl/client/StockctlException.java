@@ -187,7 +187,7 @@ public class StockctlException extends RuntimeException {
     }
     if (code == Status.Code.INVALID_ARGUMENT && (reason.isEmpty() || reason.equals("INVALID_ARGUMENT"))
         && "merged_since".equals(metadata.get("field")) && metadata.containsKey("cluster")) {
-      make = CursorUnknownCluster::new;
+      make = MergedCursorRefused::new;
     }
     return make.apply(i);
   }
@@ -343,18 +343,18 @@ public class StockctlException extends RuntimeException {
   }
 
   /**
-   * A merged feed's cursor ({@code merged_since}) names a cluster the server does not have: one
-   * removed from its cluster list, or a cursor of another fleet; {@code cluster} names it. Its
-   * events after that position cannot be resumed here: start again from an empty cursor (or drop the
-   * cluster from the cursor, accepting that its events after it are lost to this consumer). The server
-   * says INVALID_ARGUMENT on field merged_since with the ErrorInfo metadata {@code cluster}; {@link
-   * #from} makes that this class ({@code reason} stays "INVALID_ARGUMENT").
+   * A merged feed's cursor ({@code merged_since}) refused because of one cluster, named in {@code
+   * cluster}: one the server does not have (another fleet's), or one removed from the fleet whose
+   * order feed's end the cursor has not reached (or does not name): its events would be skipped. The
+   * message says what to do (docs/deploy.md, removing a cluster). The server says INVALID_ARGUMENT on
+   * field merged_since with the ErrorInfo metadata {@code cluster}; {@link #from} makes that this
+   * class ({@code reason} stays "INVALID_ARGUMENT").
    */
-  public static class CursorUnknownCluster extends InvalidArgument {
+  public static class MergedCursorRefused extends InvalidArgument {
     private static final long serialVersionUID = 1L;
     public final String cluster;
 
-    protected CursorUnknownCluster(Info i) {
+    protected MergedCursorRefused(Info i) {
       super(i);
       this.cluster = i.metadata.get("cluster");
     }

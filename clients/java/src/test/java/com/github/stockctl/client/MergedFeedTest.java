@@ -259,8 +259,8 @@ public class MergedFeedTest {
       OrderFeedConsumer gone = new OrderFeedConsumer(c, t2.conn, "", t2::apply).since(start() + ",gone=7").streamDeadline(BOUND);
       try {
         gone.runMerged(null);
-        fail("want CursorUnknownCluster");
-      } catch (StockctlException.CursorUnknownCluster got) {
+        fail("want MergedCursorRefused");
+      } catch (StockctlException.MergedCursorRefused got) {
         assertEquals("gone", got.cluster);
         assertEquals("merged_since", got.field);
         assertEquals("INVALID_ARGUMENT", got.reason);
@@ -272,7 +272,7 @@ public class MergedFeedTest {
           s.hasNext();
         }
       });
-      assertFalse(bad instanceof StockctlException.CursorUnknownCluster);
+      assertFalse(bad instanceof StockctlException.MergedCursorRefused);
     }
   }
 
