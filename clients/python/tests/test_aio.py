@@ -32,6 +32,13 @@ class AsyncClientLive(unittest.TestCase):
                     if b.cursor >= a.revision:
                         break
                 self.assertEqual(got, [(sku + "-1", "allocated")])
+                skus = [s async for s in c.list_skus(page_size=2)]
+                self.assertIn(sku, skus)
+                self.assertEqual(skus, sorted(skus))
+            if env.MERGED:  # a serve over two clusters names each SKU's
+                async with sc.AsyncClient(env.MERGED, env.TOKEN) as c:
+                    where = {s: cl async for s, cl in c.list_sku_clusters(page_size=1)}
+                    self.assertEqual((where[env.SKU_A], where[env.SKU_B]), ("a", "b"))
 
         asyncio.run(main())
 

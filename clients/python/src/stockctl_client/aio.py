@@ -1,8 +1,8 @@
 """AsyncClient: the Client's unary calls and streams for asyncio (grpc.aio).
 
 Every method of Client but lock() is a coroutine here, with the same typed
-errors, retries and failover; watch_orders and watch_status are async
-iterators. Locks and the feed consumer are the threaded Client's::
+errors, retries and failover; watch_orders, watch_status, list_skus and
+list_sku_clusters are async iterators. Locks and the feed consumer are the threaded Client's::
 
     async with AsyncClient("127.0.0.1:7070", token) as client:
         a = await client.allocate("iphone", "o-1", 2)
@@ -81,6 +81,22 @@ class AsyncClient(Client):
         async for resp in self._astream("WatchStatus", st.WatchStatusRequest(sku=sku, min_interval=duration(min_interval)),
                                         timeout):
             yield resp.status
+
+    async def list_skus(self, page_size: int = 0) -> AsyncIterator[str]:  # type: ignore[override]
+        """Every SKU whose creation has completed, in name order (read a page at a time)."""
+        async for sku, _ in self.list_sku_clusters(page_size):
+            yield sku
+
+    async def list_sku_clusters(self, page_size: int = 0) -> AsyncIterator[Tuple[str, str]]:  # type: ignore[override]
+        """Every SKU with the etcd cluster that holds it ("" on a server of one cluster), in name order."""
+        token = ""
+        while True:
+            page = await self._unary("stock", "ListSKUs", st.ListSKUsRequest(page_size=page_size, page_token=token))
+            for sku, cluster in zip(page.skus, list(page.clusters) or [""] * len(page.skus)):
+                yield sku, cluster
+            token = page.next_page_token
+            if not token:
+                return
 
     def lock(self, *args: Any, **kw: Any) -> Any:  # type: ignore[override]
         raise NotImplementedError("locks are the threaded Client's: client.lock(...)")
