@@ -217,7 +217,7 @@ func (s *seller) directPlace() *placeState {
 	if i < 0 || i >= len(s.sts) {
 		return nil
 	}
-	return s.sts[i]
+	return s.st(i)
 }
 
 // chooseDirect records a look in the direct caches of the segments
@@ -241,10 +241,9 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 		if !free[i] {
 			continue
 		}
-		st := s.sts[i]
-		st.mu.Lock()
-		st.seeDirectLocked(snap.cnt[i], snap.cntMod[i], snap.ctr[i], snap.inbox[i], snap.inMod[i])
-		st.mu.Unlock()
+		if st := s.stIfMade(i); st != nil {
+			st.see(snap, i)
+		}
 		if snap.segs[i] < qty {
 			continue
 		}
@@ -268,12 +267,22 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 	}
 	for _, i := range pick {
 		if i >= 0 {
+			if s.stIfMade(i) == nil {
+				s.st(i).see(snap, i) // made now: it missed the loop's
+			}
 			s.directIdx.Store(int32(i))
 			return true
 		}
 	}
 	s.directIdx.Store(-1)
 	return false
+}
+
+// see records segment i of a look in the place's direct cache.
+func (st *placeState) see(snap *snapshot, i int) {
+	st.mu.Lock()
+	st.seeDirectLocked(snap.cnt[i], snap.cntMod[i], snap.ctr[i], snap.inbox[i], snap.inMod[i])
+	st.mu.Unlock()
 }
 
 // takeDirect makes this process the owner of st's segment for lazy direct
@@ -425,7 +434,7 @@ func (s *seller) directHome() int {
 // segment the last look picked.
 func (s *seller) directFor(req *allocReq, home int) *placeState {
 	if req.routed && !s.e.cfg.LazySegments && home < len(s.sts) {
-		st := s.sts[home]
+		st := s.st(home)
 		st.mu.Lock()
 		d := &st.direct
 		ok := d.known && d.value+d.inbox-d.reserved >= req.qty

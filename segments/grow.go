@@ -92,7 +92,7 @@ func (s *seller) growWhere(ctx context.Context, home int, want func(i int) bool)
 		// The segment's counter and inbox are read in the transaction
 		// that takes its lock: its cache is ready without a read of its
 		// own (a SKU's first order in this process costs one write).
-		st := s.sts[i]
+		st := s.st(i)
 		s.e.locks.Ref(s.qs[i])
 		h, answers, err := s.qs[i].AcquireReading(ctx, true, st.reads())
 		if err != nil {

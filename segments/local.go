@@ -29,10 +29,10 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 			if own == nil {
 				continue
 			}
-			if err := s.sts[i].ensure(ctx, s.e, own); err != nil {
+			if err := s.st(i).ensure(ctx, s.e, own); err != nil {
 				return failed(err)
 			}
-			st := s.sts[i]
+			st := s.st(i)
 			st.mu.Lock()
 			a := st.availLocked()
 			st.mu.Unlock()
@@ -50,7 +50,7 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 		if best >= 0 {
 			own, _ := s.qs[best].Tenure()
 			if own != nil {
-				if part, ok := reservePart(s.qs[best], own, s.sts[best], req.qty); ok {
+				if part, ok := reservePart(s.qs[best], own, s.st(best), req.qty); ok {
 					return s.e.submit(ctx, req, []commitPart{part}).wait(ctx)
 				}
 			}

@@ -151,8 +151,12 @@ func (e *Engine) refillChunk(ctx context.Context, info *skuInfo, pool *heldPlace
 		if resp.Succeeded {
 			pool.committed(resp.Header.Revision)
 			for i, in := range newIn {
-				// A seller of this process sees the stock without a read.
-				st := e.placeState(sku, Segment(i))
+				// A seller of this process sees the stock without a read
+				// (a place it has no cache of has nothing to update).
+				st := e.placeIfMade(sku, Segment(i))
+				if st == nil {
+					continue
+				}
 				st.mu.Lock()
 				if st.token != 0 {
 					st.seeInboxLocked(in, resp.Header.Revision)

@@ -33,7 +33,7 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 		if own, _ := q.Tenure(); own == nil {
 			continue
 		}
-		st := s.sts[i]
+		st := s.st(i)
 		st.mu.Lock()
 		if st.token != 0 {
 			st.seeInboxLocked(snap.inbox[i], snap.inMod[i])
@@ -50,7 +50,7 @@ func (s *seller) heldCanGive(qty int64) bool {
 		if own == nil {
 			continue
 		}
-		st := s.sts[i]
+		st := s.st(i)
 		st.mu.Lock()
 		ok := st.token == own.Rev() && !st.stale && st.availLocked() >= qty
 		st.mu.Unlock()
@@ -119,7 +119,7 @@ func (s *seller) pullFromPool(ctx context.Context, req *allocReq, home int) (boo
 		// sold from segments); it may hold enough by itself.
 		if target = s.pullTarget(home); target >= 0 {
 			if own, _ := s.qs[target].Tenure(); own != nil {
-				if err := s.sts[target].ensure(ctx, s.e, own); err != nil {
+				if err := s.st(target).ensure(ctx, s.e, own); err != nil {
 					return false, err
 				}
 			}
@@ -153,7 +153,7 @@ func (s *seller) pullFromPool(ctx context.Context, req *allocReq, home int) (boo
 		return s.directCanGive(req, home), nil
 	}
 	// Refill recorded the new inbox in the segment's cache.
-	st, own := s.sts[target], s.qs[target]
+	st, own := s.st(target), s.qs[target]
 	o, _ := own.Tenure()
 	st.mu.Lock()
 	defer st.mu.Unlock()

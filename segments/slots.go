@@ -35,7 +35,7 @@ const (
 func (s *seller) pick(ctx context.Context, qty int64, home int) (*slot, pickState, error) {
 	state := pickDry
 	for _, i := range s.order(home) {
-		q, st := s.qs[i], s.sts[i]
+		q, st := s.qs[i], s.st(i)
 		own, _ := q.Tenure()
 		if own == nil {
 			continue
