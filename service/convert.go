@@ -42,20 +42,23 @@ func orderState(s segments.OrderState) stockctlv1.OrderState {
 
 func stockStatus(st *coordinator.Status) *stockctlv1.StockStatus {
 	out := &stockctlv1.StockStatus{
-		Sku:          st.SKU,
-		Total:        st.Total,
-		Pool:         st.Pool,
-		Remaining:    st.Remaining(),
-		Allocated:    st.Allocated,
-		Reserved:     st.Reserved,
-		Reservations: st.Reservations,
-		Orders:       st.Orders,
-		Revision:     st.Revision,
-		Segments:     make([]*stockctlv1.SegmentStatus, len(st.Segments)),
-		LowWatermark: st.Meta.LowWatermark,
-		RefillBatch:  st.Meta.RefillBatch,
-		PerUserLimit: st.Meta.PerUserLimit,
-		CreateTime:   timestamp(st.Meta.Created),
+		Sku:            st.SKU,
+		Total:          st.Total,
+		Pool:           st.Pool,
+		Remaining:      st.Remaining(),
+		Allocated:      st.Allocated,
+		Reserved:       st.Reserved,
+		Reservations:   st.Reservations,
+		Orders:         st.Orders,
+		Revision:       st.Revision,
+		Segments:       make([]*stockctlv1.SegmentStatus, len(st.Segments)),
+		LowWatermark:   st.Meta.LowWatermark,
+		RefillBatch:    st.Meta.RefillBatch,
+		PerUserLimit:   st.Meta.PerUserLimit,
+		CreateTime:     timestamp(st.Meta.Created),
+		Archived:       st.Archived,
+		ArchivedOrders: st.ArchivedOrders,
+		PrunedClaims:   st.PrunedClaims,
 	}
 	for i, seg := range st.Segments {
 		out.Segments[i] = &stockctlv1.SegmentStatus{Index: int32(seg.Index), Remaining: seg.Remaining, Inbox: seg.Inbox}
@@ -75,6 +78,7 @@ func auditResponse(r *coordinator.AuditReport) *stockctlv1.AuditResponse {
 		Allocated: r.Allocated, Reserved: r.Reserved, Confirmed: r.Confirmed, Orders: r.Orders,
 		ReleasedOrders: r.ReleasedOrders, ExpiredOrders: r.ExpiredOrders, Buyers: r.Buyers,
 		Problems: r.Problems, Deliveries: r.Deliveries, Delivered: r.Delivered,
+		Archived: r.Archived, ArchivedOrders: r.ArchivedOrders, PrunedClaims: r.PrunedClaims,
 	}
 }
 

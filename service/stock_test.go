@@ -141,6 +141,18 @@ func TestStockServiceErrors(t *testing.T) {
 	if p, err := e.coord.Prune(ctx(t), "limited", time.Now().Add(time.Hour)); err != nil || p.Orders != 1 {
 		t.Fatalf("prune: %+v, %v", p, err)
 	}
+	// Status and Audit say what the archive holds: the balance a client
+	// makes from their fields holds after a prune.
+	if st, err := c.Status(ctx(t), connect.NewRequest(&stockctlv1.StatusRequest{Sku: "limited"})); err != nil {
+		t.Fatal(err)
+	} else if s := st.Msg.Status; s.Archived != 1 || s.ArchivedOrders != 1 || s.PrunedClaims != 1 || s.Orders != 0 || s.Allocated != 1 {
+		t.Fatalf("status after a prune: %v", s)
+	}
+	if au, err := c.Audit(ctx(t), connect.NewRequest(&stockctlv1.AuditRequest{Sku: "limited"})); err != nil {
+		t.Fatal(err)
+	} else if a := au.Msg; !a.Ok || a.Archived != 1 || a.ArchivedOrders != 1 || a.PrunedClaims != 1 || a.Total != a.Pool+a.Segments+a.Allocated+a.Archived {
+		t.Fatalf("audit after a prune: %v", a)
+	}
 	// Let "short" pass its deadline: Confirm then finds it expired.
 	time.Sleep(1100 * time.Millisecond)
 	if _, err := c.Confirm(ctx(t), connect.NewRequest(&stockctlv1.ConfirmRequest{Sku: "tv", Order: "short"})); err == nil {

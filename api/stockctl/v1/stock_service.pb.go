@@ -2350,8 +2350,15 @@ type StockStatus struct {
 	// The rebalancer elected now under the server's prefix (its identity);
 	// empty when none is.
 	RebalancerLeader string `protobuf:"bytes,16,opt,name=rebalancer_leader,json=rebalancerLeader,proto3" json:"rebalancer_leader,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What pruned orders held (part of allocated, without their records),
+	// and how many orders were pruned (Prune).
+	Archived       int64 `protobuf:"varint,17,opt,name=archived,proto3" json:"archived,omitempty"`
+	ArchivedOrders int64 `protobuf:"varint,18,opt,name=archived_orders,json=archivedOrders,proto3" json:"archived_orders,omitempty"`
+	// Pruned orders whose IDs are still kept (a retry of one is refused
+	// with ORDER_PRUNED): records that hold nothing, not counted in orders.
+	PrunedClaims  int64 `protobuf:"varint,19,opt,name=pruned_claims,json=prunedClaims,proto3" json:"pruned_claims,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StockStatus) Reset() {
@@ -2494,6 +2501,27 @@ func (x *StockStatus) GetRebalancerLeader() string {
 		return x.RebalancerLeader
 	}
 	return ""
+}
+
+func (x *StockStatus) GetArchived() int64 {
+	if x != nil {
+		return x.Archived
+	}
+	return 0
+}
+
+func (x *StockStatus) GetArchivedOrders() int64 {
+	if x != nil {
+		return x.ArchivedOrders
+	}
+	return 0
+}
+
+func (x *StockStatus) GetPrunedClaims() int64 {
+	if x != nil {
+		return x.PrunedClaims
+	}
+	return 0
 }
 
 type SegmentStatus struct {
@@ -2699,7 +2727,8 @@ func (x *AuditRequest) GetSku() string {
 type AuditResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Sku   string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
-	// True when total = pool + segments + allocated and nothing was found wrong.
+	// True when total = pool + segments + allocated + archived and nothing
+	// was found wrong.
 	Ok       bool  `protobuf:"varint,2,opt,name=ok,proto3" json:"ok,omitempty"`
 	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	Total    int64 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
@@ -2720,8 +2749,15 @@ type AuditResponse struct {
 	// What is wrong, one line per offending key, and the imbalance if any.
 	Problems []string `protobuf:"bytes,14,rep,name=problems,proto3" json:"problems,omitempty"`
 	// Restocks recorded by delivery ID, and the units they added.
-	Deliveries    int64 `protobuf:"varint,15,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
-	Delivered     int64 `protobuf:"varint,16,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	Deliveries int64 `protobuf:"varint,15,opt,name=deliveries,proto3" json:"deliveries,omitempty"`
+	Delivered  int64 `protobuf:"varint,16,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	// What pruned orders held, and how many were pruned (Prune): they count
+	// in the balance as allocated does, without their records.
+	Archived       int64 `protobuf:"varint,17,opt,name=archived,proto3" json:"archived,omitempty"`
+	ArchivedOrders int64 `protobuf:"varint,18,opt,name=archived_orders,json=archivedOrders,proto3" json:"archived_orders,omitempty"`
+	// Pruned orders whose IDs are still kept: records that hold nothing, not
+	// counted in orders.
+	PrunedClaims  int64 `protobuf:"varint,19,opt,name=pruned_claims,json=prunedClaims,proto3" json:"pruned_claims,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2864,6 +2900,27 @@ func (x *AuditResponse) GetDeliveries() int64 {
 func (x *AuditResponse) GetDelivered() int64 {
 	if x != nil {
 		return x.Delivered
+	}
+	return 0
+}
+
+func (x *AuditResponse) GetArchived() int64 {
+	if x != nil {
+		return x.Archived
+	}
+	return 0
+}
+
+func (x *AuditResponse) GetArchivedOrders() int64 {
+	if x != nil {
+		return x.ArchivedOrders
+	}
+	return 0
+}
+
+func (x *AuditResponse) GetPrunedClaims() int64 {
+	if x != nil {
+		return x.PrunedClaims
 	}
 	return 0
 }
@@ -3517,7 +3574,7 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12\x18\n" +
 	"\aversion\x18\v \x01(\x03R\aversion\x12\x14\n" +
-	"\x05lines\x18\f \x03(\tR\x05lines\"\xc6\x04\n" +
+	"\x05lines\x18\f \x03(\tR\x05lines\"\xb0\x05\n" +
 	"\vStockStatus\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x12\n" +
@@ -3538,7 +3595,10 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\n" +
 	"rebalancer\x18\x0f \x01(\v2\x1b.stockctl.v1.RebalancerPassR\n" +
 	"rebalancer\x12+\n" +
-	"\x11rebalancer_leader\x18\x10 \x01(\tR\x10rebalancerLeader\"Y\n" +
+	"\x11rebalancer_leader\x18\x10 \x01(\tR\x10rebalancerLeader\x12\x1a\n" +
+	"\barchived\x18\x11 \x01(\x03R\barchived\x12'\n" +
+	"\x0farchived_orders\x18\x12 \x01(\x03R\x0earchivedOrders\x12#\n" +
+	"\rpruned_claims\x18\x13 \x01(\x03R\fprunedClaims\"Y\n" +
 	"\rSegmentStatus\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x12\x1c\n" +
 	"\tremaining\x18\x02 \x01(\x03R\tremaining\x12\x14\n" +
@@ -3554,7 +3614,7 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\vtotal_moved\x18\a \x01(\x03R\n" +
 	"totalMoved\" \n" +
 	"\fAuditRequest\x12\x10\n" +
-	"\x03sku\x18\x01 \x01(\tR\x03sku\"\xc5\x03\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\"\xaf\x04\n" +
 	"\rAuditResponse\x12\x10\n" +
 	"\x03sku\x18\x01 \x01(\tR\x03sku\x12\x0e\n" +
 	"\x02ok\x18\x02 \x01(\bR\x02ok\x12\x1a\n" +
@@ -3574,7 +3634,10 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x0f \x01(\x03R\n" +
 	"deliveries\x12\x1c\n" +
-	"\tdelivered\x18\x10 \x01(\x03R\tdelivered\"\xec\x02\n" +
+	"\tdelivered\x18\x10 \x01(\x03R\tdelivered\x12\x1a\n" +
+	"\barchived\x18\x11 \x01(\x03R\barchived\x12'\n" +
+	"\x0farchived_orders\x18\x12 \x01(\x03R\x0earchivedOrders\x12#\n" +
+	"\rpruned_claims\x18\x13 \x01(\x03R\fprunedClaims\"\xec\x02\n" +
 	"\x12OrderStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12:\n" +
 	"\ballocate\x18\x02 \x01(\v2\x1c.stockctl.v1.AllocateRequestH\x00R\ballocate\x127\n" +

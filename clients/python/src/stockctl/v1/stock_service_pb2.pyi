@@ -89,8 +89,10 @@ class AuditRequest(_message.Message):
     def __init__(self, sku: _Optional[str] = ...) -> None: ...
 
 class AuditResponse(_message.Message):
-    __slots__ = ["allocated", "buyers", "confirmed", "delivered", "deliveries", "expired_orders", "ok", "orders", "pool", "problems", "released_orders", "reserved", "revision", "segments", "sku", "total"]
+    __slots__ = ["allocated", "archived", "archived_orders", "buyers", "confirmed", "delivered", "deliveries", "expired_orders", "ok", "orders", "pool", "problems", "pruned_claims", "released_orders", "reserved", "revision", "segments", "sku", "total"]
     ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_ORDERS_FIELD_NUMBER: _ClassVar[int]
     BUYERS_FIELD_NUMBER: _ClassVar[int]
     CONFIRMED_FIELD_NUMBER: _ClassVar[int]
     DELIVERED_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +102,7 @@ class AuditResponse(_message.Message):
     ORDERS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    PRUNED_CLAIMS_FIELD_NUMBER: _ClassVar[int]
     RELEASED_ORDERS_FIELD_NUMBER: _ClassVar[int]
     RESERVED_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +110,8 @@ class AuditResponse(_message.Message):
     SKU_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     allocated: int
+    archived: int
+    archived_orders: int
     buyers: int
     confirmed: int
     delivered: int
@@ -116,13 +121,14 @@ class AuditResponse(_message.Message):
     orders: int
     pool: int
     problems: _containers.RepeatedScalarFieldContainer[str]
+    pruned_claims: int
     released_orders: int
     reserved: int
     revision: int
     segments: int
     sku: str
     total: int
-    def __init__(self, sku: _Optional[str] = ..., ok: bool = ..., revision: _Optional[int] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., segments: _Optional[int] = ..., allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., confirmed: _Optional[int] = ..., orders: _Optional[int] = ..., released_orders: _Optional[int] = ..., expired_orders: _Optional[int] = ..., buyers: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ..., deliveries: _Optional[int] = ..., delivered: _Optional[int] = ...) -> None: ...
+    def __init__(self, sku: _Optional[str] = ..., ok: bool = ..., revision: _Optional[int] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., segments: _Optional[int] = ..., allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., confirmed: _Optional[int] = ..., orders: _Optional[int] = ..., released_orders: _Optional[int] = ..., expired_orders: _Optional[int] = ..., buyers: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ..., deliveries: _Optional[int] = ..., delivered: _Optional[int] = ..., archived: _Optional[int] = ..., archived_orders: _Optional[int] = ..., pruned_claims: _Optional[int] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ["order", "sku"]
@@ -497,13 +503,16 @@ class StatusResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StockStatus, _Mapping]] = ...) -> None: ...
 
 class StockStatus(_message.Message):
-    __slots__ = ["allocated", "create_time", "low_watermark", "orders", "per_user_limit", "pool", "rebalancer", "rebalancer_leader", "refill_batch", "remaining", "reservations", "reserved", "revision", "segments", "sku", "total"]
+    __slots__ = ["allocated", "archived", "archived_orders", "create_time", "low_watermark", "orders", "per_user_limit", "pool", "pruned_claims", "rebalancer", "rebalancer_leader", "refill_batch", "remaining", "reservations", "reserved", "revision", "segments", "sku", "total"]
     ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVED_ORDERS_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     ORDERS_FIELD_NUMBER: _ClassVar[int]
     PER_USER_LIMIT_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
+    PRUNED_CLAIMS_FIELD_NUMBER: _ClassVar[int]
     REBALANCER_FIELD_NUMBER: _ClassVar[int]
     REBALANCER_LEADER_FIELD_NUMBER: _ClassVar[int]
     REFILL_BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -515,11 +524,14 @@ class StockStatus(_message.Message):
     SKU_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     allocated: int
+    archived: int
+    archived_orders: int
     create_time: _timestamp_pb2.Timestamp
     low_watermark: int
     orders: int
     per_user_limit: int
     pool: int
+    pruned_claims: int
     rebalancer: RebalancerPass
     rebalancer_leader: str
     refill_batch: int
@@ -530,7 +542,7 @@ class StockStatus(_message.Message):
     segments: _containers.RepeatedCompositeFieldContainer[SegmentStatus]
     sku: str
     total: int
-    def __init__(self, sku: _Optional[str] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., remaining: _Optional[int] = ..., allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., reservations: _Optional[int] = ..., orders: _Optional[int] = ..., revision: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentStatus, _Mapping]]] = ..., low_watermark: _Optional[int] = ..., refill_batch: _Optional[int] = ..., per_user_limit: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., rebalancer: _Optional[_Union[RebalancerPass, _Mapping]] = ..., rebalancer_leader: _Optional[str] = ...) -> None: ...
+    def __init__(self, sku: _Optional[str] = ..., total: _Optional[int] = ..., pool: _Optional[int] = ..., remaining: _Optional[int] = ..., allocated: _Optional[int] = ..., reserved: _Optional[int] = ..., reservations: _Optional[int] = ..., orders: _Optional[int] = ..., revision: _Optional[int] = ..., segments: _Optional[_Iterable[_Union[SegmentStatus, _Mapping]]] = ..., low_watermark: _Optional[int] = ..., refill_batch: _Optional[int] = ..., per_user_limit: _Optional[int] = ..., create_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., rebalancer: _Optional[_Union[RebalancerPass, _Mapping]] = ..., rebalancer_leader: _Optional[str] = ..., archived: _Optional[int] = ..., archived_orders: _Optional[int] = ..., pruned_claims: _Optional[int] = ...) -> None: ...
 
 class WatchOrdersRequest(_message.Message):
     __slots__ = ["merged_since", "since", "sku", "snapshot"]
