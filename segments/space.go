@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -68,6 +69,12 @@ type spaceGuard struct {
 	every   time.Duration // until the next reading
 	low     *SpaceLowError
 	reading bool // a reading is under way
+
+	// The orders' fast path, without mu: the last reading's refusal (nil:
+	// none) and when the next reading is due (Unix nanoseconds; 0 before
+	// the first reading).
+	lowNow atomic.Pointer[SpaceLowError]
+	due    atomic.Int64
 }
 
 // spaceLow returns the guard's refusal if the database is over the
@@ -80,6 +87,12 @@ func (e *Engine) spaceLow(ctx context.Context) error {
 		return nil
 	}
 	g := &e.space
+	if due := g.due.Load(); due != 0 && time.Now().UnixNano() < due {
+		if low := g.lowNow.Load(); low != nil {
+			return low
+		}
+		return nil
+	}
 	g.mu.Lock()
 	switch first := g.first; {
 	case first == nil:
@@ -167,6 +180,8 @@ func (e *Engine) readSpace(ctx context.Context) {
 	if worst != nil && share >= e.cfg.SpaceGuard {
 		g.low = worst
 	}
+	g.lowNow.Store(g.low)
+	g.due.Store(now.Add(g.every).UnixNano()) // after lowNow: the fast path reads them in the other order
 }
 
 // guardNewOrder refuses order of sku with the guard's error when the
