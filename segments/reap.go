@@ -49,7 +49,7 @@ func (e *Engine) evictIdle(now time.Time) {
 			delete(s.timers, i)
 		}
 		s.mu.Unlock()
-		for _, q := range s.qs {
+		for _, q := range s.madeQueues() {
 			e.locks.Unref(q)
 		}
 	}
@@ -65,7 +65,7 @@ func (s *seller) quiet() bool {
 	if busy {
 		return false
 	}
-	for _, q := range s.qs {
+	for _, q := range s.madeQueues() {
 		if !q.Idle() {
 			return false
 		}
