@@ -20,7 +20,7 @@ import (
 // The lock watcher is a second process that stops CMD should stockctl die
 // without doing so (SIGKILL, a crash), before the lease of the hold can
 // lapse and the next holder start. It is stockctl itself, run again under
-// the name lockWatcherName (IsLockWatcher, RunLockWatcher).
+// the name lockWatcherName (isLockWatcher, runLockWatcher).
 //
 // Protocol, on the watcher's stdin, one line each (stockctl is its only
 // writer, so end of file without "done" means stockctl died: the kernel
@@ -37,14 +37,14 @@ import (
 // early, leaves what CMD started unwatched.
 const lockWatcherName = "stockctl-lock-watcher"
 
-// IsLockWatcher reports whether args (os.Args) run the lock watcher.
-func IsLockWatcher(args []string) bool {
+// isLockWatcher reports whether args (os.Args) run the lock watcher.
+func isLockWatcher(args []string) bool {
 	return len(args) > 0 && args[0] == lockWatcherName
 }
 
-// RunLockWatcher is the lock watcher's main: args are its argv (name,
+// runLockWatcher is the lock watcher's main: args are its argv (name,
 // --grace, "group" or "pid"). It returns the exit status.
-func RunLockWatcher(args []string, in io.Reader, out io.Writer) int {
+func runLockWatcher(args []string, in io.Reader, out io.Writer) int {
 	if len(args) != 3 {
 		fmt.Fprintln(os.Stderr, lockWatcherName+": want GRACE group|pid")
 		return ExitUsage

@@ -27,9 +27,9 @@ var shared struct {
 var testTempDir string
 
 func TestMain(m *testing.M) {
-	if IsLockWatcher(os.Args) {
+	if isLockWatcher(os.Args) {
 		// In-process `stockctl lock` runs this binary as its watcher.
-		os.Exit(RunLockWatcher(os.Args, os.Stdin, os.Stdout))
+		os.Exit(runLockWatcher(os.Args, os.Stdin, os.Stdout))
 	}
 	os.Exit(testMain(m))
 }

@@ -37,11 +37,11 @@ func (*lockWatcher) setTarget(int)                               {}
 func (*lockWatcher) setKillBy(time.Duration)                     {}
 func (*lockWatcher) release()                                    {}
 
-// IsLockWatcher is false here: there is no watcher.
-func IsLockWatcher([]string) bool { return false }
+// isLockWatcher is false here: there is no watcher.
+func isLockWatcher([]string) bool { return false }
 
-// RunLockWatcher is never run here.
-func RunLockWatcher([]string, io.Reader, io.Writer) int { return ExitUsage }
+// runLockWatcher is never run here.
+func runLockWatcher([]string, io.Reader, io.Writer) int { return ExitUsage }
 
 // monoNow is the wall clock here, as nanoseconds since 1970.
 func monoNow() time.Duration { return time.Duration(time.Now().UnixNano()) }
