@@ -75,8 +75,12 @@ func commands() []*ucli.Command {
 	}
 }
 
-// Main runs stockctl on args (os.Args) and returns the exit status.
+// Main runs stockctl on args (os.Args) and returns the exit status; or,
+// run again by `stockctl lock` or `semaphore` as its lock watcher, that.
 func Main(args []string) int {
+	if isLockWatcher(args) {
+		return runLockWatcher(args, os.Stdin, os.Stdout)
+	}
 	return Run(context.Background(), New(), args)
 }
 

@@ -32,14 +32,15 @@ const (
 // first tick after a third of its TTL has passed since the last answer.
 const keepAliveTick = 500 * time.Millisecond
 
-// MaxLockGrace is the longest --grace a TTL allows. If stockctl is
-// SIGKILLed, its watcher stops CMD (SIGTERM, SIGKILL after --grace) while
-// the lease still runs: a healthy client renews every ttl/3 plus at most
-// one tick of etcd's client, so the lease outlives stockctl's death by at
-// least 2·ttl/3 − 0.5s. The kill gets half of that, the other half is left
-// for a slow machine to run the watcher. So the next holder, who waits for
-// the lease to expire, never runs beside CMD or what CMD started: 3.083s
-// for the default 10s TTL, 416ms for etcd's minimum of 2s.
+// MaxLockGrace is the longest --grace a TTL allows: a third of the TTL less
+// 250 ms (3.083s for the default 10s TTL, 416ms for etcd's minimum of 2s).
+// If stockctl is SIGKILLed, its watcher sends CMD's group SIGTERM, then
+// SIGKILL after --grace or at its kill-by time, whichever comes first: half
+// the TTL after the last renewal stockctl sent and etcd confirmed, so that
+// the next holder, who waits for the lease to expire, never runs beside
+// what CMD started (lock_killby.go). stockctl renews every TTL/6, so the
+// kill-by time is normally at least TTL/3 less a round trip ahead, and a
+// grace within this bound is given whole while etcd answers within 250 ms.
 func MaxLockGrace(ttl time.Duration) time.Duration {
 	return ((ttl - ttl/3 - keepAliveTick) / 2).Truncate(time.Millisecond)
 }
@@ -136,7 +137,7 @@ func runHeld(c *ucli.Context, noun, doing string, check func() error, acquire fu
 		return failed(actx, doing+name, err)
 	}
 	cancel()
-	code, err := runLocked(ctx, c, cn, l, argv, grace)
+	code, err := runLocked(ctx, c, cn, l, argv, ttl, grace)
 	if err != nil {
 		return err
 	}
@@ -176,7 +177,7 @@ func holdTimes(c *ucli.Context) (ttl, grace time.Duration, err error) {
 
 // runLocked runs argv while l is held and returns its exit status, or an
 // error if it could not run or the lock was lost.
-func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lock, argv []string, grace time.Duration) (int, error) {
+func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lock, argv []string, ttl, grace time.Duration) (int, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin = c.App.Reader
 	cmd.Stdout = c.App.Writer
@@ -195,19 +196,55 @@ func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lo
 	// returns anyway after this long.
 	cmd.WaitDelay = grace
 	// Should stockctl die without stopping CMD (SIGKILL, a crash), the
-	// guard stops CMD and its group as a lost lock does. It starts first,
-	// so that CMD never runs unwatched.
-	arm, release, err := startGuard(grace)
+	// watcher stops CMD and its group before the lease can lapse. It runs,
+	// and knows CMD's group (its own, which CMD joins), before CMD starts:
+	// no kill of stockctl, however early, leaves CMD unwatched.
+	lw, err := startLockWatcher(grace, ownGroup)
 	if err != nil {
 		fmt.Fprintf(c.App.ErrWriter, "stockctl: warning: %v: if stockctl is killed, what %q started may outlive the lock\n", err, argv[0])
 	}
-	defer release()
+	if lw != nil {
+		defer lw.release()
+		if ownGroup {
+			lw.joinGroup(cmd)
+		}
+	}
+	// The first kill-by time, from a renewal made now: it also checks that
+	// the lease still runs before CMD does.
+	fctx, cancelFirst := context.WithTimeout(ctx, ttl)
+	killBy, err := renewForKillBy(fctx, cn.client, l.Lease())
+	cancelFirst()
+	if err != nil {
+		unlock(l)
+		return 0, ucli.Exit(fmt.Errorf("failed to renew the lease of lock %s before running %q: %w", l.Name(), argv[0], err), lockStatusOnLoss)
+	}
+	if lw != nil {
+		lw.setKillBy(killBy)
+	}
 	exited, err := startChild(cmd)
 	if err != nil {
 		unlock(l)
 		return 0, ucli.Exit(fmt.Errorf("failed to start %q under lock %s: %w", argv[0], l.Name(), err), ExitFailure)
 	}
-	arm(cmd, ownGroup)
+	pgid := 0 // CMD's process group when it has its own
+	switch {
+	case ownGroup && lw != nil:
+		pgid = lw.pgid()
+	case ownGroup:
+		pgid = cmd.Process.Pid
+	case lw != nil:
+		lw.setTarget(cmd.Process.Pid)
+	}
+	rctx, stopRenew := context.WithCancel(context.Background())
+	defer stopRenew()
+	if lw != nil {
+		renewing := make(chan struct{})
+		go func() {
+			defer close(renewing)
+			keepKillBy(rctx, cn.client, l.Lease(), ttl, lw.setKillBy)
+		}()
+		defer func() { stopRenew(); <-renewing }()
+	}
 
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
@@ -226,11 +263,11 @@ func runLocked(ctx context.Context, c *ucli.Context, cn *conn, l *coordinator.Lo
 		}
 		return code, nil
 	case why := <-lost:
-		how := stopChild(cmd, ownGroup, grace, exited)
+		how := stopChild(cmd, pgid, grace, exited)
 		return 0, ucli.Exit(fmt.Errorf("lock %s lost while %q ran (%v); stopped it with %s", l.Name(), argv[0], why, how), lockStatusOnLoss)
 	case <-ctx.Done():
 		// Interrupted: pass it on, and end like CMD does.
-		how := stopChild(cmd, ownGroup, grace, exited)
+		how := stopChild(cmd, pgid, grace, exited)
 		unlock(l)
 		fmt.Fprintf(c.App.ErrWriter, "stockctl: %v: stopped %q with %s\n", context.Cause(ctx), argv[0], how)
 		<-exited
@@ -272,8 +309,8 @@ func childEnviron(env []string) []string {
 // stopChild sends SIGTERM, then SIGKILL after grace, and waits for the
 // child to exit; it leaves the exit status in exited for the caller and
 // says which signal it took.
-func stopChild(cmd *exec.Cmd, ownGroup bool, grace time.Duration, exited chan error) string {
-	signalChild(cmd, ownGroup, syscall.SIGTERM)
+func stopChild(cmd *exec.Cmd, pgid int, grace time.Duration, exited chan error) string {
+	signalChild(cmd, pgid, syscall.SIGTERM)
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
@@ -281,7 +318,7 @@ func stopChild(cmd *exec.Cmd, ownGroup bool, grace time.Duration, exited chan er
 		exited <- err
 		return "SIGTERM"
 	case <-t.C:
-		signalChild(cmd, ownGroup, syscall.SIGKILL)
+		signalChild(cmd, pgid, syscall.SIGKILL)
 		exited <- <-exited
 		return "SIGKILL after --grace " + grace.String()
 	}

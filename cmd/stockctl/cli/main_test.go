@@ -27,6 +27,10 @@ var shared struct {
 var testTempDir string
 
 func TestMain(m *testing.M) {
+	if isLockWatcher(os.Args) {
+		// In-process `stockctl lock` runs this binary as its watcher.
+		os.Exit(runLockWatcher(os.Args, os.Stdin, os.Stdout))
+	}
 	os.Exit(testMain(m))
 }
 

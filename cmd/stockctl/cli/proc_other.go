@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"io"
 	"os"
 	"os/exec"
 	"syscall"
@@ -17,7 +18,7 @@ func setProcessGroup(cmd *exec.Cmd, own bool) {}
 
 // signalChild signals cmd; SIGTERM may not be deliverable here, in which
 // case the escalation to SIGKILL does the job.
-func signalChild(cmd *exec.Cmd, ownGroup bool, sig syscall.Signal) {
+func signalChild(cmd *exec.Cmd, pgid int, sig syscall.Signal) {
 	if sig == syscall.SIGKILL {
 		_ = cmd.Process.Kill()
 		return
@@ -25,7 +26,22 @@ func signalChild(cmd *exec.Cmd, ownGroup bool, sig syscall.Signal) {
 	_ = cmd.Process.Signal(sig)
 }
 
-// startGuard has no watcher here: CMD may outlive a stockctl that is killed.
-func startGuard(grace time.Duration) (arm func(cmd *exec.Cmd, ownGroup bool), release func(), err error) {
-	return func(*exec.Cmd, bool) {}, func() {}, nil
-}
+// lockWatcher: there is no watcher here; startLockWatcher returns none,
+// and CMD may outlive a stockctl that is killed.
+type lockWatcher struct{}
+
+func startLockWatcher(time.Duration, bool) (*lockWatcher, error) { return nil, nil }
+func (*lockWatcher) joinGroup(*exec.Cmd)                         {}
+func (*lockWatcher) pgid() int                                   { return 0 }
+func (*lockWatcher) setTarget(int)                               {}
+func (*lockWatcher) setKillBy(time.Duration)                     {}
+func (*lockWatcher) release()                                    {}
+
+// isLockWatcher is false here: there is no watcher.
+func isLockWatcher([]string) bool { return false }
+
+// runLockWatcher is never run here.
+func runLockWatcher([]string, io.Reader, io.Writer) int { return ExitUsage }
+
+// monoNow is the wall clock here, as nanoseconds since 1970.
+func monoNow() time.Duration { return time.Duration(time.Now().UnixNano()) }

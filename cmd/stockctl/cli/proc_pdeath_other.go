@@ -5,5 +5,5 @@ package cli
 import "syscall"
 
 // setParentDeathSignal does nothing: only Linux has a parent-death signal.
-// guardChild's watcher stops CMD when stockctl dies.
+// The lock watcher (lockwatcher_unix.go) stops CMD when stockctl dies.
 func setParentDeathSignal(*syscall.SysProcAttr) {}
