@@ -68,7 +68,7 @@ func (s *seller) growWhere(ctx context.Context, home int, want func(i int) bool)
 	var free []int
 	owners := map[int64][]int{} // lease → segments it holds
 	for _, i := range s.order(home) {
-		if own, _ := s.tenure(i); own != nil {
+		if own, _ := s.qs[i].Tenure(); own != nil {
 			continue
 		}
 		if len(s.view[i]) == 0 {
@@ -92,14 +92,11 @@ func (s *seller) growWhere(ctx context.Context, home int, want func(i int) bool)
 		// The segment's counter and inbox are read in the transaction
 		// that takes its lock: its cache is ready without a read of its
 		// own (a SKU's first order in this process costs one write).
-		st, q := s.st(i), s.q(i)
-		if q == nil {
-			return false // the lock engine is closed
-		}
-		s.e.locks.Ref(q)
-		h, answers, err := q.AcquireReading(ctx, true, st.reads())
+		st := s.st(i)
+		s.e.locks.Ref(s.qs[i])
+		h, answers, err := s.qs[i].AcquireReading(ctx, true, st.reads())
 		if err != nil {
-			s.e.locks.Unref(q)
+			s.e.locks.Unref(s.qs[i])
 			continue // taken meanwhile
 		}
 		if answers != nil {
@@ -109,7 +106,7 @@ func (s *seller) growWhere(ctx context.Context, home int, want func(i int) bool)
 		return true
 	}
 	if claim >= 0 {
-		q := s.q(claim)
+		q := s.qs[claim]
 		s.e.bg.Go(func(bg context.Context) {
 			defer func() {
 				s.mu.Lock()

@@ -25,7 +25,7 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 	for {
 		best, bestAvail := -1, int64(0)
 		for _, i := range s.order(home) {
-			own, _ := s.tenure(i)
+			own, _ := s.qs[i].Tenure()
 			if own == nil {
 				continue
 			}
@@ -48,9 +48,9 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 			}
 		}
 		if best >= 0 {
-			own, _ := s.tenure(best)
+			own, _ := s.qs[best].Tenure()
 			if own != nil {
-				if part, ok := reservePart(s.qIfMade(best), own, s.st(best), req.qty); ok {
+				if part, ok := reservePart(s.qs[best], own, s.st(best), req.qty); ok {
 					return s.e.submit(ctx, req, []commitPart{part}).wait(ctx)
 				}
 			}

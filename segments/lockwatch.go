@@ -72,7 +72,7 @@ func (w *lockWatch) fillLocked(s *seller) {
 	}
 	for key, k := range w.keys[s.sku.name] {
 		if p := w.index[key]; p.Index < len(s.view) {
-			s.viewOf(p.Index)[key] = k
+			s.view[p.Index][key] = k
 		}
 	}
 	s.mu.Unlock()
@@ -152,9 +152,9 @@ type deletedKey struct {
 // session's keepalive would notice a revoked lease too, but only at its
 // next renewal; the next commit under the key would fail its compare.
 func (s *seller) lostKey(seg int, key string, rev int64) {
-	own, _ := s.tenure(seg)
+	own, _ := s.qs[seg].Tenure()
 	if own != nil && own.Key() == key && own.Rev() < rev {
-		s.qIfMade(seg).Lose(own, lock.ErrLost)
+		s.qs[seg].Lose(own, lock.ErrLost)
 	}
 }
 
@@ -192,7 +192,7 @@ func (w *lockWatch) applyLocked(kv *mvccpb.KeyValue, deleted bool) *seller {
 	if deleted {
 		delete(s.view[k.Index], key)
 	} else {
-		s.viewOf(k.Index)[key] = lockKey{rev: kv.CreateRevision, lease: k.Lease}
+		s.view[k.Index][key] = lockKey{rev: kv.CreateRevision, lease: k.Lease}
 	}
 	s.mu.Unlock()
 	return s

@@ -29,8 +29,8 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 	if req.step == nil && s.heldCount() == 0 {
 		s.chooseDirect(snap, req.qty, s.directStart(req, req.home))
 	}
-	for i := range s.qs {
-		if own, _ := s.tenure(i); own == nil {
+	for i, q := range s.qs {
+		if own, _ := q.Tenure(); own == nil {
 			continue
 		}
 		st := s.st(i)
@@ -45,8 +45,8 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 
 // heldCanGive reports whether a held segment's cache can give qty now.
 func (s *seller) heldCanGive(qty int64) bool {
-	for i := range s.qs {
-		own, _ := s.tenure(i)
+	for i, q := range s.qs {
+		own, _ := q.Tenure()
 		if own == nil {
 			continue
 		}
@@ -118,7 +118,7 @@ func (s *seller) pullFromPool(ctx context.Context, req *allocReq, home int) (boo
 		// No segment held to pull into: take one (the pool's stock is
 		// sold from segments); it may hold enough by itself.
 		if target = s.pullTarget(home); target >= 0 {
-			if own, _ := s.tenure(target); own != nil {
+			if own, _ := s.qs[target].Tenure(); own != nil {
 				if err := s.st(target).ensure(ctx, s.e, own); err != nil {
 					return false, err
 				}
@@ -153,8 +153,8 @@ func (s *seller) pullFromPool(ctx context.Context, req *allocReq, home int) (boo
 		return s.directCanGive(req, home), nil
 	}
 	// Refill recorded the new inbox in the segment's cache.
-	st := s.st(target)
-	o, _ := s.tenure(target)
+	st, own := s.st(target), s.qs[target]
+	o, _ := own.Tenure()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return o != nil && st.token == o.Rev() && st.availLocked() >= qty, nil
@@ -167,7 +167,7 @@ const maxPullBatches = 8
 // else the first held in ring order; -1 when none is held.
 func (s *seller) pullTarget(home int) int {
 	for _, i := range s.order(home) {
-		if own, _ := s.tenure(i); own != nil {
+		if own, _ := s.qs[i].Tenure(); own != nil {
 			return i
 		}
 	}

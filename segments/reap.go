@@ -49,7 +49,7 @@ func (e *Engine) evictIdle(now time.Time) {
 			delete(s.timers, i)
 		}
 		s.mu.Unlock()
-		for _, q := range s.madeQueues() {
+		for _, q := range s.qs {
 			e.locks.Unref(q)
 		}
 	}
@@ -65,7 +65,7 @@ func (s *seller) quiet() bool {
 	if busy {
 		return false
 	}
-	for _, q := range s.madeQueues() {
+	for _, q := range s.qs {
 		if !q.Idle() {
 			return false
 		}

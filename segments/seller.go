@@ -55,17 +55,14 @@ type lockKey struct {
 type seller struct {
 	e   *Engine
 	sku *skuInfo
-	// qs are the segments' lock queues, made on first use (q): a queue is
-	// needed to take or wait for a segment's lock, not to sell from a
-	// segment nobody holds. qIfMade and tenure read them without making.
-	qs []atomic.Pointer[lock.Queue]
+	qs  []*lock.Queue
 	// sts are the segments' place caches, made on first use (st): a
 	// process that sells a SKU from one segment keeps one, not one per
 	// segment (over 10,000 SKUs that was 40 % of its heap).
 	sts []atomic.Pointer[placeState]
 
 	mu       sync.Mutex
-	view     []map[string]lockKey // per segment: waiter key → what it is; nil: none seen yet
+	view     []map[string]lockKey // per segment: waiter key → what it is
 	viewed   chan struct{}        // closed once the view was first read
 	waiters  list.List            // *slotWaiter, oldest first: orders with a step
 	claiming bool                 // a queued claim of another process's segment runs
@@ -112,12 +109,24 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 	s := &seller{e: e, sku: info, viewed: make(chan struct{}), timers: map[int]*time.Timer{}}
 	s.directIdx.Store(-1)
 	s.sts = make([]atomic.Pointer[placeState], info.segments)
-	s.qs = make([]atomic.Pointer[lock.Queue], info.segments)
-	s.view = make([]map[string]lockKey, info.segments) // each made on its first key (viewOf)
+	for i := range info.segments {
+		q, err := e.locks.Queue(e.keys.SegmentLock(info.name, i), lock.KindSegment)
+		if err != nil {
+			for _, q := range s.qs {
+				e.locks.Unref(q)
+			}
+			return nil, err
+		}
+		s.qs = append(s.qs, q)
+		s.view = append(s.view, map[string]lockKey{})
+	}
 	e.mu.Lock()
 	if old := e.sellers[info.name]; old != nil && old.sku.created == info.created {
 		old.users++
 		e.mu.Unlock()
+		for _, q := range s.qs {
+			e.locks.Unref(q)
+		}
 		return old, nil
 	} else if old != nil {
 		// A seller of another incarnation of the SKU: it is reaped once
@@ -131,59 +140,11 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 		e.bg.Go(e.reap)
 	}
 	e.mu.Unlock()
+	for _, q := range s.qs {
+		q.SetRetain(s.wakeHead)
+	}
 	e.lockWatch.register(s)
 	return s, nil
-}
-
-// q is segment i's lock queue, made on first use (with the seller's
-// reference on it, given back when the seller is evicted); nil if the
-// lock engine is closed.
-func (s *seller) q(i int) *lock.Queue {
-	if q := s.qs[i].Load(); q != nil {
-		return q
-	}
-	q, err := s.e.locks.Queue(s.e.keys.SegmentLock(s.sku.name, i), lock.KindSegment)
-	if err != nil {
-		return nil
-	}
-	if !s.qs[i].CompareAndSwap(nil, q) {
-		s.e.locks.Unref(q) // made meanwhile by another order
-		return s.qs[i].Load()
-	}
-	q.SetRetain(s.wakeHead)
-	return q
-}
-
-// qIfMade is segment i's lock queue if it was made, else nil.
-func (s *seller) qIfMade(i int) *lock.Queue { return s.qs[i].Load() }
-
-// tenure is this process's ownership of segment i's lock (nil: none);
-// idle as Queue.Tenure has it.
-func (s *seller) tenure(i int) (own *lock.Ownership, idle bool) {
-	q := s.qIfMade(i)
-	if q == nil {
-		return nil, true
-	}
-	return q.Tenure()
-}
-
-// viewOf is segment i's view, made on first use; s.mu held.
-func (s *seller) viewOf(i int) map[string]lockKey {
-	if s.view[i] == nil {
-		s.view[i] = map[string]lockKey{}
-	}
-	return s.view[i]
-}
-
-// madeQueues are the lock queues made so far.
-func (s *seller) madeQueues() []*lock.Queue {
-	var out []*lock.Queue
-	for i := range s.qs {
-		if q := s.qs[i].Load(); q != nil {
-			out = append(out, q)
-		}
-	}
-	return out
 }
 
 // st is segment i's place cache, made on first use.
@@ -210,8 +171,8 @@ func (s *seller) release() {
 // heldCount counts the segments this process holds (and is not giving up).
 func (s *seller) heldCount() int {
 	n := 0
-	for i := range s.qs {
-		if own, _ := s.tenure(i); own != nil {
+	for _, q := range s.qs {
+		if own, _ := q.Tenure(); own != nil {
 			n++
 		}
 	}
@@ -262,8 +223,8 @@ func (e *Engine) HeldSegments(sku string) []int {
 		return nil
 	}
 	var out []int
-	for i := range s.qs {
-		if own, _ := s.tenure(i); own != nil {
+	for i, q := range s.qs {
+		if own, _ := q.Tenure(); own != nil {
 			out = append(out, i)
 		}
 	}

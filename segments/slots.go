@@ -35,11 +35,11 @@ const (
 func (s *seller) pick(ctx context.Context, qty int64, home int) (*slot, pickState, error) {
 	state := pickDry
 	for _, i := range s.order(home) {
-		own, _ := s.tenure(i)
+		q, st := s.qs[i], s.st(i)
+		own, _ := q.Tenure()
 		if own == nil {
 			continue
 		}
-		q, st := s.qIfMade(i), s.st(i)
 		st.mu.Lock()
 		known := st.token == own.Rev() && !st.stale
 		enough := known && st.availLocked() >= qty
