@@ -152,11 +152,9 @@ func (e *Engine) refillChunk(ctx context.Context, info *skuInfo, pool *heldPlace
 			pool.committed(resp.Header.Revision)
 			for i, in := range newIn {
 				// A seller of this process sees the stock without a read
-				// (a place it has no cache of has nothing to update).
-				st := e.placeIfMade(sku, Segment(i))
-				if st == nil {
-					continue
-				}
+				// (a direct order's pull counts on it: the cache is made
+				// here if the seller had not made it yet).
+				st := e.placeState(sku, Segment(i))
 				st.mu.Lock()
 				if st.token != 0 {
 					st.seeInboxLocked(in, resp.Header.Revision)

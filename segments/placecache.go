@@ -76,13 +76,6 @@ func (e *Engine) placeState(sku string, p Place) *placeState {
 	return st
 }
 
-// placeIfMade returns the cache of a place if it was made, else nil.
-func (e *Engine) placeIfMade(sku string, p Place) *placeState {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.places[placeID{sku, p}]
-}
-
 func (e *Engine) counterKey(sku string, p Place) string {
 	if p.IsPool() {
 		return e.keys.Pool(sku)
