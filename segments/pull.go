@@ -112,6 +112,14 @@ func (s *seller) pullFromPool(ctx context.Context, req *allocReq, home int) (boo
 	if target < 0 && s.directEligible(req) {
 		if target = s.freeSegment(s.directStart(req, home)); target >= 0 {
 			direct = true
+			if s.stIfMade(target) == nil {
+				// Its cache is made now: it missed the looks that the
+				// caches already made saw (chooseDirect), and the refill
+				// records the inbox only in a cache in use.
+				if snap := s.lastLook.Load(); snap != nil {
+					s.st(target).see(snap, target)
+				}
+			}
 		}
 	}
 	if target < 0 && s.grow(ctx, home) {
