@@ -69,6 +69,7 @@ func (e *Engine) commitDirects(bg context.Context, batch []*commitReq) {
 // directPlan is one place of a direct batch.
 type directPlan struct {
 	st           *placeState
+	sku          *skuInfo
 	lowWatermark int64
 	take         int64
 	n            int
@@ -118,26 +119,30 @@ const hotFor = 10 * time.Second
 func planDirect(batch []*commitReq, lazy bool, self int64) (map[*placeState]*directPlan, []*directPlan) {
 	places := map[*placeState]*directPlan{}
 	var order []*directPlan
-	skuOf := map[*placeState]*skuInfo{}
-	perSKU := map[*skuInfo]int{}
 	for _, cr := range batch {
-		perSKU[cr.req.sku]++
 		for _, p := range cr.parts {
 			dp := places[p.st]
 			if dp == nil {
-				dp = &directPlan{st: p.st, lowWatermark: p.lowWatermark, lockPfx: p.lockPfx}
+				dp = &directPlan{st: p.st, sku: cr.req.sku, lowWatermark: p.lowWatermark, lockPfx: p.lockPfx}
 				places[p.st] = dp
 				order = append(order, dp)
-				skuOf[p.st] = cr.req.sku
 			}
 			dp.take += p.qty
 			dp.n++
 		}
 	}
-	now := time.Now().UnixNano()
-	for info, n := range perSKU {
-		if n >= hotPlace {
-			info.hotUntil.Store(now + int64(hotFor))
+	var now int64
+	if lazy {
+		// Only a lazy engine asks whether a SKU is hot.
+		now = time.Now().UnixNano()
+		perSKU := map[*skuInfo]int{}
+		for _, cr := range batch {
+			perSKU[cr.req.sku]++
+		}
+		for info, n := range perSKU {
+			if n >= hotPlace {
+				info.hotUntil.Store(now + int64(hotFor))
+			}
 		}
 	}
 	for _, dp := range order {
@@ -159,7 +164,7 @@ func planDirect(batch []*commitReq, lazy bool, self int64) (map[*placeState]*dir
 		default:
 			dp.short = true
 		}
-		hot := dp.n >= hotPlace || now < skuOf[st].hotUntil.Load()
+		hot := lazy && (dp.n >= hotPlace || now < dp.sku.hotUntil.Load())
 		dp.lazy = lazy && owned
 		switch {
 		case !dp.lazy:
