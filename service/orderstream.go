@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -114,6 +115,10 @@ func sendAnswers(stream *connect.BidiStream[stockctlv1.OrderStreamRequest, stock
 	var failed bool
 	for first := range answers {
 		msg := first
+		// A group commit ends many orders of the stream at one moment:
+		// yielding once lets their goroutines, runnable now, put their
+		// answers in this message rather than in the next ones.
+		runtime.Gosched()
 	more:
 		for len(msg.More) < maxAnswersPerMessage {
 			select {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 
 	"connectrpc.com/connect"
@@ -44,6 +45,13 @@ func (p *orderPipe) send() {
 		case <-p.ctx.Done():
 			return
 		}
+		// One answer message wakes many buyers at once, and the first to
+		// queue its next order wakes this sender. Yielding once lets the
+		// others, runnable now, queue theirs: their orders then share one
+		// message (about 10 an order message at 20 × 200, against 1.4
+		// without the yield, and ~20 % less CPU per order over all
+		// processes: docs/benchmarks.md).
+		runtime.Gosched()
 		p.mu.Lock()
 		q := p.queue
 		p.queue = nil
