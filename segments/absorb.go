@@ -15,12 +15,14 @@ import (
 // a group commit, so that the deposit fails nothing but the absorb, which is
 // simply read again and retried.
 
-// needAbsorb lists the places of a plan whose orders need their inbox.
-func needAbsorb(order []*batchPlace) []*batchPlace {
-	var out []*batchPlace
-	for _, bp := range order {
-		if bp.absorb {
-			out = append(out, bp)
+// needAbsorb lists the held places of a plan whose orders need their
+// inbox. A direct place absorbs its inbox in the batch's own transaction
+// (txn): its fence compares the inbox there.
+func needAbsorb(order []*placePlan) []*placePlan {
+	var out []*placePlan
+	for _, pp := range order {
+		if pp.absorb && pp.fence == lockFence {
+			out = append(out, pp)
 		}
 	}
 	return out
@@ -31,7 +33,7 @@ func needAbsorb(order []*batchPlace) []*batchPlace {
 // inbox's revision as cached. On success the caches say so; on a failed
 // compare they are refreshed from the Else reads; on an error they are
 // read again before their next use. The caller plans again either way.
-func (e *Engine) absorb(ctx context.Context, places []*batchPlace) {
+func (e *Engine) absorb(ctx context.Context, places []*placePlan) {
 	var cmps []clientv3.Cmp
 	var ops, diag []clientv3.Op
 	sums := make([]int64, len(places)) // each counter after the absorb
@@ -65,7 +67,7 @@ func (e *Engine) absorb(ctx context.Context, places []*batchPlace) {
 // refreshPlaces reads the counters and inboxes of places (one transaction
 // per max-txn-ops) into their caches: after a refused group commit, when
 // they may have moved.
-func (e *Engine) refreshPlaces(ctx context.Context, places []*batchPlace) {
+func (e *Engine) refreshPlaces(ctx context.Context, places []*placePlan) {
 	per := max(1, e.cfg.MaxTxnOps/2)
 	for len(places) > 0 {
 		chunk := places[:min(per, len(places))]
@@ -90,7 +92,7 @@ func (e *Engine) refreshPlaces(ctx context.Context, places []*batchPlace) {
 
 // refreshFrom records, for each place, its counter and (a segment's) inbox
 // as read by Gets in rs, in the order of places.
-func (e *Engine) refreshFrom(places []*batchPlace, rs []*pb.ResponseOp) {
+func (e *Engine) refreshFrom(places []*placePlan, rs []*pb.ResponseOp) {
 	i := 0
 	for _, bp := range places {
 		st := bp.st

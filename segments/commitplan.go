@@ -5,8 +5,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/stockctl/stockctl/internal/lock"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/lock"
 )
 
 // Per order, a transaction needs one compare (its record absent), one put
@@ -23,15 +25,9 @@ const (
 // in its Else branch.
 type opCost struct{ cmps, puts, gets int }
 
-// heldPlaceCost is a held place's (commit.go); a direct place costs more
+// heldPlaceCost is a held place's (committer.go); a direct place costs more
 // (directPlaceCost).
 var heldPlaceCost = opCost{cmps: 2, puts: 1, gets: 1}
-
-// selectOrders is the committer's batch selection (the batcher's Select):
-// requests that share nothing with the commits in flight (inflight.go).
-func (e *Engine) selectOrders(queue []*commitReq) (batch, rest []*commitReq) {
-	return e.inflight.take(queue, e.cfg.MaxTxnOps, heldPlaceCost)
-}
 
 // selectOrders takes the oldest requests of queue that fit one transaction
 // (etcd's --max-txn-ops, limit, bounds compares, puts and reads
@@ -93,91 +89,217 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 	return batch, rest
 }
 
-// batchPlace is one place of a batch: what the batch takes there and how.
-type batchPlace struct {
-	st       *placeState
-	q        *lock.Queue
-	own      *lock.Ownership
-	take     int64
-	n        int   // parts
-	value    int64 // the counter after the batch
-	modRev   int64 // the counter's expected ModRevision
-	absorb   bool
-	inMod    int64
-	lost     bool
-	shortage bool
-	err      error // reading the place failed
+// placePlan is one place of a batch: what the batch takes there, its
+// counter after the batch, and its fence (committer.go).
+type placePlan struct {
+	st    *placeState
+	fence fence
+	take  int64 // units the batch takes
+	n     int   // the batch's parts there
+	value int64 // the counter after the batch
+	mod   int64 // the counter's expected ModRevision
+	// absorb: the batch needs the inbox too (compared at inMod).
+	absorb bool
+	inMod  int64
+
+	// A held place's (lockFence) queue and hold.
+	q   *lock.Queue
+	own *lock.Ownership
+
+	// A direct place's (counterFence, directcommit.go): its SKU, low
+	// watermark and lock prefix; the owner its counter names; whether it
+	// is sold lazily; whether the batch writes its counter, and what.
+	sku          *skuInfo
+	lowWatermark int64
+	lockPfx      string
+	owner        int64
+	lazy         bool
+	settle       bool
+	written      SegmentCounter
+
+	// What stops the batch's orders there: found in planning (lost: a
+	// held place's lock is gone; short: the place cannot give take; err:
+	// reading it failed), or in a refused transaction's Else branch
+	// (lost; raced: a direct place's counter moved or its lock was taken).
+	lost, short, raced bool
+	err                error
 }
 
-// planBatch works out each place's new counter, in the order the places
-// first appear. A place whose cache is stale is read first; one whose lock
-// is gone is marked lost, one that holds less than the batch takes there
-// (which reservations prevent unless etcd changed under us) short.
-func (e *Engine) planBatch(ctx context.Context, batch []*commitReq) (map[*placeState]*batchPlace, []*batchPlace) {
-	places := map[*placeState]*batchPlace{}
-	var order []*batchPlace
+// planPlaces gathers the places of batch, in the order they first appear,
+// and plans each by its fence: a held place on its cache under the lock
+// (planHeld), a direct place on its direct cache (planDirect).
+func (e *Engine) planPlaces(ctx context.Context, batch []*commitReq) (map[*placeState]*placePlan, []*placePlan) {
+	places := map[*placeState]*placePlan{}
+	var order []*placePlan
 	for _, cr := range batch {
 		for _, p := range cr.parts {
-			bp := places[p.st]
-			if bp == nil {
-				bp = &batchPlace{st: p.st, q: p.q, own: p.own}
-				places[p.st] = bp
-				order = append(order, bp)
+			pp := places[p.st]
+			if pp == nil {
+				pp = &placePlan{st: p.st, q: p.q, own: p.own, sku: cr.req.sku, lowWatermark: p.lowWatermark, lockPfx: p.lockPfx}
+				if p.direct {
+					pp.fence = counterFence
+				}
+				places[p.st] = pp
+				order = append(order, pp)
 			}
-			if bp.own != p.own {
-				bp.lost = true // two keys for one place: the older one is gone
+			if pp.fence == lockFence && pp.own != p.own {
+				pp.lost = true // two keys for one place: the older one is gone
 			}
-			bp.take += p.qty
-			bp.n++
+			pp.take += p.qty
+			pp.n++
 		}
 	}
-	for _, bp := range order {
-		if bp.lost || bp.own.Err() != nil {
-			bp.lost = true
-			continue
-		}
-		if err := bp.st.ensure(ctx, e, bp.own); err != nil {
-			if errors.Is(err, lock.ErrLost) {
-				bp.lost = true
-			} else {
-				bp.err = err
+	var now int64
+	if e.cfg.LazySegments {
+		// Only a lazy engine asks whether a SKU is hot (planDirect).
+		now = time.Now().UnixNano()
+		perSKU := map[*skuInfo]int{}
+		for _, cr := range batch {
+			if len(cr.parts) > 0 && cr.parts[0].direct {
+				perSKU[cr.req.sku]++
 			}
-			continue
 		}
-		st := bp.st
-		st.mu.Lock()
-		if st.token != bp.own.Rev() {
-			bp.lost = true
+		for info, n := range perSKU {
+			if n >= hotPlace {
+				info.hotUntil.Store(now + int64(hotFor))
+			}
 		}
-		bp.modRev = st.modRev
-		switch {
-		case st.value >= bp.take:
-			bp.value = st.value - bp.take
-		case st.inKnown && st.value+st.inbox >= bp.take:
-			bp.absorb, bp.inMod = true, st.inMod
-			bp.value = st.value + st.inbox - bp.take
-		default:
-			bp.shortage = true
+	}
+	for _, pp := range order {
+		switch pp.fence {
+		case lockFence:
+			e.planHeld(ctx, pp)
+		case counterFence:
+			pp.planDirect(e.cfg.LazySegments, e.owner, now)
 		}
-		st.mu.Unlock()
 	}
 	return places, order
 }
 
-func countPlaces(batch []*commitReq) int {
-	seen := map[*placeState]bool{}
-	for _, cr := range batch {
-		for _, p := range cr.parts {
-			seen[p.st] = true
-		}
+// planHeld works out a held place's new counter from its cache under the
+// lock (read first when stale). A place whose lock is gone is lost; one
+// that holds less than the batch takes there (which reservations prevent
+// unless etcd changed under the lock) is short.
+func (e *Engine) planHeld(ctx context.Context, pp *placePlan) {
+	if pp.lost || pp.own.Err() != nil {
+		pp.lost = true
+		return
 	}
-	return len(seen)
+	if err := pp.st.ensure(ctx, e, pp.own); err != nil {
+		if errors.Is(err, lock.ErrLost) {
+			pp.lost = true
+		} else {
+			pp.err = err
+		}
+		return
+	}
+	st := pp.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.token != pp.own.Rev() {
+		pp.lost = true
+	}
+	pp.mod = st.modRev
+	switch {
+	case st.value >= pp.take:
+		pp.value = st.value - pp.take
+	case st.inKnown && st.value+st.inbox >= pp.take:
+		pp.absorb, pp.inMod = true, st.inMod
+		pp.value = st.value + st.inbox - pp.take
+	default:
+		pp.short = true
+	}
+}
+
+// txn adds the place's fence, writes and Else reads to a transaction's.
+func (pp *placePlan) txn(cmps []clientv3.Cmp, ops, diag []clientv3.Op) ([]clientv3.Cmp, []clientv3.Op, []clientv3.Op) {
+	st := pp.st
+	if pp.fence == lockFence {
+		// Held: the lock is this process's, the counter as committed;
+		// the counter written (an absorb went before, absorb.go).
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pp.own.Key()), "=", pp.own.Rev()),
+			clientv3.Compare(clientv3.ModRevision(st.key), "=", pp.mod))
+		ops = append(ops, clientv3.OpPut(st.key, EncodeCounter(pp.value)))
+		diag = append(diag, clientv3.OpGet(pp.own.Key(), clientv3.WithKeysOnly()))
+		return cmps, ops, diag
+	}
+	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.key), "=", pp.mod))
+	if !pp.lazy {
+		// Not sold lazily: the segment must have no lock key (a holder's
+		// cache is exact only while nobody else writes).
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pp.lockPfx), "=", 0).WithPrefix())
+	}
+	if pp.settle {
+		ops = append(ops, clientv3.OpPut(st.key, EncodeSegmentCounter(pp.written)))
+	}
+	if pp.absorb {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.inKey), "=", pp.inMod))
+		ops = append(ops, clientv3.OpPut(st.inKey, EncodeCounter(0)))
+	}
+	diag = append(diag, clientv3.OpGet(st.key), clientv3.OpGet(st.inKey))
+	if !pp.lazy {
+		diag = append(diag, clientv3.OpGet(pp.lockPfx, clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	}
+	return cmps, ops, diag
+}
+
+// readElse reads the place's Else reads from the start of rs (what txn
+// added) after a refused transaction, and returns how many it read. A held
+// place whose lock key is gone is lost (its queue is told); a direct place
+// whose counter moved (a lock holder marked it, another process took it
+// over) or, not lazy, whose lock was taken has raced: this process's direct
+// sales there are over. A direct place's cache sees its inbox as read.
+func (pp *placePlan) readElse(rs []*pb.ResponseOp) int {
+	st := pp.st
+	if pp.fence == lockFence {
+		if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) == 0 || kvs[0].CreateRevision != pp.own.Rev() {
+			pp.lost = true
+			pp.q.Lose(pp.own, lock.ErrLost)
+		}
+		return 1
+	}
+	_, cntMod, err1 := decodeCounterKV(st.key, rs[0].GetResponseRange())
+	in, inMod, err2 := decodeCounterKV(st.inKey, rs[1].GetResponseRange())
+	read := 2
+	locked := false
+	if !pp.lazy {
+		locked = rs[2].GetResponseRange().GetCount() > 0
+		read++
+	}
+	if cntMod != pp.mod || locked || err1 != nil || err2 != nil {
+		pp.raced = true
+		st.forgetDirect()
+		return read
+	}
+	st.mu.Lock()
+	st.seeDirectInboxLocked(in, inMod)
+	st.mu.Unlock()
+	return read
+}
+
+// committed records the batch's writes, committed at rev, in the cache.
+func (pp *placePlan) committed(rev int64) {
+	if pp.fence == lockFence {
+		pp.st.settle(pp.own, pp.take, pp.n, pp.value, rev)
+		return
+	}
+	pp.st.settleDirect(pp.take, pp.n, pp.value, rev, pp.settle, pp.written, pp.absorb)
+}
+
+// unknown drops the cache after a transaction whose outcome is unknown:
+// the place is read again before its next use.
+func (pp *placePlan) unknown() {
+	if pp.fence == lockFence {
+		pp.st.invalidate()
+		return
+	}
+	pp.st.forgetDirect()
 }
 
 // touches reports whether any of r's places satisfies f.
-func (r *commitReq) touches(places map[*placeState]*batchPlace, f func(*batchPlace) bool) bool {
+func (r *commitReq) touches(places map[*placeState]*placePlan, f func(*placePlan) bool) bool {
 	for _, p := range r.parts {
-		if bp := places[p.st]; bp != nil && f(bp) {
+		if pp := places[p.st]; pp != nil && f(pp) {
 			return true
 		}
 	}
@@ -185,10 +307,10 @@ func (r *commitReq) touches(places map[*placeState]*batchPlace, f func(*batchPla
 }
 
 // placeErr is the first read error among r's places.
-func (r *commitReq) placeErr(places map[*placeState]*batchPlace) error {
+func (r *commitReq) placeErr(places map[*placeState]*placePlan) error {
 	for _, p := range r.parts {
-		if bp := places[p.st]; bp != nil && bp.err != nil {
-			return bp.err
+		if pp := places[p.st]; pp != nil && pp.err != nil {
+			return pp.err
 		}
 	}
 	return nil
@@ -201,69 +323,4 @@ func (r *commitReq) segmentParts() []Part {
 		parts = append(parts, Part{Place: p.st.place, Qty: p.qty})
 	}
 	return parts
-}
-
-// sendOrders sends a group commit whose places' compares, puts and Else
-// reads are in cmps, ops and diag, with what every batch of orders carries
-// after them: each order's absence compare, record put and record read,
-// each SKU's incarnation compare and meta read, then the buyers' counters
-// last (diagnose expects the Else reads in that order). partsOf are each
-// order's parts, as recorded. Held and direct commits both send through
-// it. A refused commit's gone are the SKUs it found deleted or replaced
-// (forgotten: their orders are answered with the error, nothing written).
-func (e *Engine) sendOrders(ctx context.Context, batch []*commitReq, users []*batchUser, cmps []clientv3.Cmp, ops, diag []clientv3.Op) (resp *clientv3.TxnResponse, partsOf [][]Part, gone map[*skuInfo]error, err error) {
-	partsOf = make([][]Part, len(batch))
-	var skus []*skuInfo
-	seen := map[*skuInfo]bool{}
-	for i, cr := range batch {
-		partsOf[i] = cr.segmentParts()
-		cmps = append(cmps, e.orderAbsent(cr.req.sku.name, cr.req.order))
-		ops = append(ops, e.orderPuts(cr.req, partsOf[i])...)
-		diag = append(diag, clientv3.OpGet(e.orderKey(cr.req)))
-		if !seen[cr.req.sku] && cr.req.sku.created != 0 {
-			seen[cr.req.sku] = true
-			skus = append(skus, cr.req.sku)
-		}
-	}
-	metaAt := len(diag)
-	for _, info := range skus {
-		cmps = append(cmps, e.incarnation(info)...)
-		diag = append(diag, clientv3.OpGet(e.keys.Meta(info.name), clientv3.WithKeysOnly()))
-	}
-	ucmps, uops, udiag := userCmpsOps(users)
-	cmps, ops, diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)
-	sent := time.Now()
-	resp, err = e.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
-	e.metrics.committed(len(batch), time.Since(sent), commitOutcome(resp, err))
-	if err == nil && !resp.Succeeded {
-		for i, info := range skus {
-			kvs := resp.Responses[metaAt+i].GetResponseRange().GetKvs()
-			if len(kvs) == 1 && kvs[0].CreateRevision == info.created {
-				continue
-			}
-			e.forgetSKU(info)
-			if gone == nil {
-				gone = map[*skuInfo]error{}
-			}
-			gone[info] = skuGoneErr(info, len(kvs) == 0)
-		}
-	}
-	return resp, partsOf, gone, err
-}
-
-// dropGone answers the requests of SKUs in gone with their error and
-// returns the others.
-func dropGone(batch []*commitReq, gone map[*skuInfo]error) []*commitReq {
-	if len(gone) == 0 {
-		return batch
-	}
-	keep := batch[:0:0]
-	for _, cr := range batch {
-		if err := gone[cr.req.sku]; err != nil {
-			cr.finish(failed(err))
-		} else {
-			keep = append(keep, cr)
-		}
-	}
-	return keep
 }

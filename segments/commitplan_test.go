@@ -124,24 +124,29 @@ func TestPlanBatch(t *testing.T) {
 		order("d", short.part(3)),
 		order("e", lost.part(1)),
 	}
-	places, planned := e.planBatch(t.Context(), batch)
+	places, planned := e.planPlaces(t.Context(), batch)
 	if len(planned) != 4 {
 		t.Fatalf("%d places planned; want 4", len(planned))
 	}
-	if bp := places[plenty.st]; bp.take != 5 || bp.n != 2 || bp.value != 5 || bp.absorb || bp.lost || bp.shortage || bp.modRev != 10 {
-		t.Errorf("plenty: %+v; want take 5 of 2 parts, counter 10 → 5 at ModRevision 10", *bp)
+	if pp := places[plenty.st]; pp.take != 5 || pp.n != 2 || pp.value != 5 || pp.absorb || pp.lost || pp.short || pp.mod != 10 {
+		t.Errorf("plenty: %+v; want take 5 of 2 parts, counter 10 → 5 at ModRevision 10", *pp)
 	}
-	if bp := places[absorbing.st]; !bp.absorb || bp.value != 2 || bp.inMod != 11 {
-		t.Errorf("absorbing: %+v; want the inbox absorbed (1 + 5 − 4 = 2), compared at ModRevision 11", *bp)
+	if pp := places[absorbing.st]; !pp.absorb || pp.value != 2 || pp.inMod != 11 {
+		t.Errorf("absorbing: %+v; want the inbox absorbed (1 + 5 − 4 = 2), compared at ModRevision 11", *pp)
 	}
-	if bp := places[short.st]; !bp.shortage {
-		t.Errorf("short: %+v; want a shortage", *bp)
+	if pp := places[short.st]; !pp.short {
+		t.Errorf("short: %+v; want a shortage", *pp)
 	}
-	if bp := places[lost.st]; !bp.lost {
-		t.Errorf("lost: %+v; want lost", *bp)
+	if pp := places[lost.st]; !pp.lost {
+		t.Errorf("lost: %+v; want lost", *pp)
+	}
+	for _, pp := range planned {
+		if pp.fence != lockFence {
+			t.Errorf("a held part's place planned with fence %d; want lockFence", pp.fence)
+		}
 	}
 	// Two keys for one place: the older one is gone.
-	places, _ = e.planBatch(t.Context(), []*commitReq{order("f", plenty.part(1)), order("g", commitPart{st: plenty.st, own: stale.own, qty: 1})})
+	places, _ = e.planPlaces(t.Context(), []*commitReq{order("f", plenty.part(1)), order("g", commitPart{st: plenty.st, own: stale.own, qty: 1})})
 	if !places[plenty.st].lost {
 		t.Error("a place under two keys in one batch is not marked lost")
 	}
@@ -152,7 +157,7 @@ func kvs(kv ...*mvccpb.KeyValue) *pb.ResponseOp {
 	return &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: &pb.RangeResponse{Kvs: kv}}}
 }
 
-func TestDiagnose(t *testing.T) {
+func TestAnswerRefused(t *testing.T) {
 	e := testEngine(t)
 	held := newTestPlace(0, 10, 0)
 	gone := newTestPlace(1, 10, 0)
@@ -164,7 +169,7 @@ func TestDiagnose(t *testing.T) {
 	ps := []commitPart{held.part(1), gone.part(1)}
 	ps[1].q = q
 	a, b := order("a", ps[0]), order("b", ps[1])
-	_, planned := e.planBatch(t.Context(), []*commitReq{a, b})
+	places, planned := e.planPlaces(t.Context(), []*commitReq{a, b})
 	// The Else reads, in the order the batch was built: per place its lock
 	// key, per order its ID's claim. Place 0 is still ours; place 1's key
 	// is gone.
@@ -173,7 +178,7 @@ func TestDiagnose(t *testing.T) {
 		kvs(),
 		kvs(), kvs(),
 	}
-	again, stillHeld := e.diagnose(t.Context(), []*commitReq{a, b}, planned, rs)
+	again, stillHeld := e.answerRefused(t.Context(), []*commitReq{a, b}, places, planned, rs, nil)
 	if len(again) != 1 || again[0] != a {
 		t.Fatalf("%d sent again; want order a alone", len(again))
 	}
@@ -202,7 +207,7 @@ func TestRefreshFrom(t *testing.T) {
 		kvs(&mvccpb.KeyValue{Key: []byte(seg.st.inKey), Value: []byte(EncodeCounter(3)), ModRevision: 21}),
 		kvs(&mvccpb.KeyValue{Key: []byte(pool.st.key), Value: []byte(EncodeCounter(40)), ModRevision: 22}),
 	}
-	e.refreshFrom([]*batchPlace{{st: seg.st, own: seg.own}, {st: pool.st, own: pool.own}}, rs)
+	e.refreshFrom([]*placePlan{{st: seg.st, own: seg.own}, {st: pool.st, own: pool.own}}, rs)
 	if seg.st.value != 7 || seg.st.modRev != 20 || seg.st.inbox != 3 || seg.st.inMod != 21 {
 		t.Errorf("segment cache not refreshed: value %d@%d inbox %d@%d", seg.st.value, seg.st.modRev, seg.st.inbox, seg.st.inMod)
 	}
@@ -238,24 +243,24 @@ func TestSelectOrdersBesideACommitInFlight(t *testing.T) {
 	e := testEngine(t)
 	hot, cold := newTestPlace(0, 100, 0), newTestPlace(1, 100, 0)
 	first := []*commitReq{order("a", hot.part(1))}
-	if batch, _ := e.selectOrders(first); len(batch) != 1 {
+	if batch, _ := e.held.selectBatch(first); len(batch) != 1 {
 		t.Fatalf("an empty committer took %d", len(batch))
 	}
 	queue := []*commitReq{order("b", hot.part(1)), order("c", cold.part(1)), order("a", cold.part(1))}
-	batch, rest := e.selectOrders(queue)
+	batch, rest := e.held.selectBatch(queue)
 	if len(batch) != 1 || batch[0].req.order != "c" || len(rest) != 2 {
 		t.Fatalf("beside a commit on place 0 of order a: took %d (first %v); want order c alone", len(batch), batch)
 	}
-	if batch, _ := e.selectOrders(rest); len(batch) != 0 {
+	if batch, _ := e.held.selectBatch(rest); len(batch) != 0 {
 		t.Fatalf("everything waiting conflicts with commits in flight, yet %d were taken", len(batch))
 	}
-	e.inflight.unmark(first)
-	if batch, _ := e.selectOrders(rest); len(batch) != 1 || batch[0].req.order != "b" {
+	e.held.inflight.unmark(first)
+	if batch, _ := e.held.selectBatch(rest); len(batch) != 1 || batch[0].req.order != "b" {
 		t.Fatalf("after the first commit, took %v; want order b (order a's ID is still in flight)", batch)
 	}
 }
 
-// How a lazy engine sells at each direct place (planDirect): owned places
+// How a lazy engine sells at each direct place (planPlaces, planDirect): owned places
 // lazily (no counter written) unless a settle is due or the batch is hot;
 // an exact place nobody owns is written in the batch, claimed (named as
 // this process's) when cold and left ownerless when hot; a place lazy
@@ -290,10 +295,15 @@ func TestPlanDirectModes(t *testing.T) {
 			st := place(0, tc.d)
 			var batch []*commitReq
 			for i := range tc.orders {
-				batch = append(batch, order(fmt.Sprint("o", i), commitPart{st: st, qty: 1}))
+				batch = append(batch, order(fmt.Sprint("o", i), commitPart{st: st, qty: 1, direct: true}))
 			}
-			places, _ := planDirect(batch, tc.lazy, self)
+			e := testEngine(t)
+			e.cfg.LazySegments, e.owner = tc.lazy, self
+			places, _ := e.planPlaces(t.Context(), batch)
 			dp := places[st]
+			if dp.fence != counterFence {
+				t.Fatalf("a direct part's place planned with fence %d; want counterFence", dp.fence)
+			}
 			if dp.short != tc.short {
 				t.Fatalf("short %v; want %v (%+v)", dp.short, tc.short, *dp)
 			}

@@ -31,7 +31,7 @@ import (
 // direct write can neither interleave with a tenure nor act on a stale
 // counter; the holder's own commits compare the counter's revision too.
 // Direct orders of this process are committed together, the way held
-// segments' orders are (directcommit.go), but in transactions of their own:
+// segments' orders are (committer.go), but in transactions of their own:
 // a direct write that loses a race fails only direct orders.
 //
 // The process picks one free segment per SKU for its direct orders (by a
@@ -478,7 +478,7 @@ func (s *seller) tryDirect(ctx context.Context, req *allocReq, home int) (r plac
 	}
 	part := commitPart{st: st, qty: req.qty, direct: true, lowWatermark: s.sku.lowWatermark,
 		lockPfx: s.e.keys.SegmentLock(s.sku.name, st.place.Index())}
-	r = s.e.submitDirect(ctx, req, part).wait(ctx)
+	r = s.e.direct.submit(ctx, req, []commitPart{part}).wait(ctx)
 	if r.kind == resShort {
 		s.directIdx.CompareAndSwap(int32(st.place.Index()), -1)
 		if r.raced {
@@ -486,11 +486,4 @@ func (s *seller) tryDirect(ctx context.Context, req *allocReq, home int) (r plac
 		}
 	}
 	return r, true
-}
-
-// submitDirect hands a direct order to the direct committer.
-func (e *Engine) submitDirect(ctx context.Context, req *allocReq, part commitPart) *commitReq {
-	cr := &commitReq{req: req, parts: []commitPart{part}, ctx: ctx, done: make(chan struct{})}
-	e.directs.Submit(cr)
-	return cr
 }

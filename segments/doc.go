@@ -27,8 +27,9 @@
 // holds (seller.go, slots.go, local.go, pull.go, grow.go; the fair share in
 // share.go) to the whole SKU (snapshot.go, gather.go); its business step
 // runs in one place (step.go); its deduction is committed with the
-// process's other orders in one fenced transaction (commit.go,
-// commitplan.go, diagnose.go, users.go for per-user limits) against the
+// process's other orders in one fenced transaction (committer.go: one
+// committer for held and direct places, each with its fence; commitplan.go,
+// commitreq.go, users.go for per-user limits) against the
 // place cache (placecache.go, heldplace.go). Around it: SKU creation and
 // restock (create.go), moves between the pool and segments (moves.go),
 // returns (returns.go), reservations, confirms and expiry (reserve.go,

@@ -94,16 +94,14 @@ type Engine struct {
 
 	lockWatch *lockWatch
 
-	commits  batch.Batcher[*commitReq]
-	inflight inflight // what the group commits in flight hold
-	// directs and directInflight: the same for direct orders (direct.go).
-	directs        batch.Batcher[*commitReq]
-	directInflight inflight
-	users          userCache // buyers' counters (per-user limits), as the committer knows them
-	confirms       batch.Batcher[*confirmReq]
-	looks          batch.Batcher[*lookReq]
-	carts          batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
-	decider        atomic.Pointer[Decider] // orders over several clusters (across.go)
+	// held and direct commit orders (committer.go): orders whose step ran
+	// under their places' locks, and direct orders (direct.go).
+	held, direct *committer
+	users        userCache // buyers' counters (per-user limits), as the committer knows them
+	confirms     batch.Batcher[*confirmReq]
+	looks        batch.Batcher[*lookReq]
+	carts        batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
+	decider      atomic.Pointer[Decider] // orders over several clusters (across.go)
 }
 
 // NewEngine returns an engine making its calls through kv (the client's KV
@@ -128,10 +126,8 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		sellers: make(map[string]*seller),
 	}
 	e.lockWatch = newLockWatch(e)
-	e.commits = batch.Batcher[*commitReq]{Parallel: commitParallel, Go: bg.Go, Select: e.selectOrders, Commit: e.commitOrders,
-		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
-	e.directs = batch.Batcher[*commitReq]{Parallel: commitParallel, Go: bg.Go, Select: e.selectDirects, Commit: e.commitDirects,
-		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
+	e.held = newCommitter(e, heldPlaceCost)
+	e.direct = newCommitter(e, directPlaceCost)
 	e.confirms = batch.Batcher[*confirmReq]{Go: bg.Go, Select: e.selectConfirms, Commit: e.commitConfirms,
 		Fail: func(r *confirmReq) { r.answer(0, lock.ErrClosed) }}
 	e.looks = batch.Batcher[*lookReq]{Parallel: lookParallel, Go: bg.Go, Select: e.selectLooks, Commit: e.readLooks,

@@ -51,7 +51,7 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 			own, _ := s.qs[best].Tenure()
 			if own != nil {
 				if part, ok := reservePart(s.qs[best], own, s.st(best), req.qty); ok {
-					return s.e.submit(ctx, req, []commitPart{part}).wait(ctx)
+					return s.e.held.submit(ctx, req, []commitPart{part}).wait(ctx)
 				}
 			}
 			continue

@@ -36,7 +36,7 @@ func (e *Engine) runStep(ctx context.Context, req *allocReq, holds []*lock.Hold,
 			return nil, failed(fmt.Errorf("business step: %w", err))
 		}
 	}
-	return e.submit(ctx, req, parts), placeResult{}
+	return e.held.submit(ctx, req, parts), placeResult{}
 }
 
 // callStep runs step with a ctx bound to holds. If step does not return
