@@ -224,9 +224,9 @@ func (pp *placePlan) txn(cmps []clientv3.Cmp, ops, diag []clientv3.Op) ([]client
 		return cmps, ops, diag
 	}
 	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.key), "=", pp.mod))
-	if !pp.lazy {
-		// Not sold lazily: the segment must have no lock key (a holder's
-		// cache is exact only while nobody else writes).
+	if pp.fencedByLockRange() {
+		// The segment must have no lock key (a holder's cache is exact
+		// only while nobody else writes).
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pp.lockPfx), "=", 0).WithPrefix())
 	}
 	if pp.settle {
@@ -237,10 +237,21 @@ func (pp *placePlan) txn(cmps []clientv3.Cmp, ops, diag []clientv3.Op) ([]client
 		ops = append(ops, clientv3.OpPut(st.inKey, EncodeCounter(0)))
 	}
 	diag = append(diag, clientv3.OpGet(st.key), clientv3.OpGet(st.inKey))
-	if !pp.lazy {
+	if pp.fencedByLockRange() {
 		diag = append(diag, clientv3.OpGet(pp.lockPfx, clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	}
 	return cmps, ops, diag
+}
+
+// fencedByLockRange reports whether a direct place's commit compares that
+// its lock has no key: always, unless this process sells it lazily and
+// takes nothing from its inbox. A lazy owner's counter fences it against
+// a lock holder, because the holder marks the counter before it counts
+// the units (markLazy). But a lazy counter whose N is 0 holds no units,
+// so a holder takes it as it is, unmarked, and counts its inbox: the
+// owner must not take that inbox beside it.
+func (pp *placePlan) fencedByLockRange() bool {
+	return !pp.lazy || pp.absorb
 }
 
 // readElse reads the place's Else reads from the start of rs (what txn
@@ -262,7 +273,7 @@ func (pp *placePlan) readElse(rs []*pb.ResponseOp) int {
 	in, inMod, err2 := decodeCounterKV(st.inKey, rs[1].GetResponseRange())
 	read := 2
 	locked := false
-	if !pp.lazy {
+	if pp.fencedByLockRange() {
 		locked = rs[2].GetResponseRange().GetCount() > 0
 		read++
 	}
