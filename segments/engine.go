@@ -100,8 +100,11 @@ type Engine struct {
 	users        userCache // buyers' counters (per-user limits), as the committer knows them
 	confirms     batch.Batcher[*confirmReq]
 	looks        batch.Batcher[*lookReq]
-	carts        batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
-	decider      atomic.Pointer[Decider] // orders over several clusters (across.go)
+	// lookRereads counts the SKUs whose look needed a second transaction
+	// to count their lazy segments (settleLooks).
+	lookRereads atomic.Int64
+	carts       batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
+	decider     atomic.Pointer[Decider] // orders over several clusters (across.go)
 }
 
 // NewEngine returns an engine making its calls through kv (the client's KV
@@ -169,6 +172,10 @@ type skuInfo struct {
 	// may sell the SKU lazily again: a batch that carried hotPlace orders
 	// of it sets it hotFor ahead (planDirect).
 	hotUntil atomic.Int64
+	// lookBase is the oldest base of the lazy segments the SKU's last look
+	// found (0: none): the next look reads the records since it in its own
+	// transaction, rather than in a second one (look.go).
+	lookBase atomic.Int64
 }
 
 type placeID struct {

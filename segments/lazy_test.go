@@ -118,3 +118,61 @@ func lazyCounters(t *testing.T, e *Engine, sku string) map[int64]int {
 	}
 	return owners
 }
+
+// A look at a SKU with another process's lazy segment counts its sales
+// from the records since the segment's base. The first look learns the
+// base and reads them in a second transaction; the next ones read them in
+// the look's own transaction, at the same revision, and count exactly the
+// same. A base older than the one remembered (here: forced) goes back to
+// the second read, and counts right too.
+func TestLookReadsLazySalesInOneTransaction(t *testing.T) {
+	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
+	lazy := func(c *engineTestConfig) { c.client, c.lazy = client, true }
+	seller, reader := etcdEngine(t, lazy), etcdEngine(t, lazy)
+	ctx := t.Context()
+	if _, err := seller.CreateSKU(ctx, "s", SKUConfig{Total: 100, Segments: 2, InitialFill: 60}); err != nil {
+		t.Fatal(err)
+	}
+	sold := 0
+	sell := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := seller.Allocate(ctx, "s", fmt.Sprint("o-", sold), 1, ""); err != nil {
+				t.Fatal(err)
+			}
+			sold++
+		}
+	}
+	sell(3)
+	if len(lazyCounters(t, seller, "s")) == 0 {
+		t.Fatal("no lazy segment after the seller's orders: the test sells nothing lazily")
+	}
+	info, err := reader.sku(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	look := func(wantRereads int64) {
+		t.Helper()
+		before := reader.lookRereads.Load()
+		snap, _, err := reader.look(ctx, info, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := snap.total(); got != int64(100-sold) {
+			t.Errorf("after %d orders the look counts %d units; want %d", sold, got, 100-sold)
+		}
+		if got := reader.lookRereads.Load() - before; got != wantRereads {
+			t.Errorf("after %d orders the look took %d second reads; want %d", sold, got, wantRereads)
+		}
+	}
+	look(1) // learns the base
+	sell(2)
+	look(0)
+	sell(4)
+	look(0)
+	// A remembered base later than the segment's: the look's own read
+	// would miss records, so it reads again.
+	info.lookBase.Store(info.lookBase.Load() + 1_000_000)
+	look(1)
+	look(0)
+}

@@ -51,9 +51,9 @@ func (e *Engine) look(ctx context.Context, sku *skuInfo, order string) (*snapsho
 	}
 }
 
-// selectLooks takes the oldest looks that fit one transaction: a range and
-// a meta read per distinct SKU and a Get per order ID count against
-// max-txn-ops.
+// selectLooks takes the oldest looks that fit one transaction: a range, a
+// meta read and maybe a read of records (lookBase) per distinct SKU and a
+// Get per order ID count against max-txn-ops.
 func (e *Engine) selectLooks(queue []*lookReq) (batch, rest []*lookReq) {
 	skus := map[string]bool{}
 	ops := 0
@@ -61,7 +61,7 @@ func (e *Engine) selectLooks(queue []*lookReq) (batch, rest []*lookReq) {
 	for _, r := range queue {
 		n := 0
 		if !skus[r.sku.name] {
-			n += 2
+			n += 3 // its stock, its meta, and maybe the records since its lazy base
 		}
 		if r.order != "" {
 			n++
@@ -104,6 +104,17 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	for _, info := range skus {
 		ops = append(ops, clientv3.OpGet(e.keys.Meta(info.name), clientv3.WithKeysOnly()))
 	}
+	// A SKU whose last look found lazy segments most likely has them
+	// still: the records since their oldest base then, read at this
+	// transaction's revision, count what they sold without a second
+	// round trip (settleLooks).
+	spec := map[*skuInfo]specRead{}
+	for _, info := range skus {
+		if base := info.lookBase.Load(); base > 0 {
+			spec[info] = specRead{at: len(ops), base: base}
+			ops = append(ops, clientv3.OpGet(e.keys.Orders(info.name), clientv3.WithPrefix(), clientv3.WithMinCreateRev(base+1)))
+		}
+	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		for _, r := range batch {
@@ -123,7 +134,11 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 		}
 		snaps[info.name], errs[info.name] = e.decodeSnapshot(info, resp.Header.Revision, resp.Responses[i].GetResponseRange().Kvs)
 	}
-	e.settleLooks(ctx, skus, snaps, errs)
+	for info, sr := range spec {
+		sr.kvs = resp.Responses[sr.at].GetResponseRange().GetKvs()
+		spec[info] = sr
+	}
+	e.settleLooks(ctx, skus, snaps, errs, spec)
 	next := len(skus)
 	for _, r := range batch {
 		r.snap, r.err = snaps[r.sku.name], errs[r.sku.name]
@@ -137,34 +152,68 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	}
 }
 
+// specRead is a look's read of a SKU's records since the oldest lazy base
+// its last look found (lookBase): at index at of the look's transaction.
+type specRead struct {
+	at   int
+	base int64
+	kvs  []*mvccpb.KeyValue
+}
+
 // settleLooks subtracts the unsettled sales of the snapshots' lazy
-// segments, reading every SKU's in one transaction at the snapshots'
-// revision. A SKU whose read fails gets the error.
-func (e *Engine) settleLooks(ctx context.Context, skus []*skuInfo, snaps map[string]*snapshot, errs map[string]error) {
+// segments: from the look's own read of the records since a base (spec)
+// when that base is no later than every lazy segment's, else reading every
+// other SKU's in one more transaction at the snapshots' revision. A SKU
+// whose read fails gets the error. Each SKU's lookBase becomes the oldest
+// base its snapshot found, or 0.
+func (e *Engine) settleLooks(ctx context.Context, skus []*skuInfo, snaps map[string]*snapshot, errs map[string]error, spec map[*skuInfo]specRead) {
 	var ops []clientv3.Op
 	var lazy []*skuInfo
 	for _, info := range skus {
-		if s := snaps[info.name]; errs[info.name] == nil && len(s.lazy) > 0 {
-			ops = append(ops, e.unsettledRead(info.name, s.rev, s.lazy))
-			lazy = append(lazy, info)
+		s := snaps[info.name]
+		if errs[info.name] != nil || len(s.lazy) == 0 {
+			if errs[info.name] == nil {
+				info.lookBase.Store(0)
+			}
+			continue
 		}
+		oldest := s.lazy[0].base
+		for _, l := range s.lazy[1:] {
+			oldest = min(oldest, l.base)
+		}
+		info.lookBase.Store(oldest)
+		if sr, ok := spec[info]; ok && sr.base <= oldest {
+			// The records since sr.base, at the snapshot's revision, hold
+			// every record since each lazy segment's base.
+			e.settleLook(info, s, sr.kvs, errs)
+			continue
+		}
+		ops = append(ops, e.unsettledRead(info.name, s.rev, s.lazy))
+		lazy = append(lazy, info)
 	}
 	if len(ops) == 0 {
 		return
 	}
+	e.lookRereads.Add(int64(len(lazy)))
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
 	for i, info := range lazy {
 		if err != nil {
 			errs[info.name] = fmt.Errorf("read the unsettled orders of %s: %w", info.name, err)
 			continue
 		}
-		s := snaps[info.name]
-		sold, err := unsettledSales(info.name, s.lazy, resp.Responses[i].GetResponseRange().Kvs)
-		if err != nil {
-			errs[info.name] = err
-			continue
-		}
-		e.settleStale(info, staleLazy(s.lazy, resp.Responses[i].GetResponseRange().Kvs))
-		s.settleLazy(sold)
+		e.settleLook(info, snaps[info.name], resp.Responses[i].GetResponseRange().Kvs, errs)
 	}
+}
+
+// settleLook subtracts from s the sales of its lazy segments in kvs, the
+// SKU's records since (at least) their oldest base at s's revision, and
+// has the stale ones settled (settleStale).
+func (e *Engine) settleLook(info *skuInfo, s *snapshot, kvs []*mvccpb.KeyValue, errs map[string]error) {
+	sold, err := unsettledSales(info.name, s.lazy, kvs)
+	if err != nil {
+		errs[info.name] = err
+		return
+	}
+	e.settleStale(info, staleLazy(s.lazy, kvs))
+	s.settleLazy(sold)
 }
