@@ -1,7 +1,10 @@
 package coordinator
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -111,10 +114,18 @@ func (c *Coordinator) Client() *clientv3.Client { return c.client }
 // Prefix is the etcd key prefix the coordinator works under.
 func (c *Coordinator) Prefix() string { return c.keys.Prefix() }
 
+// closeSettleTimeout bounds Close's settling of the segments the
+// coordinator sold lazily.
+const closeSettleTimeout = 5 * time.Second
+
 // Close releases every lock, revokes the session's lease and waits for the
 // coordinator's background goroutines to end. Locks held at Close are lost
-// (their cause is ErrClosed); waiters fail with ErrClosed. Close is
-// idempotent. It does not close the etcd client.
+// (their cause is ErrClosed); waiters fail with ErrClosed. With
+// WithLazySegments it then writes the exact units of the segments it sold
+// lazily (one write per chunk of them, within a few seconds), so that the
+// rebalancer, which reads counters, sees what they hold; an error there
+// is returned, and the books are right either way. Close is idempotent.
+// It does not close the etcd client.
 func (c *Coordinator) Close() error {
 	if c.fleet != nil {
 		return c.fleet.close()
@@ -129,9 +140,14 @@ func (c *Coordinator) Close() error {
 		c.reg.Unregister(c.metrics)
 	}
 	if err != nil {
-		return fmt.Errorf("coordinator: close: revoke lease: %w", err)
+		err = fmt.Errorf("coordinator: close: revoke lease: %w", err)
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), closeSettleTimeout)
+	defer cancel()
+	if _, serr := c.stock.SettleOwned(ctx); serr != nil {
+		err = errors.Join(err, fmt.Errorf("coordinator: close: %w (the books are right: readers count the records of a lazy segment)", serr))
+	}
+	return err
 }
 
 // collectors makes several collectors one, so that registering (and

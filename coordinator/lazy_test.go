@@ -2,6 +2,7 @@ package coordinator_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,5 +165,72 @@ func TestLazySegmentChangesHands(t *testing.T) {
 	}
 	if _, err := b.Allocate(ctx, "one", "extra", 1, ""); err == nil {
 		t.Fatal("an order beyond the total was served")
+	}
+}
+
+// A coordinator that closes leaves the segments it sold lazily exact and
+// ownerless: the rebalancer reads counters, not records, and a lazy
+// counter's N only bounds what the segment holds. Before Close the raw
+// counters over-count the stock (the records are what count); after it
+// they hold exactly what is left, and the books balance.
+func TestCloseSettlesLazySegments(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	raw := etcd.Client(t)
+	cs := newCoordinators(t, etcd, 2, coordinator.WithLazySegments())
+	seller, other := cs[0], cs[1]
+	ctx := t.Context()
+	const skus, perSKU, total = 3, 10, 40
+	for i := range skus {
+		mustCreate(t, seller, fmt.Sprint("s", i), coordinator.SKUConfig{Total: total, Segments: 2, InitialFill: total})
+	}
+	for i := range skus * perSKU {
+		if _, err := seller.Allocate(ctx, fmt.Sprint("s", i%skus), fmt.Sprint("o", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lazyCounters := func() (n int) {
+		t.Helper()
+		resp, err := raw.Get(ctx, seller.Prefix()+"stock/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			if !strings.Contains(string(kv.Key), "/seg/") {
+				continue
+			}
+			c, err := segments.DecodeSegmentCounter(string(kv.Key), kv.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Lazy() {
+				n++
+			}
+		}
+		return n
+	}
+	now := func() int64 {
+		t.Helper()
+		resp, err := raw.Get(ctx, "now")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	if lazyCounters() == 0 {
+		t.Fatal("no segment sold lazily before Close: the test tests nothing")
+	}
+	if err := seller.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if n := lazyCounters(); n != 0 {
+		t.Fatalf("%d segments still lazy after their seller closed", n)
+	}
+	rev := now()
+	for i := range skus {
+		sku := fmt.Sprint("s", i)
+		if got := stockAt(t, raw, seller.Prefix(), sku, rev); got != total-perSKU {
+			t.Errorf("%s: the raw counters hold %d after Close; want %d", sku, got, total-perSKU)
+		}
+		mustAudit(t, other, sku)
 	}
 }

@@ -228,3 +228,74 @@ func (e *Engine) settleStale(info *skuInfo, stale []lazySeg) {
 		}
 	})
 }
+
+// settleOwnedChunk is how many owned segments SettleOwned writes in one
+// transaction.
+const settleOwnedChunk = 32
+
+// SettleOwned writes, for every segment this process sells lazily (its
+// counter names this process), the exact units it holds, and no owner. The
+// owner knows them without the records: its direct cache follows its own
+// commits. A closing coordinator calls it, once its commits have ended, so
+// that whoever reads counters (the rebalancer above all: it does not read
+// records) sees what the segments hold rather than their N, which only
+// bounds it, and no reader needs the records since their bases. A counter
+// that moved since this process's last commit there (another process took
+// the segment over, a lock holder marked it) is left as it is. It returns
+// how many segments it wrote; ctx bounds it.
+func (e *Engine) SettleOwned(ctx context.Context) (int, error) {
+	type owned struct {
+		st    *placeState
+		value int64
+		mod   int64
+	}
+	var todo []owned
+	e.mu.Lock()
+	for _, st := range e.places {
+		st.mu.Lock()
+		d := st.direct
+		st.mu.Unlock()
+		if d.known && d.owned && d.owner == e.owner && d.pending == 0 {
+			todo = append(todo, owned{st: st, value: d.value, mod: d.mod})
+		}
+	}
+	e.mu.Unlock()
+	written := 0
+	put := func(chunk []owned) (bool, error) {
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		for _, o := range chunk {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(o.st.key), "=", o.mod))
+			ops = append(ops, clientv3.OpPut(o.st.key, EncodeSegmentCounter(SegmentCounter{N: o.value})))
+		}
+		resp, err := e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err != nil {
+			return false, fmt.Errorf("settle the segments this process sells lazily: %w", err)
+		}
+		if resp.Succeeded {
+			written += len(chunk)
+			for _, o := range chunk {
+				o.st.forgetDirect()
+			}
+		}
+		return resp.Succeeded, nil
+	}
+	for len(todo) > 0 {
+		chunk := todo[:min(settleOwnedChunk, len(todo))]
+		todo = todo[len(chunk):]
+		ok, err := put(chunk)
+		if err != nil {
+			return written, err
+		}
+		if ok || len(chunk) == 1 {
+			continue
+		}
+		// A counter of the chunk moved: each on its own.
+		for i := range chunk {
+			if _, err := put(chunk[i : i+1]); err != nil {
+				return written, err
+			}
+		}
+	}
+	return written, nil
+}
