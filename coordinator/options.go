@@ -344,7 +344,8 @@ const MaxLockDelay = time.Minute
 // the keys etcd writes per order. Every reader counts such a
 // segment as its counter less the records since its base (Status, Audit,
 // the refusal's look, a lock holder taking the segment), so the books and
-// every invariant stay as they are. Experimental, off by default: a
+// every invariant stay as they are. Close writes the segments this
+// coordinator sold lazily exact again. Experimental, off by default: a
 // database filled to its quota by live order records leaves no history
 // for compaction to free, so the reclaim-then-prune recovery of
 // docs/operations.md can find no room for prune's first write.
