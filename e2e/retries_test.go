@@ -44,6 +44,13 @@ func TestLostReplies(t *testing.T) {
 			// Its lock cleanup, stuck behind the fault, gives up its first
 			// try quickly and goes on in the background.
 			c := newCoord(t, []string{proxy.Endpoint()}, coordinator.WithReleaseTimeout(200*time.Millisecond))
+			// Closed once the fault is healed (deferred first, so it runs
+			// last): Close waits for its committer, so no commit of this
+			// attempt is still on its way when the test reads etcd's
+			// truth. (Before, a commit held back on a busy machine landed
+			// after settle's quiet window: the retry said replayed, the
+			// record had been read as absent.)
+			defer c.Close()
 			actx, acancel := context.WithTimeout(ctx, 2*time.Second)
 			defer acancel()
 			defer proxy.Heal()
@@ -173,7 +180,7 @@ func settle(t testing.TB, c *coordinator.Coordinator) {
 	}
 	last := rev()
 	etcdtest.WaitFor(t, "etcd's revision to settle", 30*time.Second, func() bool {
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(time.Second)
 		r := rev()
 		defer func() { last = r }()
 		return r == last
