@@ -128,42 +128,30 @@ func (m *member) putDecision(ctx context.Context, sku, id string, recRev int64, 
 // aborted or its lines at the decision's SKU are no longer reserved: it can
 // no longer be whole.
 func (f *fleet) commitDecision(ctx context.Context, id string, across []string) (written bool, err error) {
-	m, sku, err := f.decisionAt(ctx, across)
-	if err != nil {
-		return false, err
-	}
-	for range maxDecisionAttempts {
-		st, err := m.readDecision(ctx, sku, id)
-		if err != nil {
-			return false, err
-		}
+	return f.decide(ctx, id, across, decisionCommitted, true, func(m *member, sku string, st decisionState) (bool, bool, error) {
 		switch {
 		case st.value == decisionCommitted:
-			return true, nil
+			return true, true, nil
 		case st.rec == nil:
-			return false, m.wrap(fmt.Errorf("%w: the order has no record at %s, where its commit decision is kept", ErrOrderNotFound, sku))
+			return true, false, m.wrap(fmt.Errorf("%w: the order has no record at %s, where its commit decision is kept", ErrOrderNotFound, sku))
 		case st.rec.IsPruned():
-			return false, m.wrap(&segments.OrderPrunedError{SKU: sku, Order: id, Pruned: st.rec.PrunedAt})
+			return true, false, m.wrap(&segments.OrderPrunedError{SKU: sku, Order: id, Pruned: st.rec.PrunedAt})
 		case st.rec.State == segments.StateExpired:
-			return false, m.wrap(fmt.Errorf("%w: %w", errAborted, &ExpiredError{SKU: sku, Order: id, Deadline: st.rec.Deadline, Revision: st.recRev}))
+			return true, false, m.wrap(fmt.Errorf("%w: %w", errAborted, &ExpiredError{SKU: sku, Order: id, Deadline: st.rec.Deadline, Revision: st.recRev}))
 		case st.rec.Released:
-			return false, m.wrap(fmt.Errorf("%w: %w: its lines at %s were cancelled or released", errAborted, ErrConflict, sku))
+			return true, false, m.wrap(fmt.Errorf("%w: %w: its lines at %s were cancelled or released", errAborted, ErrConflict, sku))
 		case st.value == decisionAborted:
 			// s's line still reserved: another cluster's sweep expired its
 			// lines first (s's own sweep will follow).
-			return false, m.wrap(fmt.Errorf("%w (a cluster's expiry sweep gave its lines back first): %w", errAborted,
+			return true, false, m.wrap(fmt.Errorf("%w (a cluster's expiry sweep gave its lines back first): %w", errAborted,
 				&ExpiredError{SKU: sku, Order: id, Deadline: st.rec.Deadline}))
 		case st.rec.State == segments.StateConfirmed:
-			return false, nil // committed, and its decision since deleted
+			return true, false, nil // committed, and its decision since deleted
 		case st.rec.State != segments.StateReserved:
-			return false, m.wrap(fmt.Errorf("%w: its lines at %s are a plain allocation, not a reservation", ErrConflict, sku))
+			return true, false, m.wrap(fmt.Errorf("%w: its lines at %s are a plain allocation, not a reservation", ErrConflict, sku))
 		}
-		ok, err := m.putDecision(ctx, sku, id, st.recRev, decisionCommitted)
-		if err != nil || ok {
-			return ok, err
-		}
-	}
-	return false, m.wrap(fmt.Errorf("the commit decision of order %q: its record at %s kept changing: retry", id, sku))
+		return false, false, nil
+	})
 }
 
 // abortDecision makes sure order id over the SKUs across is not committed
@@ -171,6 +159,30 @@ func (f *fleet) commitDecision(ctx context.Context, id string, across []string) 
 // decision is aborted, written if s's record is still reserved (nothing can
 // commit once it is not).
 func (f *fleet) abortDecision(ctx context.Context, id string, across []string) (committed bool, err error) {
+	return f.decide(ctx, id, across, decisionAborted, false, func(_ *member, _ string, st decisionState) (bool, bool, error) {
+		switch {
+		case st.value == decisionCommitted:
+			return true, true, nil
+		case st.value == decisionAborted:
+			return true, false, nil
+		case st.rec == nil || !st.rec.Active():
+			return true, false, nil
+		case st.rec.State == segments.StateConfirmed:
+			return true, true, nil
+		case st.rec.State != segments.StateReserved:
+			return true, false, nil
+		}
+		return false, false, nil
+	})
+}
+
+// decide is the loop commitDecision and abortDecision share, at order
+// id's decision SKU: read the decision and s's record; judge them (done:
+// the answer is known, res and err); else write value, on condition that
+// no decision exists and the record is unchanged, and answer written once
+// it is; a record that keeps changing gives up after maxDecisionAttempts.
+func (f *fleet) decide(ctx context.Context, id string, across []string, value string, written bool,
+	judge func(m *member, sku string, st decisionState) (done, res bool, err error)) (bool, error) {
 	m, sku, err := f.decisionAt(ctx, across)
 	if err != nil {
 		return false, err
@@ -180,27 +192,18 @@ func (f *fleet) abortDecision(ctx context.Context, id string, across []string) (
 		if err != nil {
 			return false, err
 		}
-		switch {
-		case st.value == decisionCommitted:
-			return true, nil
-		case st.value == decisionAborted:
-			return false, nil
-		case st.rec == nil || !st.rec.Active():
-			return false, nil
-		case st.rec.State == segments.StateConfirmed:
-			return true, nil
-		case st.rec.State != segments.StateReserved:
-			return false, nil
+		if done, res, err := judge(m, sku, st); done {
+			return res, err
 		}
-		ok, err := m.putDecision(ctx, sku, id, st.recRev, decisionAborted)
+		ok, err := m.putDecision(ctx, sku, id, st.recRev, value)
 		if err != nil {
 			return false, err
 		}
 		if ok {
-			return false, nil
+			return written, nil
 		}
 	}
-	return false, m.wrap(fmt.Errorf("the commit decision of order %q: its record at %s kept changing", id, sku))
+	return false, m.wrap(fmt.Errorf("the %s decision of order %q: its record at %s kept changing: retry", value, id, sku))
 }
 
 // forgetDecision deletes the committed decision of order id once every

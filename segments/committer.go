@@ -127,8 +127,9 @@ func (c *committer) commitOnce(ctx context.Context, batch []*commitReq) (again, 
 	if len(batch) == 0 {
 		return nil, nil
 	}
-	if e.cfg.LazySegments {
-		// After the buyers' limits: an order refused there writes nothing.
+	if e.cfg.LazySegments && c == e.direct {
+		// Direct orders only (the held committer has none), after the
+		// buyers' limits: an order refused there writes nothing.
 		if rest, taken := e.takeDirects(ctx, batch); !taken {
 			e.settleUsers(users, 0, nil)
 			return rest, nil
