@@ -37,6 +37,10 @@ import (
 //     range is empty. A lazy place's counter is written only when a settle
 //     is due; otherwise an order costs its record alone.
 //
+// Orders that share no key (no place, no buyer) are nested transactions of
+// that one transaction (txnGroup): a compare lost on one place fails only
+// the orders of its group.
+//
 // A refused transaction is never a silent failure: its Else branch reads
 // what the fences and orders compared, and the committer answers the
 // orders whose place was lost (lock.ErrLost), taken by another process
@@ -149,12 +153,8 @@ func (c *committer) commitOnce(ctx context.Context, batch []*commitReq) (again, 
 		return batch, nil
 	}
 
-	var cmps []clientv3.Cmp
-	var ops, diag []clientv3.Op
-	for _, pp := range order {
-		cmps, ops, diag = pp.txn(cmps, ops, diag)
-	}
-	resp, partsOf, gone, err := e.sendOrders(ctx, batch, users, cmps, ops, diag)
+	groups := e.txnGroups(batch, order, users)
+	rev, results, err := e.sendGroups(ctx, groups)
 	if err != nil {
 		// The outcome is unknown: the callers retry under the same IDs to
 		// learn it, and the places are read again before their next use.
@@ -167,33 +167,29 @@ func (c *committer) commitOnce(ctx context.Context, batch []*commitReq) (again, 
 		}
 		return nil, nil
 	}
-	if resp.Succeeded {
-		rev := resp.Header.Revision
-		for _, pp := range order {
-			pp.committed(rev)
+	var held []*placePlan
+	hot := map[string]bool{}
+	for i, g := range groups {
+		r := results[i]
+		if r.Succeeded {
+			g.committed(e, rev)
+			continue
 		}
-		e.settleUsers(users, rev, nil)
-		for i, cr := range batch {
-			for _, p := range cr.parts {
-				if !p.direct {
-					p.q.Unpin(p.own)
-				}
-			}
-			cr.resolve(served(e.allocation(cr.req, partsOf[i], rev)))
+		// Refused: read what changed, in the order the Else branch was
+		// built (build): the places, the orders' records, the SKUs, the
+		// buyers.
+		tail := r.Responses[len(r.Responses)-len(g.users):]
+		e.settleUsers(g.users, 0, tail)
+		a, h := e.answerRefused(ctx, g.batch, places, g.order, r.Responses, g.gone)
+		again, held = append(again, a...), append(held, h...)
+		for k := range changedUsers(g.users, tail) {
+			hot[k] = true
 		}
-		return nil, nil
 	}
-
-	// Refused: read what changed, in the order the Else branch was built
-	// (sendOrders): the places, the orders' records, the SKUs, the buyers.
-	rs := resp.Responses
-	tail := rs[len(rs)-len(users):]
-	e.settleUsers(users, 0, tail)
-	again, held := e.answerRefused(ctx, batch, places, order, rs, gone)
 	// The held places' counters and inboxes may have moved under the
 	// plan (a direct place's were read in the Else branch).
 	e.refreshPlaces(ctx, held)
-	if hot := changedUsers(users, tail); len(hot) > 0 {
+	if len(hot) > 0 {
 		var cool, later []*commitReq
 		for _, cr := range again {
 			if hot[cr.req.userKey] {
@@ -210,7 +206,7 @@ func (c *committer) commitOnce(ctx context.Context, batch []*commitReq) (again, 
 }
 
 // answerRefused reads a refused transaction's Else branch rs (built by
-// txn and sendOrders: the places' reads, then each order's record) and
+// txn and build: the places' reads, then each order's record) and
 // answers every request it can: a replay when the order's record exists;
 // the SKU's error when it was deleted or replaced (gone); lock.ErrLost on a
 // held place whose lock is gone; resShort (raced) on a direct place another
@@ -275,61 +271,232 @@ func answerUnplannable(batch []*commitReq, places map[*placeState]*placePlan) (k
 	return keep
 }
 
-// sendOrders sends a group commit whose places' compares, puts and Else
-// reads are in cmps, ops and diag, with what every batch of orders carries
-// after them: each order's absence compare, record put and record read,
-// each SKU's incarnation compare and meta read, then the buyers' counters
-// last (commitOnce reads the Else branch in that order). partsOf are each
-// order's parts, as recorded. A refused commit's gone are the SKUs it
-// found deleted or replaced (forgotten: their orders are answered with the
-// error, nothing written).
-func (e *Engine) sendOrders(ctx context.Context, batch []*commitReq, users []*batchUser, cmps []clientv3.Cmp, ops, diag []clientv3.Op) (resp *clientv3.TxnResponse, partsOf [][]Part, gone map[*skuInfo]error, err error) {
-	partsOf = make([][]Part, len(batch))
-	var skus []*skuInfo
-	seen := map[*skuInfo]bool{}
+// A txnGroup is a part of a batch that commits or is refused on its own:
+// its places, orders and buyers share no key with another group's (an
+// order taking from two places joins them; so do two orders of one buyer,
+// who has one counter). A batch of several groups is sent as one
+// transaction of nested ones, one per group (etcd evaluates each nested
+// transaction's compares on its own, all at one revision), so that a race
+// lost on one place, typically another process's direct commit on a
+// segment this one sells directly too, fails only the orders there and
+// never the batch: the others are served in the same round trip.
+type txnGroup struct {
+	batch []*commitReq
+	order []*placePlan
+	users []*batchUser
+
+	// Built by build: the transaction's compares, writes and Else reads;
+	// each order's parts as recorded; the SKUs compared, whose meta reads
+	// start at metaAt in the Else branch.
+	cmps    []clientv3.Cmp
+	ops     []clientv3.Op
+	diag    []clientv3.Op
+	partsOf [][]Part
+	skus    []*skuInfo
+	metaAt  int
+
+	// gone are the SKUs a refused group found deleted or replaced
+	// (forgotten: their orders are answered with the error).
+	gone map[*skuInfo]error
+}
+
+// txnGroups splits a planned batch into groups that share no key (see
+// txnGroup), built, in the order their first requests appear. It returns
+// one group of the whole batch when the batch has one, or when nesting
+// would not fit the server's max-txn-ops: etcd counts an outer
+// transaction's ops and lowers each nested one's limit by them.
+func (e *Engine) txnGroups(batch []*commitReq, order []*placePlan, users []*batchUser) []*txnGroup {
+	whole := func() []*txnGroup {
+		g := &txnGroup{batch: batch, order: order, users: users}
+		e.build(g)
+		return []*txnGroup{g}
+	}
+	// Union the requests that share a place or a buyer.
+	parent := make([]int, len(batch))
+	var find func(int) int
+	find = func(i int) int {
+		for parent[i] != i {
+			parent[i] = parent[parent[i]]
+			i = parent[i]
+		}
+		return i
+	}
+	union := func(a, b int) {
+		if ra, rb := find(a), find(b); ra != rb {
+			parent[max(ra, rb)] = min(ra, rb)
+		}
+	}
+	placeAt := map[*placeState]int{}
+	userAt := map[string]int{}
 	for i, cr := range batch {
-		partsOf[i] = cr.segmentParts()
+		parent[i] = i
+		for _, p := range cr.parts {
+			if j, ok := placeAt[p.st]; ok {
+				union(i, j)
+			} else {
+				placeAt[p.st] = i
+			}
+		}
+		if k := cr.req.userKey; k != "" {
+			if j, ok := userAt[k]; ok {
+				union(i, j)
+			} else {
+				userAt[k] = i
+			}
+		}
+	}
+	byRoot := map[int]*txnGroup{}
+	var groups []*txnGroup
+	for i, cr := range batch {
+		r := find(i)
+		g := byRoot[r]
+		if g == nil {
+			g = &txnGroup{}
+			byRoot[r] = g
+			groups = append(groups, g)
+		}
+		g.batch = append(g.batch, cr)
+	}
+	if len(groups) == 1 {
+		return whole()
+	}
+	for _, pp := range order {
+		g := byRoot[find(placeAt[pp.st])]
+		g.order = append(g.order, pp)
+	}
+	for _, bu := range users {
+		g := byRoot[find(userAt[bu.key])]
+		g.users = append(g.users, bu)
+	}
+	limit := e.cfg.MaxTxnOps - len(groups)
+	for _, g := range groups {
+		e.build(g)
+		if max(len(g.cmps), len(g.ops), len(g.diag)) > limit {
+			return whole()
+		}
+	}
+	return groups
+}
+
+// build makes g's transaction: its places' compares, puts and Else reads
+// (placePlan.txn), then what every batch of orders carries after them:
+// each order's absence compare, record put and record read, each SKU's
+// incarnation compare and meta read, then the buyers' counters last
+// (commitOnce reads the Else branch in that order).
+func (e *Engine) build(g *txnGroup) {
+	var cmps []clientv3.Cmp
+	var ops, diag []clientv3.Op
+	for _, pp := range g.order {
+		cmps, ops, diag = pp.txn(cmps, ops, diag)
+	}
+	g.partsOf = make([][]Part, len(g.batch))
+	seen := map[*skuInfo]bool{}
+	for i, cr := range g.batch {
+		g.partsOf[i] = cr.segmentParts()
 		cmps = append(cmps, e.orderAbsent(cr.req.sku.name, cr.req.order))
-		ops = append(ops, e.orderPuts(cr.req, partsOf[i])...)
+		ops = append(ops, e.orderPuts(cr.req, g.partsOf[i])...)
 		diag = append(diag, clientv3.OpGet(e.orderKey(cr.req)))
 		if !seen[cr.req.sku] && cr.req.sku.created != 0 {
 			seen[cr.req.sku] = true
-			skus = append(skus, cr.req.sku)
+			g.skus = append(g.skus, cr.req.sku)
 		}
 	}
-	metaAt := len(diag)
-	for _, info := range skus {
+	g.metaAt = len(diag)
+	for _, info := range g.skus {
 		cmps = append(cmps, e.incarnation(info)...)
 		diag = append(diag, clientv3.OpGet(e.keys.Meta(info.name), clientv3.WithKeysOnly()))
 	}
-	ucmps, uops, udiag := userCmpsOps(users)
-	cmps, ops, diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)
+	ucmps, uops, udiag := userCmpsOps(g.users)
+	g.cmps, g.ops, g.diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)
+}
+
+// sendGroups sends groups in one transaction: flat when there is one,
+// else one nested transaction per group. It returns the revision of the
+// answer and each group's outcome; a refused group's gone are filled in
+// (the SKUs found deleted or replaced, forgotten).
+func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64, results []*pb.TxnResponse, err error) {
+	n := 0
+	for _, g := range groups {
+		n += len(g.batch)
+	}
 	sent := time.Now()
-	resp, err = e.kv.Txn(ctx).If(cmps...).Then(ops...).Else(diag...).Commit()
-	e.metrics.committed(len(batch), time.Since(sent), commitOutcome(resp, err))
-	if err == nil && !resp.Succeeded {
-		for i, info := range skus {
-			kvs := resp.Responses[metaAt+i].GetResponseRange().GetKvs()
+	var resp *clientv3.TxnResponse
+	if len(groups) == 1 {
+		g := groups[0]
+		resp, err = e.kv.Txn(ctx).If(g.cmps...).Then(g.ops...).Else(g.diag...).Commit()
+		if err == nil {
+			results = []*pb.TxnResponse{(*pb.TxnResponse)(resp)}
+		}
+	} else {
+		nested := make([]clientv3.Op, len(groups))
+		for i, g := range groups {
+			nested[i] = clientv3.OpTxn(g.cmps, g.ops, g.diag)
+		}
+		resp, err = e.kv.Txn(ctx).Then(nested...).Commit()
+		if err == nil {
+			for _, r := range resp.Responses {
+				results = append(results, r.GetResponseTxn())
+			}
+		}
+	}
+	if err != nil {
+		e.metrics.committed(n, time.Since(sent), "error")
+		return 0, nil, err
+	}
+	refused := 0
+	gone := map[*skuInfo]error{}
+	for i, g := range groups {
+		r := results[i]
+		if r.Succeeded {
+			continue
+		}
+		refused++
+		for j, info := range g.skus {
+			if err, ok := gone[info]; ok {
+				g.setGone(info, err)
+				continue
+			}
+			kvs := r.Responses[g.metaAt+j].GetResponseRange().GetKvs()
 			if len(kvs) == 1 && kvs[0].CreateRevision == info.created {
 				continue
 			}
 			e.forgetSKU(info)
-			if gone == nil {
-				gone = map[*skuInfo]error{}
-			}
 			gone[info] = skuGoneErr(info, len(kvs) == 0)
+			g.setGone(info, gone[info])
 		}
 	}
-	return resp, partsOf, gone, err
+	outcome := "committed"
+	switch refused {
+	case 0:
+	case len(groups):
+		outcome = "refused"
+	default:
+		outcome = "partial"
+	}
+	e.metrics.committed(n, time.Since(sent), outcome)
+	return resp.Header.Revision, results, nil
 }
 
-// commitOutcome labels a group commit's round trip for the metrics.
-func commitOutcome(resp *clientv3.TxnResponse, err error) string {
-	switch {
-	case err != nil:
-		return "error"
-	case resp.Succeeded:
-		return "committed"
+func (g *txnGroup) setGone(info *skuInfo, err error) {
+	if g.gone == nil {
+		g.gone = map[*skuInfo]error{}
 	}
-	return "refused"
+	g.gone[info] = err
+}
+
+// committed records a group committed at rev: its places' caches, its
+// buyers' counters, and each order's allocation.
+func (g *txnGroup) committed(e *Engine, rev int64) {
+	for _, pp := range g.order {
+		pp.committed(rev)
+	}
+	e.settleUsers(g.users, rev, nil)
+	for i, cr := range g.batch {
+		for _, p := range cr.parts {
+			if !p.direct {
+				p.q.Unpin(p.own)
+			}
+		}
+		cr.resolve(served(e.allocation(cr.req, g.partsOf[i], rev)))
+	}
 }

@@ -528,8 +528,10 @@ func TestRunSaleCosts(t *testing.T) {
 }
 
 // The client's refused count: a write transaction whose compare fails is
-// refused (its Else branch ran), one whose compare holds is not, and
-// reads and uncounted requests are neither.
+// refused (its Else branch ran), one whose compare holds is not, one with
+// a nested transaction refused is (the committer's groups), and reads and
+// uncounted requests are neither. Nested transactions' compares and puts
+// count as the outer one's.
 func TestEtcdCounterRefused(t *testing.T) {
 	counter := &EtcdCounter{}
 	cs := startEtcd(t, 1, grpc.WithChainUnaryInterceptor(counter.Interceptor()))
@@ -552,6 +554,23 @@ func TestEtcdCounterRefused(t *testing.T) {
 	}
 	if got, want := counter.Snapshot(), (EtcdCounts{Reads: 1, Writes: 3, Puts: 3, Compares: 3, Refused: 1}); got != want {
 		t.Fatalf("counted %+v, want %+v", got, want)
+	}
+	// Two nested groups: both hold (k2 is new, k at version 2), then one
+	// holds and one is refused.
+	k2 := "/counter-test/k2"
+	nested := func(verK, verK2 int64) {
+		t.Helper()
+		if _, err := cli.Txn(ctx).Then(
+			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(k), "=", verK)}, []clientv3.Op{clientv3.OpPut(k, "v")}, []clientv3.Op{clientv3.OpGet(k)}),
+			clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Version(k2), "=", verK2)}, []clientv3.Op{clientv3.OpPut(k2, "v")}, []clientv3.Op{clientv3.OpGet(k2)}),
+		).Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nested(2, 0) // both hold
+	nested(3, 0) // k2's refused
+	if got, want := counter.Snapshot(), (EtcdCounts{Reads: 1, Writes: 5, Puts: 7, Compares: 7, Refused: 2}); got != want {
+		t.Fatalf("with nested transactions: counted %+v, want %+v", got, want)
 	}
 }
 

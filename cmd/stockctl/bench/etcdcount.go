@@ -25,13 +25,15 @@ type EtcdCounts struct {
 	// or delete in either branch (each one fsynced write when it commits).
 	Writes int64 `json:"writes"`
 	// Puts are the keys put or deleted by writes' success branches;
-	// Compares the compares of their transactions.
+	// Compares the compares of their transactions (nested ones' included).
 	Puts     int64 `json:"puts"`
 	Compares int64 `json:"compares"`
 	// Refused are the write transactions that etcd answered with
 	// Succeeded false: refused by their compares (their Else branch ran
-	// instead). etcd counts no such thing itself; this is the client's
-	// count of the answers it got.
+	// instead), or with a transaction nested in them refused (the
+	// committer's groups of orders: some of its orders were not served by
+	// it). etcd counts no such thing itself; this is the client's count of
+	// the answers it got.
 	Refused int64 `json:"refused"`
 }
 
@@ -68,7 +70,7 @@ func (c *EtcdCounter) Interceptor() grpc.UnaryClientInterceptor {
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if writeTxn && err == nil {
-			if r, ok := reply.(*pb.TxnResponse); ok && !r.Succeeded {
+			if r, ok := reply.(*pb.TxnResponse); ok && refused(r) {
 				c.refused.Add(1)
 			}
 		}
@@ -85,27 +87,50 @@ func (c *EtcdCounter) count(req any) (writeTxn bool) {
 		c.writes.Add(1)
 		c.puts.Add(1)
 	case *pb.TxnRequest:
-		puts := int64(writeOps(r.Success))
-		if puts == 0 && writeOps(r.Failure) == 0 {
+		puts, _ := writeOps(r.Success)
+		if other, _ := writeOps(r.Failure); puts == 0 && other == 0 {
 			c.reads.Add(1)
 			return false
 		}
+		_, cmps := writeOps(r.Success)
 		c.writes.Add(1)
-		c.puts.Add(puts)
-		c.cmps.Add(int64(len(r.Compare)))
+		c.puts.Add(int64(puts))
+		c.cmps.Add(int64(len(r.Compare) + cmps))
 		return true
 	}
 	return false
 }
 
-// writeOps counts the puts and deletes of a transaction branch.
-func writeOps(ops []*pb.RequestOp) int {
-	n := 0
+// writeOps counts the puts and deletes of a transaction branch, and the
+// compares of the nested transactions in it, with what their own success
+// branches put and compare (the committer nests one transaction per group
+// of orders that share no key; a nested transaction whose compares fail
+// writes nothing, but its puts are counted as sent, as a refused
+// transaction's are).
+func writeOps(ops []*pb.RequestOp) (puts, cmps int) {
 	for _, op := range ops {
-		switch op.Request.(type) {
+		switch r := op.Request.(type) {
 		case *pb.RequestOp_RequestPut, *pb.RequestOp_RequestDeleteRange:
-			n++
+			puts++
+		case *pb.RequestOp_RequestTxn:
+			p, c := writeOps(r.RequestTxn.Success)
+			puts += p
+			cmps += len(r.RequestTxn.Compare) + c
 		}
 	}
-	return n
+	return puts, cmps
+}
+
+// refused reports whether a write transaction, or any transaction nested
+// in the branch it took, was refused by its compares.
+func refused(r *pb.TxnResponse) bool {
+	if !r.Succeeded {
+		return true
+	}
+	for _, op := range r.Responses {
+		if t := op.GetResponseTxn(); t != nil && refused(t) {
+			return true
+		}
+	}
+	return false
 }

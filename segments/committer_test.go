@@ -1,0 +1,189 @@
+package segments
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// A batch of direct orders over two segments, one of which another process
+// writes between the plan and the commit (its counter's ModRevision moves):
+// the orders on the other segment are served by the same transaction, and
+// only those on the moved one are answered raced (they climb the ladder).
+// Orders joined by a buyer (one counter) stand or fall together: both are
+// refused, the one on the untouched segment sent again.
+func TestRaceLostOnOnePlaceFailsOnlyItsOrders(t *testing.T) {
+	cases := []struct {
+		name      string
+		buyer     string // both orders', when set: the SKU has a per-user limit
+		served    bool   // the untouched segment's order served by the first transaction
+		sentAgain bool   // ... or handed back to be sent again
+	}{
+		{name: "independent places", served: true},
+		{name: "one buyer on both places", buyer: "ann", sentAgain: true},
+	}
+	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			e := etcdEngine(t, func(c *engineTestConfig) { c.client = client })
+			sku := fmt.Sprint("race-", i)
+			cfg := SKUConfig{Total: 100, Segments: 2, InitialFill: 100}
+			if tc.buyer != "" {
+				cfg.PerUserLimit = 10
+			}
+			if _, err := e.CreateSKU(ctx, sku, cfg); err != nil {
+				t.Fatal(err)
+			}
+			info, err := e.sku(ctx, sku)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each segment as a direct seller's cache holds it, one unit
+			// reserved for one order.
+			var batch []*commitReq
+			var sts []*placeState
+			for seg := range 2 {
+				key := e.counterKey(sku, Segment(seg))
+				resp, err := client.Get(ctx, key)
+				if err != nil || len(resp.Kvs) != 1 {
+					t.Fatalf("read segment %d: %v", seg, err)
+				}
+				c, err := DecodeSegmentCounter(key, resp.Kvs[0].Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				st := &placeState{sku: sku, place: Segment(seg), key: key, inKey: e.keys.Inbox(sku, seg),
+					direct: directState{known: true, value: c.N, mod: resp.Kvs[0].ModRevision, raw: c}}
+				if !st.reserveDirect(1) {
+					t.Fatalf("segment %d cannot give 1 unit: %+v", seg, st.direct)
+				}
+				req := &allocReq{sku: info, order: fmt.Sprint("order-", seg), qty: 1, buyer: tc.buyer}
+				if tc.buyer != "" {
+					req.userKey = e.keys.User(sku, tc.buyer)
+				}
+				part := commitPart{st: st, qty: 1, direct: true, lockPfx: e.keys.SegmentLock(sku, seg)}
+				batch = append(batch, &commitReq{req: req, parts: []commitPart{part}, ctx: ctx, done: make(chan struct{})})
+				sts = append(sts, st)
+			}
+			// Another process writes segment 1 (the same units: the books
+			// stay as they are).
+			resp, err := client.Get(ctx, sts[1].key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := client.Put(ctx, sts[1].key, string(resp.Kvs[0].Value)); err != nil {
+				t.Fatal(err)
+			}
+
+			again, deferred := e.direct.commitOnce(ctx, batch)
+			if len(deferred) != 0 {
+				t.Fatalf("%d orders deferred; want none", len(deferred))
+			}
+			if r := answered(batch[1]); r == nil || r.kind != resShort || !r.raced {
+				t.Fatalf("the order on the moved segment: %+v; want answered raced (resShort)", r)
+			}
+			first := answered(batch[0])
+			switch {
+			case tc.served && (first == nil || first.kind != resServed || len(again) != 0):
+				t.Fatalf("the order on the untouched segment: %+v, %d sent again; want served by the same transaction", first, len(again))
+			case tc.sentAgain && (first != nil || len(again) != 1 || again[0] != batch[0]):
+				t.Fatalf("the order on the untouched segment: %+v, %d sent again; want sent again (its buyer's counter is shared)", first, len(again))
+			}
+			for _, cr := range again {
+				cr.finish(failed(context.Canceled))
+			}
+			// What etcd holds: the served order's record and its segment's
+			// counter, nothing of the raced one.
+			for seg, want := range []bool{tc.served, false} {
+				resp, err := client.Get(ctx, e.keys.Order(sku, fmt.Sprint("order-", seg)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := len(resp.Kvs) == 1; got != want {
+					t.Errorf("order-%d recorded: %v; want %v", seg, got, want)
+				}
+			}
+			rep, err := e.Audit(ctx, sku)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wantAllocated := map[bool]int64{true: 1, false: 0}[tc.served]; !rep.OK || rep.Allocated != wantAllocated {
+				t.Fatalf("audit: %+v; want the books balanced, %d allocated", rep, wantAllocated)
+			}
+			if tc.buyer != "" {
+				resp, err := client.Get(ctx, e.keys.User(sku, tc.buyer), clientv3.WithCountOnly())
+				if err != nil || resp.Count != 0 {
+					t.Fatalf("the buyer's counter: %d keys, %v; want none written", resp.Count, err)
+				}
+			}
+		})
+	}
+}
+
+// answered is a request's result once it has one, else nil.
+func answered(cr *commitReq) *placeResult {
+	select {
+	case <-cr.done:
+		return &cr.res
+	default:
+		return nil
+	}
+}
+
+// How a batch splits into groups that share no key: orders on one place,
+// or of one buyer, are in one group; groups keep the order of their first
+// requests; a batch whose groups would not fit the server's max-txn-ops as
+// nested transactions is sent whole.
+func TestTxnGroups(t *testing.T) {
+	e := testEngine(t)
+	p, q, r := newTestPlace(0, 10, 0), newTestPlace(1, 10, 0), newTestPlace(2, 10, 0)
+	buyer := func(cr *commitReq, u string) *commitReq { cr.req.userKey = "/t/users/s/" + u; return cr }
+	batch := []*commitReq{
+		order("a", p.part(1)), order("b", q.part(1)), order("c", p.part(1)),
+		buyer(order("d", q.part(1)), "u"), buyer(order("e", r.part(1)), "u"),
+	}
+	places, order := e.planPlaces(t.Context(), batch)
+	for _, pp := range places {
+		if pp.lost || pp.short || pp.err != nil {
+			t.Fatalf("place %v not plannable: %+v", pp.st.place, *pp)
+		}
+	}
+	users := []*batchUser{{key: "/t/users/s/u", add: 2}}
+	ids := func(gs []*txnGroup) string {
+		var out []string
+		for _, g := range gs {
+			s := ""
+			for _, cr := range g.batch {
+				s += cr.req.order
+			}
+			s += fmt.Sprintf("/%dplaces/%dbuyers", len(g.order), len(g.users))
+			out = append(out, s)
+		}
+		return fmt.Sprint(out)
+	}
+	if got, want := ids(e.txnGroups(batch, order, users)), "[ac/1places/0buyers bde/2places/1buyers]"; got != want {
+		t.Errorf("groups %s; want %s", got, want)
+	}
+	for _, g := range e.txnGroups(batch, order, users) {
+		// Each group's Else branch ends with its buyers' reads.
+		if len(g.diag) < len(g.users) || len(g.cmps) == 0 || len(g.ops) == 0 {
+			t.Errorf("group %s built with %d compares, %d writes, %d reads", g.batch[0].req.order, len(g.cmps), len(g.ops), len(g.diag))
+		}
+	}
+	// Nested, the larger group (2 held places, 3 orders, a buyer) needs
+	// max(8 compares, 6 writes, 6 reads) <= max-txn-ops less the 2 groups.
+	for _, tc := range []struct {
+		limit int
+		want  string
+	}{{10, "[ac/1places/0buyers bde/2places/1buyers]"}, {9, "[abcde/3places/1buyers]"}} {
+		e.cfg.MaxTxnOps = tc.limit
+		if got := ids(e.txnGroups(batch, order, users)); got != tc.want {
+			t.Errorf("max-txn-ops %d: groups %s; want %s", tc.limit, got, tc.want)
+		}
+	}
+}
