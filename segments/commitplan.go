@@ -5,10 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/stockctl/stockctl/internal/lock"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/stockctl/stockctl/internal/lock"
 )
 
 // Per order, a transaction needs one compare (its record absent), one put
@@ -106,7 +105,7 @@ type placePlan struct {
 	q   *lock.Queue
 	own *lock.Ownership
 
-	// A direct place's (counterFence, directcommit.go): its SKU, low
+	// A direct place's (counterFence, planDirect): its SKU, low
 	// watermark and lock prefix; the owner its counter names; whether it
 	// is sold lazily; whether the batch writes its counter, and what.
 	sku          *skuInfo
@@ -334,4 +333,96 @@ func (r *commitReq) segmentParts() []Part {
 		parts = append(parts, Part{Place: p.st.place, Qty: p.qty})
 	}
 	return parts
+}
+
+// settleEvery is how many lazy sales a place makes before its counter is
+// written again: it bounds the records a look, a Status or a lock holder
+// taking the segment reads to count them.
+const settleEvery = 64
+
+// settleDue reports whether a direct commit writes the place's counter:
+// when it absorbs the inbox, empties the place, takes it below the SKU's
+// low watermark (so the rebalancer, which reads counters, sees it run
+// low), or ends settleEvery lazy sales.
+func (pp *placePlan) settleDue(before int64, unsettled int) bool {
+	return pp.absorb || pp.value == 0 || (before >= pp.lowWatermark && pp.value < pp.lowWatermark) ||
+		unsettled+pp.n >= settleEvery
+}
+
+// directPlaceCost is what a direct place costs a transaction: up to three
+// compares (the counter, the inbox, and the lock's range when not lazy),
+// two puts (the counter, an absorb), up to three reads in the Else branch
+// (the counter, the inbox, the lock's keys when not lazy).
+var directPlaceCost = opCost{cmps: 3, puts: 2, gets: 3}
+
+// hotPlace is how many orders of one direct batch make a place hot: a
+// batch that carries that many orders there writes the counter exact and
+// without an owner, at a cost of at most 1/hotPlace keys an order, rather
+// than sell there lazily. A lazy segment costs every reader of its SKU a
+// read of the records since its base (a look, a lock holder taking it, a
+// Status), and etcd scans every record of the SKU to answer it; a SKU sold
+// in batches that large gains nothing from it. Lazy sales pay where a
+// commit carries few orders of each place: many SKUs.
+const hotPlace = 8
+
+// hotFor is how long a SKU stays hot in a process once one of its direct
+// batches carried hotPlace orders of it: its segments are written exact
+// and ownerless meanwhile, even by smaller batches. A claim by a small
+// batch between two large ones would cost the other processes selling
+// the SKU a takeover each, and their orders a race lost.
+const hotFor = 10 * time.Second
+
+// planDirect works out a direct place's new counter from its direct
+// cache, and how the batch sells there. Without lazy segments every place
+// is written with every commit. With them a place is sold in one of three
+// ways:
+//   - owned by this process (its counter names it): lazily, the counter
+//     written only when a settle is due, or at once, exact and without
+//     an owner, when the batch makes the place hot;
+//   - exact and owned by nobody: the batch writes the counter, as without
+//     lazy segments (the lock's range compared empty), and, unless the
+//     batch makes the place hot, names this process as its owner in the
+//     same write: the place is taken without a transaction of its own,
+//     and no sale is missed (an exact counter has none unsettled);
+//   - lazy under another owner, or with unsettled sales: short here
+//     (takeDirects takes such places over before planning).
+//
+// now is the time the SKU's hotness is judged at (lazy engines only).
+func (pp *placePlan) planDirect(lazy bool, self, now int64) {
+	st := pp.st
+	st.mu.Lock()
+	d := st.direct
+	st.mu.Unlock()
+	pp.mod, pp.owner = d.mod, d.owner
+	owned := d.known && d.owned && d.owner == self
+	claim := lazy && d.known && !owned && !d.raw.Lazy()
+	switch {
+	case !d.known || (lazy && !owned && !claim):
+		pp.short = true
+	case d.value >= pp.take:
+		pp.value = d.value - pp.take
+	case d.value+d.inbox >= pp.take:
+		pp.absorb, pp.inMod = true, d.inMod
+		pp.value = d.value + d.inbox - pp.take
+	default:
+		pp.short = true
+	}
+	hot := lazy && (pp.n >= hotPlace || now < pp.sku.hotUntil.Load())
+	pp.lazy = lazy && owned
+	switch {
+	case !pp.lazy:
+		// Written with the batch: exact, or (a claim of a cold place)
+		// naming this process.
+		pp.settle = true
+		pp.written = SegmentCounter{N: pp.value}
+		if claim && !hot {
+			pp.written.Owner, pp.owner = self, self
+		}
+	case !pp.short && (hot || pp.settleDue(d.value, d.unsettled)):
+		pp.settle = true
+		pp.written = SegmentCounter{N: pp.value}
+		if !hot {
+			pp.written.Owner = self
+		}
+	}
 }

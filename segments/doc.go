@@ -23,14 +23,17 @@
 //
 // Engine is what coordinator.Coordinator's stock operations run on; a
 // service uses it through the coordinator, which builds one per process.
-// An order goes down one ladder (ladder.go), from the segments this process
-// holds (seller.go, slots.go, local.go, pull.go, grow.go; the fair share in
-// share.go) to the whole SKU (snapshot.go, gather.go); its business step
-// runs in one place (step.go); its deduction is committed with the
-// process's other orders in one fenced transaction (committer.go: one
-// committer for held and direct places, each with its fence; commitplan.go,
-// commitreq.go, users.go for per-user limits) against the
-// place cache (placecache.go, heldplace.go). Around it: SKU creation and
+// An order goes one way, through four files: coordinator/stock.go, then
+// sell.go (Engine.Allocate and the ladder, from the segments this process
+// holds, a segment sold directly without its lock, down to the whole SKU),
+// committer.go (its deduction committed with the process's other orders in
+// one fenced transaction: one committer for held and direct places, each
+// with its fence) and commitplan.go (each place's plan and its part of the
+// transaction). The rungs' helpers are beside them: seller.go, slots.go,
+// pull.go, grow.go, share.go (the fair share), look.go and snapshot.go,
+// gather.go; the business step runs in one place (step.go); buyers' limits
+// (users.go); the places' caches (placecache.go, directcache.go,
+// heldplace.go). Around it: SKU creation and
 // restock (create.go), moves between the pool and segments (moves.go),
 // returns (returns.go), reservations, confirms and expiry (reserve.go,
 // confirmer.go, expire_batch.go), orders of several SKUs, all lines or none

@@ -95,7 +95,7 @@ type Engine struct {
 	lockWatch *lockWatch
 
 	// held and direct commit orders (committer.go): orders whose step ran
-	// under their places' locks, and direct orders (direct.go).
+	// under their places' locks, and direct orders (tryDirect).
 	held, direct *committer
 	users        userCache // buyers' counters (per-user limits), as the committer knows them
 	confirms     batch.Batcher[*confirmReq]
@@ -157,7 +157,7 @@ type skuInfo struct {
 	refillBatch int64
 	// perUserLimit is the SKU's per-user limit (0: none), fixed at creation.
 	perUserLimit int64
-	// lowWatermark is the policy's, as first read (direct.go settles a
+	// lowWatermark is the policy's, as first read (a direct commit settles a
 	// lazy segment that falls below it).
 	lowWatermark int64
 	// created is the meta record's CreateRevision: the SKU's incarnation.

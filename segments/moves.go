@@ -214,7 +214,7 @@ func (e *Engine) Drain(ctx context.Context, sku string, seg int, wait time.Durat
 	defer func() {
 		// A drained segment is empty: a seller of this process keeping
 		// its key as a tenure would sell nothing from it, and would keep
-		// other processes from selling it directly (direct.go).
+		// other processes from selling it directly (tryDirect).
 		q, own := sp.h.Queue(), sp.h.Own()
 		sp.unlock()
 		q.Yield(own)

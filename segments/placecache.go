@@ -55,7 +55,7 @@ type placeState struct {
 	frozen   bool  // a direct write is waiting for pending commits to end
 	quiet    chan struct{}
 
-	// direct is the cache of direct orders (direct.go), which hold no
+	// direct is the cache of direct orders (directcache.go), which hold no
 	// lock: apart from the above, which is valid only under a lock key.
 	direct directState
 }

@@ -74,7 +74,7 @@ func (s *seller) looksSoldOut(qty int64) bool {
 // short transaction under the pool's lock (only a lock holder writes a
 // counter), so that an order never holds the pool through its step. A
 // process holding no segment of the SKU pulls, for an order it may sell
-// directly (direct.go), into the inbox of a segment nobody holds (anyone
+// directly (tryDirect), into the inbox of a segment nobody holds (anyone
 // may add to an inbox) and sells from it directly; otherwise it first
 // takes a segment. One pull runs at a time per seller: an order that finds
 // one running waits for it instead of queueing for another (a storm of

@@ -38,7 +38,7 @@ import (
 // The seller's files: seller.go (the seller and its state), sellerview.go
 // (the watch of the lock keys and the yield policy applied to it), share.go
 // (the fair-share policy itself, pure), slots.go (step orders' local FIFO),
-// local.go (rungs 1 to 4 of the ladder), pull.go and grow.go (rungs 2 to 4).
+// sell.go (rungs 1 to 4 of the ladder), pull.go and grow.go (rungs 2 to 4).
 //
 // Lock order: seller.mu may be held while taking a lock.Queue's mutex (the
 // queues' Tenure), never the other way round (a queue calls wakeHead without
@@ -69,14 +69,14 @@ type seller struct {
 	pulling  chan struct{}        // a pull from the pool runs; closed when it ends
 	growing  chan struct{}        // a growth runs; closed when it ends
 	timers   map[int]*time.Timer  // contended segments kept for now
-	// Direct orders (direct.go): races lost since racesFrom, and the salt
+	// Direct orders (sell.go's tryDirect): races lost since racesFrom, and the salt
 	// of directHome (bumped by each).
 	races      int
 	racesFrom  time.Time
 	directSalt int
 
 	lastLook  atomic.Pointer[snapshot] // this process's last look at the SKU (a hint)
-	directIdx atomic.Int32             // the segment of direct orders (direct.go); -1: none
+	directIdx atomic.Int32             // the segment of direct orders (tryDirect); -1: none
 	climbing  atomic.Int64             // orders climbing the dry rungs now (a pull's size)
 
 	// Guarded by the engine's mu: uses taken and not given back, and when

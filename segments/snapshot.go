@@ -20,7 +20,7 @@ type snapshot struct {
 	// absent), for the caches of the segments this process holds.
 	inbox, inMod []int64
 	// cnt and cntMod are each segment's counter and its ModRevision, for
-	// direct orders (direct.go).
+	// direct orders (sell.go's tryDirect).
 	cnt, cntMod []int64
 	// ctr is each segment's counter as stored (cnt is what it holds: a
 	// lazy counter's N less its unsettled sales), and lazy the segments
