@@ -61,16 +61,20 @@ func TestLostReplies(t *testing.T) {
 			return err
 		}
 	}
+	// The cancelled orders' coordinator, one per case, closed before etcd's
+	// truth is read: Close waits for its committer, so no commit handed
+	// over before a cancel is still on its way in this process then.
+	var canceller *coordinator.Coordinator
 	cancelAt := func(step bool) attempt {
 		return func(ctx context.Context, order string, qty int64) error {
 			actx, acancel := context.WithCancel(ctx)
 			time.AfterFunc(time.Duration(rand.Int64N(int64(60*time.Millisecond))), acancel)
 			defer acancel()
 			if step {
-				_, err := direct.AllocateFunc(actx, sku, order, qty, order, func(context.Context) error { return nil })
+				_, err := canceller.AllocateFunc(actx, sku, order, qty, order, func(context.Context) error { return nil })
 				return err
 			}
-			_, err := direct.Allocate(actx, sku, order, qty, order)
+			_, err := canceller.Allocate(actx, sku, order, qty, order)
 			return err
 		}
 	}
@@ -91,6 +95,9 @@ func TestLostReplies(t *testing.T) {
 			orders := make([]string, tc.orders)
 			qtys := make([]int64, tc.orders)
 			firstErr := make([]error, tc.orders)
+			if tc.concurrent {
+				canceller = newCoord(t, etcd.Endpoints())
+			}
 			var wg sync.WaitGroup
 			for i := range orders {
 				orders[i] = fmt.Sprintf("%s-%d", slug(tc.name), i)
@@ -103,9 +110,14 @@ func TestLostReplies(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			// Let commits handed over before a cancel finish: once etcd's
-			// revision stays put, nothing is in flight and etcd's state is
-			// the first attempts' truth.
+			if canceller != nil {
+				// Commits handed over before a cancel finish, or are
+				// dropped, before Close returns.
+				canceller.Close()
+				canceller = nil
+			}
+			// Let what reached etcd be applied: once its revision stays
+			// put, etcd's state is the first attempts' truth.
 			settle(t, direct)
 			var failed, lostAck, notApplied int
 			for i, order := range orders {
