@@ -552,7 +552,7 @@ func TestEtcdCounterRefused(t *testing.T) {
 	if _, err := cli.Txn(Uncounted(ctx)).If(clientv3.Compare(clientv3.Version(k), "=", 0)).Then(clientv3.OpPut(k, "v")).Commit(); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := counter.Snapshot(), (EtcdCounts{Reads: 1, Writes: 3, Puts: 3, Compares: 3, Refused: 1}); got != want {
+	if got, want := counter.Snapshot(), (EtcdCounts{Reads: 1, Writes: 3, Puts: 3, Compares: 3, Refused: 1, Groups: 3, RefusedGroups: 1}); got != want {
 		t.Fatalf("counted %+v, want %+v", got, want)
 	}
 	// Two nested groups: both hold (k2 is new, k at version 2), then one
@@ -569,7 +569,7 @@ func TestEtcdCounterRefused(t *testing.T) {
 	}
 	nested(2, 0) // both hold
 	nested(3, 0) // k2's refused
-	if got, want := counter.Snapshot(), (EtcdCounts{Reads: 1, Writes: 5, Puts: 7, Compares: 7, Refused: 2}); got != want {
+	if got, want := counter.Snapshot(), (EtcdCounts{Reads: 1, Writes: 5, Puts: 7, Compares: 7, Refused: 2, Groups: 7, RefusedGroups: 2}); got != want {
 		t.Fatalf("with nested transactions: counted %+v, want %+v", got, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 // bench's own reads (the truth checks, the books) pass Uncounted.
 type EtcdCounter struct {
 	reads, writes, puts, cmps, refused atomic.Int64
+	groups, refusedGroups              atomic.Int64
 }
 
 // EtcdCounts are the requests counted, from a Snapshot to another.
@@ -35,6 +36,12 @@ type EtcdCounts struct {
 	// it). etcd counts no such thing itself; this is the client's count of
 	// the answers it got.
 	Refused int64 `json:"refused"`
+	// Groups are the parts of write transactions that commit or are
+	// refused on their own: each transaction nested in one (the
+	// committer's groups of orders that share no key), or the transaction
+	// itself when it nests none; RefusedGroups those refused.
+	Groups        int64 `json:"groups"`
+	RefusedGroups int64 `json:"refusedGroups"`
 }
 
 // Snapshot returns the counts so far.
@@ -42,13 +49,15 @@ func (c *EtcdCounter) Snapshot() EtcdCounts {
 	if c == nil {
 		return EtcdCounts{}
 	}
-	return EtcdCounts{Reads: c.reads.Load(), Writes: c.writes.Load(), Puts: c.puts.Load(), Compares: c.cmps.Load(), Refused: c.refused.Load()}
+	return EtcdCounts{Reads: c.reads.Load(), Writes: c.writes.Load(), Puts: c.puts.Load(), Compares: c.cmps.Load(), Refused: c.refused.Load(),
+		Groups: c.groups.Load(), RefusedGroups: c.refusedGroups.Load()}
 }
 
 // Sub returns the counts from earlier to e.
 func (e EtcdCounts) Sub(earlier EtcdCounts) EtcdCounts {
 	return EtcdCounts{Reads: e.Reads - earlier.Reads, Writes: e.Writes - earlier.Writes, Puts: e.Puts - earlier.Puts,
-		Compares: e.Compares - earlier.Compares, Refused: e.Refused - earlier.Refused}
+		Compares: e.Compares - earlier.Compares, Refused: e.Refused - earlier.Refused,
+		Groups: e.Groups - earlier.Groups, RefusedGroups: e.RefusedGroups - earlier.RefusedGroups}
 }
 
 type uncountedKey struct{}
@@ -70,8 +79,13 @@ func (c *EtcdCounter) Interceptor() grpc.UnaryClientInterceptor {
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if writeTxn && err == nil {
-			if r, ok := reply.(*pb.TxnResponse); ok && refused(r) {
-				c.refused.Add(1)
+			if r, ok := reply.(*pb.TxnResponse); ok {
+				if refused(r) {
+					c.refused.Add(1)
+				}
+				groups, refusedGroups := groupsOf(r)
+				c.groups.Add(groups)
+				c.refusedGroups.Add(refusedGroups)
 			}
 		}
 		return err
@@ -119,6 +133,29 @@ func writeOps(ops []*pb.RequestOp) (puts, cmps int) {
 		}
 	}
 	return puts, cmps
+}
+
+// groupsOf counts a write transaction's groups (see EtcdCounts.Groups)
+// and those refused: a transaction refused, or with no transaction nested
+// in the branch it took, is one group.
+func groupsOf(r *pb.TxnResponse) (groups, refused int64) {
+	if r.Succeeded {
+		for _, op := range r.Responses {
+			if t := op.GetResponseTxn(); t != nil {
+				groups++
+				if !t.Succeeded {
+					refused++
+				}
+			}
+		}
+	}
+	if groups == 0 {
+		groups = 1
+		if !r.Succeeded {
+			refused = 1
+		}
+	}
+	return groups, refused
 }
 
 // refused reports whether a write transaction, or any transaction nested

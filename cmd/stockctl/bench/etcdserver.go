@@ -118,6 +118,10 @@ type OrderCosts struct {
 	// RefusedCommits is the client's write transactions answered as
 	// refused by their compares ÷ its write transactions (not per order).
 	RefusedCommits *float64 `json:"refusedCommits"`
+	// RefusedGroups is the groups of those transactions refused by their
+	// compares ÷ their groups (EtcdCounts.Groups): with the committer's
+	// nested groups, about the share of orders sent again or moved.
+	RefusedGroups *float64 `json:"refusedGroups"`
 }
 
 // orderCosts computes a row's OrderCosts from what was counted.
@@ -139,6 +143,7 @@ func orderCosts(served int64, client *EtcdCounts, server *EtcdServerCounts) Orde
 	if client != nil {
 		c.ComparesPerOrder, c.TxnsPerOrder = ratio(client.Compares, served), ratio(client.Writes, served)
 		c.RefusedCommits = ratio(client.Refused, client.Writes)
+		c.RefusedGroups = ratio(client.RefusedGroups, client.Groups)
 	}
 	return c
 }

@@ -456,7 +456,8 @@ func sumCounts(counts []EtcdCounts) EtcdCounts {
 	var sum EtcdCounts
 	for _, c := range counts {
 		sum = EtcdCounts{Reads: sum.Reads + c.Reads, Writes: sum.Writes + c.Writes, Puts: sum.Puts + c.Puts,
-			Compares: sum.Compares + c.Compares, Refused: sum.Refused + c.Refused}
+			Compares: sum.Compares + c.Compares, Refused: sum.Refused + c.Refused,
+			Groups: sum.Groups + c.Groups, RefusedGroups: sum.RefusedGroups + c.RefusedGroups}
 	}
 	return sum
 }
