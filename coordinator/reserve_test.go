@@ -1,7 +1,6 @@
 package coordinator_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -328,7 +327,7 @@ func readOrder(t *testing.T, c *coordinator.Coordinator, sku, id string) segment
 func TestPerUserLimitConcurrent(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	cs := newCoordinators(t, etcd, 4)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	const limit = 5
 	mustCreate(t, cs[0], "lim", coordinator.SKUConfig{Total: 400, Segments: 8, InitialFill: 300, PerUserLimit: limit})

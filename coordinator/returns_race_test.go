@@ -250,7 +250,7 @@ func TestLateConfirmRacesSweep(t *testing.T) {
 func TestConcurrentReturnsOfOneOrder(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	cs := newCoordinators(t, etcd, 4)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	mustCreate(t, cs[0], "storm", coordinator.SKUConfig{Total: 1000, Segments: 4, InitialFill: 1000, PerUserLimit: 50})
 	const rounds, callers = 5, 24

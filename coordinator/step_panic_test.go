@@ -90,7 +90,7 @@ func TestStepPanicLeavesNothingBehind(t *testing.T) {
 func TestConcurrentStepPanics(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	cs := newCoordinators(t, etcd, 2)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	const total = 60
 	mustCreate(t, cs[0], "cp", coordinator.SKUConfig{Total: total, Segments: 4, InitialFill: total})

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -71,7 +70,7 @@ func TestSaleSellsExactlyTheTotal(t *testing.T) {
 			mustCreate(t, cs[0], "hot", tc.cfg)
 			start := mustStatus(t, cs[0], "hot").Revision
 			// Bounded: a stuck allocation fails the test with its error.
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			ctx, cancel := etcdtest.HangContext(t)
 			defer cancel()
 
 			var sold, orders atomic.Int64

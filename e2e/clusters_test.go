@@ -42,7 +42,7 @@ func TestLeaderFailoverOnSecondCluster(t *testing.T) {
 	for i := range cs {
 		cs[i] = newFleetCoord(t, first.Endpoints(), cl.Endpoints(), opts...)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	if _, err := cs[0].CreateSKUIn(ctx, "second", sku, coordinator.SKUConfig{Total: total, Segments: 10, InitialFill: 300, LowWatermark: 10, RefillBatch: 30}); err != nil {
 		t.Fatal(err)

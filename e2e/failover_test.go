@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -31,7 +30,7 @@ func TestLeaderFailover(t *testing.T) {
 	for i := range cs {
 		cs[i] = newCoord(t, cl.Endpoints(), opts...)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	if _, err := cs[0].CreateSKU(ctx, sku, coordinator.SKUConfig{Total: total, Segments: 10, InitialFill: 300, LowWatermark: 10, RefillBatch: 30}); err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ func runKilledProcess(t *testing.T, second bool) {
 		buyers = newCoord(t, etcd.Endpoints(), coordinator.WithSessionTTL(ttl))
 		inSKU = waiter
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	cluster := ""
 	if second {

@@ -419,7 +419,7 @@ func TestRWHistoryPausedHolder(t *testing.T) {
 	opts := []coordinator.Option{coordinator.WithSessionTTL(ttl), coordinator.WithReleaseTimeout(200 * time.Millisecond)}
 	victim := newCoord(t, []string{proxy.Endpoint()}, opts...)
 	cs := []*coordinator.Coordinator{newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...)}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	const name, markers = "hist-rw", "/e2e/hist-rw/"
 	start, err := victim.Client().Get(ctx, "/e2e/start")
@@ -491,7 +491,7 @@ func TestSemaphoreHistoryKilledHolder(t *testing.T) {
 	opts := []coordinator.Option{coordinator.WithSessionTTL(ttl)}
 	cs := []*coordinator.Coordinator{newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...)}
 	raw := etcd.Client(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	const name, markers, limit = "hist-sem", "/e2e/hist-sem/", 3
 	start, err := raw.Get(ctx, "/e2e/start")
@@ -548,7 +548,7 @@ func TestRWHistoryPartition(t *testing.T) {
 	cut := newCoord(t, []string{proxy.Endpoint()}, opts...)
 	cs := []*coordinator.Coordinator{newCoord(t, etcd.Endpoints(), opts...), newCoord(t, etcd.Endpoints(), opts...)}
 	raw := etcd.Client(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	const name, markers = "hist-part", "/e2e/hist-part/"
 	start, err := raw.Get(ctx, "/e2e/start")

@@ -37,7 +37,7 @@ func TestClientPartition(t *testing.T) {
 	a := newCoord(t, []string{proxy.Endpoint()}, opts...)
 	b := newCoord(t, etcd.Endpoints(), opts...)
 	c := newCoord(t, etcd.Endpoints(), opts...)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	if _, err := b.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: 4000, Segments: segs, InitialFill: 4000}); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,7 +47,7 @@ func runRebalancerFailover(t *testing.T, kill bool) {
 	const sku, total, segs, wm = "rb", 1500, 8, 5
 	opts := []coordinator.Option{coordinator.WithSessionTTL(ttl)}
 	admin := newCoord(t, etcd.Endpoints(), opts...)
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	if _, err := admin.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: total, Segments: segs, InitialFill: 80, LowWatermark: wm, RefillBatch: 20}); err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ func (l *expiryLog) snapshot() ([]segments.Expiry, []string) {
 // (the machine is shared).
 func TestExpiryUnderLoadWithFailover(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	const sessionTTL = 2 * time.Second
 	rc := []*coordinator.Coordinator{

@@ -165,7 +165,7 @@ func TestOnlyTheLeaderMovesAndFailover(t *testing.T) {
 	for i := range cs {
 		cs[i] = newCoordinator(t, etcd, coordinator.WithSessionTTL(ttl))
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	if _, err := cs[0].CreateSKU(ctx, "f", coordinator.SKUConfig{Total: 2000, Segments: 8, InitialFill: 0, LowWatermark: 4, RefillBatch: 8}); err != nil {
 		t.Fatal(err)
@@ -334,7 +334,7 @@ func TestSaleWithRebalancer(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	cs := []*coordinator.Coordinator{newCoordinator(t, etcd), newCoordinator(t, etcd), newCoordinator(t, etcd), newCoordinator(t, etcd)}
 	// Bounded: a stuck allocation fails the test with its error instead of hanging it.
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := etcdtest.HangContext(t)
 	defer cancel()
 	const total = 3000
 	if _, err := cs[0].CreateSKU(ctx, "s", coordinator.SKUConfig{Total: total, Segments: 20, InitialFill: 200, LowWatermark: 10, RefillBatch: 30}); err != nil {

@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -11,6 +12,20 @@ import (
 // loops beside the suite (issue 28): a wait that holds costs nothing more
 // for a higher limit, and only a hang is reported later.
 const MinWait = 2 * time.Minute
+
+// TestHang is how long a whole concurrent test (a sale, a failover, a
+// chaos run) may take before its guard calls it a hang. Guards of 2 and 3
+// minutes, chosen on an idle machine, ran out with -race beside four busy
+// loops and other work (issue 28: a 4-coordinator sale of 2,000 units took
+// 209 s); go test's -timeout 30m still bounds a package.
+const TestHang = 10 * time.Minute
+
+// HangContext is t's context, ended after TestHang: the guard that turns a
+// stuck call into a failure of the test with the call's error. Never a
+// measure of speed.
+func HangContext(t testing.TB) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(t.Context(), TestHang)
+}
 
 // HangLimit is limit, or MinWait if that is longer: what a wait that only
 // catches a hang should allow.
