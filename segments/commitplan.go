@@ -5,9 +5,10 @@ import (
 	"errors"
 	"time"
 
-	"github.com/stockctl/stockctl/internal/lock"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/lock"
 )
 
 // Per order, a transaction needs one compare (its record absent), one put

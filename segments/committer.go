@@ -6,10 +6,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/stockctl/stockctl/internal/batch"
-	"github.com/stockctl/stockctl/internal/lock"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/batch"
+	"github.com/stockctl/stockctl/internal/lock"
 )
 
 // The committer is how an order's deduction reaches etcd. An order reserves
@@ -312,8 +313,7 @@ func (e *Engine) txnGroups(batch []*commitReq, order []*placePlan, users []*batc
 	}
 	// Union the requests that share a place or a buyer.
 	parent := make([]int, len(batch))
-	var find func(int) int
-	find = func(i int) int {
+	find := func(i int) int {
 		for parent[i] != i {
 			parent[i] = parent[parent[i]]
 			i = parent[i]
