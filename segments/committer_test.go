@@ -147,22 +147,19 @@ func answered(cr *commitReq) *placeResult {
 
 // How a batch splits into groups that share no key: orders on one place,
 // or of one buyer, are in one group; groups keep the order of their first
-// requests; a batch whose groups would not fit the server's max-txn-ops as
-// nested transactions is sent whole.
+// requests; a batch with no direct place, or whose groups would not fit
+// the server's max-txn-ops as nested transactions, is sent whole.
 func TestTxnGroups(t *testing.T) {
 	e := testEngine(t)
 	p, q, r := newTestPlace(0, 10, 0), newTestPlace(1, 10, 0), newTestPlace(2, 10, 0)
+	d := &placeState{sku: "s", place: Segment(9), key: "/t/stock/s/seg/9", inKey: "/t/stock/s/in/9",
+		direct: directState{known: true, value: 100, mod: 5, raw: SegmentCounter{N: 100}}}
 	buyer := func(cr *commitReq, u string) *commitReq { cr.req.userKey = "/t/users/s/" + u; return cr }
-	batch := []*commitReq{
+	held := []*commitReq{
 		order("a", p.part(1)), order("b", q.part(1)), order("c", p.part(1)),
 		buyer(order("d", q.part(1)), "u"), buyer(order("e", r.part(1)), "u"),
 	}
-	places, order := e.planPlaces(t.Context(), batch)
-	for _, pp := range places {
-		if pp.lost || pp.short || pp.err != nil {
-			t.Fatalf("place %v not plannable: %+v", pp.st.place, *pp)
-		}
-	}
+	direct := order("f", commitPart{st: d, qty: 1, direct: true, lockPfx: "/t/stocklocks/s/seg/9/"})
 	users := []*batchUser{{key: "/t/users/s/u", add: 2}}
 	ids := func(gs []*txnGroup) string {
 		var out []string
@@ -176,23 +173,38 @@ func TestTxnGroups(t *testing.T) {
 		}
 		return fmt.Sprint(out)
 	}
-	if got, want := ids(e.txnGroups(batch, order, users)), "[ac/1places/0buyers bde/2places/1buyers]"; got != want {
-		t.Errorf("groups %s; want %s", got, want)
-	}
-	for _, g := range e.txnGroups(batch, order, users) {
-		// Each group's Else branch ends with its buyers' reads.
-		if len(g.diag) < len(g.users) || len(g.cmps) == 0 || len(g.ops) == 0 {
-			t.Errorf("group %s built with %d compares, %d writes, %d reads", g.batch[0].req.order, len(g.cmps), len(g.ops), len(g.diag))
+	groups := func(batch []*commitReq) string {
+		t.Helper()
+		places, order := e.planPlaces(t.Context(), batch)
+		for _, pp := range places {
+			if pp.lost || pp.short || pp.err != nil {
+				t.Fatalf("place %v not plannable: %+v", pp.st.place, *pp)
+			}
 		}
+		gs := e.txnGroups(batch, order, users)
+		for _, g := range gs {
+			// Each group's Else branch ends with its buyers' reads.
+			if len(g.diag) < len(g.users) || len(g.cmps) == 0 || len(g.ops) == 0 {
+				t.Errorf("group %s built with %d compares, %d writes, %d reads", g.batch[0].req.order, len(g.cmps), len(g.ops), len(g.diag))
+			}
+		}
+		return ids(gs)
 	}
-	// Nested, the larger group (2 held places, 3 orders, a buyer) needs
-	// max(8 compares, 6 writes, 6 reads) <= max-txn-ops less the 2 groups.
+	if got, want := groups(held), "[abcde/3places/1buyers]"; got != want {
+		t.Errorf("held places only: groups %s; want %s (sent flat)", got, want)
+	}
+	withDirect := append(held[:len(held):len(held)], direct)
+	if got, want := groups(withDirect), "[ac/1places/0buyers bde/2places/1buyers f/1places/0buyers]"; got != want {
+		t.Errorf("with a direct place: groups %s; want %s", got, want)
+	}
+	// Nested, the largest group (2 held places, 3 orders, a buyer) needs
+	// max(8 compares, 6 writes, 6 reads) <= max-txn-ops less the 3 groups.
 	for _, tc := range []struct {
 		limit int
 		want  string
-	}{{10, "[ac/1places/0buyers bde/2places/1buyers]"}, {9, "[abcde/3places/1buyers]"}} {
+	}{{11, "[ac/1places/0buyers bde/2places/1buyers f/1places/0buyers]"}, {10, "[abcdef/4places/1buyers]"}} {
 		e.cfg.MaxTxnOps = tc.limit
-		if got := ids(e.txnGroups(batch, order, users)); got != tc.want {
+		if got := groups(withDirect); got != tc.want {
 			t.Errorf("max-txn-ops %d: groups %s; want %s", tc.limit, got, tc.want)
 		}
 	}
