@@ -168,7 +168,7 @@ func (c *committer) commitOnce(ctx context.Context, batch []*commitReq) (again, 
 		return nil, nil
 	}
 	var held []*placePlan
-	hot := map[string]bool{}
+	var hot map[string]bool // buyers whose counters moved: made only on a refusal
 	for i, g := range groups {
 		r := results[i]
 		if r.Succeeded {
@@ -183,6 +183,9 @@ func (c *committer) commitOnce(ctx context.Context, batch []*commitReq) (again, 
 		a, h := e.answerRefused(ctx, g.batch, places, g.order, r.Responses, g.gone)
 		again, held = append(again, a...), append(held, h...)
 		for k := range changedUsers(g.users, tail) {
+			if hot == nil {
+				hot = map[string]bool{}
+			}
 			hot[k] = true
 		}
 	}
@@ -452,7 +455,7 @@ func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64,
 		return 0, nil, err
 	}
 	refused := 0
-	gone := map[*skuInfo]error{}
+	var gone map[*skuInfo]error // made on the first SKU found gone (rare)
 	for i, g := range groups {
 		r := results[i]
 		if r.Succeeded {
@@ -469,6 +472,9 @@ func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64,
 				continue
 			}
 			e.forgetSKU(info)
+			if gone == nil {
+				gone = map[*skuInfo]error{}
+			}
 			gone[info] = skuGoneErr(info, len(kvs) == 0)
 			g.setGone(info, gone[info])
 		}

@@ -101,12 +101,11 @@ func (c *EtcdCounter) count(req any) (writeTxn bool) {
 		c.writes.Add(1)
 		c.puts.Add(1)
 	case *pb.TxnRequest:
-		puts, _ := writeOps(r.Success)
+		puts, cmps := writeOps(r.Success)
 		if other, _ := writeOps(r.Failure); puts == 0 && other == 0 {
 			c.reads.Add(1)
 			return false
 		}
-		_, cmps := writeOps(r.Success)
 		c.writes.Add(1)
 		c.puts.Add(int64(puts))
 		c.cmps.Add(int64(len(r.Compare) + cmps))
