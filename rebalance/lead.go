@@ -113,7 +113,7 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 			}
 			for sku, f := range fresh {
 				if old := views[sku]; old != nil && old.meta.Segments == f.meta.Segments {
-					f.parked, f.crossedAt, f.crossRev, f.changed, f.below = old.parked, old.crossedAt, old.crossRev, old.changed, old.below
+					f.parked, f.drainPending, f.crossedAt, f.crossRev, f.changed, f.below = old.parked, old.drainPending, old.crossedAt, old.crossRev, old.changed, old.below
 					for i := range f.seg {
 						if f.avail(i) != old.avail(i) {
 							f.changed[i] = time.Now()
@@ -161,6 +161,7 @@ func (r *Rebalancer) applyMeta(ctx context.Context, l *leadership, views map[str
 	}
 	if nv.meta.Total > old.meta.Total {
 		clear(old.parked) // a restock opens a new phase of the sale
+		clear(old.drainPending)
 	}
 	old.meta = nv.meta
 	now := time.Now()

@@ -3,6 +3,7 @@ package rebalance
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/stockctl/stockctl/coordinator"
@@ -72,44 +73,48 @@ func (r *Rebalancer) refill(ctx context.Context, l *leadership, v *view, pass *P
 // every segment of the SKU, after every election. A parked segment is
 // unparked by any change of its counters not made by this leader (view.set):
 // traffic (a seller pulling from the pool) or stock returned to it.
+//
+// A drain refused because the segment's lock is busy (ErrLocked after
+// DrainWait) leaves the segment pending: once the pool holds the other
+// segments' stock, only pending segments are drained, each once it is idle
+// again. Without that, a drain that lost the race for a lock (on a starved
+// machine an idle lock can take longer than DrainWait) after another
+// drain had filled the pool was never tried again, and its units stayed
+// in the segment (found by a busy-machine run of
+// TestEndOfSaleConsolidation; TestBusyDrainRetriedAfterThePoolFilled).
 func (r *Rebalancer) consolidate(ctx context.Context, l *leadership, v *view, pass *Pass) (bool, error) {
-	if v.pool > 0 {
-		return false, nil
-	}
-	// A parked dry segment counts as dry too: a stocked segment that was
-	// busy (its lock held: ErrLocked below) when the dry ones went idle and
-	// were parked must still be drained once it is idle. Counting only
-	// unparked dry segments stranded its units there for good (found on a
-	// busy machine: the drain lost the race for the lock of a process that
-	// had just closed, the dry segments were parked in the same pass, and
-	// no pass drained again).
-	dry := false
-	for i := range v.seg {
-		if v.avail(i) == 0 {
-			dry = true
-			break
+	// Once the pool holds stock, consolidating is over but for the
+	// pending drains (decided once: the drains below fill the pool).
+	pendingOnly := v.pool > 0
+	if pendingOnly {
+		if !slices.Contains(v.drainPending, true) {
+			return false, nil
 		}
-	}
-	if !dry {
+	} else if !v.anyDry() {
 		return false, nil
 	}
 	now := time.Now()
 	drained := false
 	for i := range v.seg {
+		if pendingOnly && !v.drainPending[i] {
+			continue
+		}
 		if !v.forceIdle && now.Sub(v.changed[i]) < r.cfg.IdleAfter {
 			continue
 		}
 		if v.avail(i) == 0 {
-			v.parked[i] = true
+			v.parked[i], v.drainPending[i] = true, false
 			continue
 		}
 		moved, rev, err := l.c.stock.Drain(ctx, v.sku, i, r.cfg.DrainWait, l.fence)
 		if errors.Is(err, coordinator.ErrLocked) {
-			continue // busy: not idle after all
+			v.drainPending[i] = true // busy: not idle after all; try again once it is
+			continue
 		}
 		if err != nil {
 			return drained, err
 		}
+		v.drainPending[i] = false
 		if moved == 0 {
 			continue
 		}

@@ -607,3 +607,66 @@ func TestLeftoverDrainedAfterItsLockIsFreed(t *testing.T) {
 	}
 	audit(t, c, "h")
 }
+
+// Invariant: a consolidation drain refused because the segment's lock was
+// busy is tried again once the lock is free, although the other segments'
+// drains have filled the pool by then. Before (issue 28), consolidation ran
+// only while the pool was empty: the busy segment's units stayed there for
+// good (found on a busy machine, where an idle lock can take longer than
+// DrainWait, in TestEndOfSaleConsolidation).
+func TestBusyDrainRetriedAfterThePoolFilled(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	ctx := t.Context()
+	c := newCoordinator(t, etcd)
+	// 4 segments of 10, an empty pool; segment 0 sold out.
+	if _, err := c.CreateSKU(ctx, "b", coordinator.SKUConfig{Total: 40, Segments: 4, InitialFill: 40, RefillBatch: 5}); err != nil {
+		t.Fatal(err)
+	}
+	route := routeKeyFor(t, 4, 0)
+	for i := 0; i < 10; i++ {
+		if _, err := c.Allocate(ctx, "b", fmt.Sprintf("o%d", i), 1, route); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another process holds segment 2's lock (the etcd mutex protocol the
+	// coordinator uses) through the first drains.
+	raw := etcd.Client(t)
+	sess, err := concurrency.NewSession(raw, concurrency.WithTTL(30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	m := concurrency.NewMutex(sess, strings.TrimSuffix(engines.Of(c).Keys.SegmentLock("b", 2), "/"))
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var log moveLog
+	_, stop := startRebalancer(t, c, rebalance.Config{Identity: "r", OnMove: log.add, IdleAfter: 100 * time.Millisecond,
+		DrainWait: 5 * time.Millisecond, SweepInterval: 20 * time.Millisecond})
+	defer stop()
+	drained := func() map[int]bool {
+		d := map[int]bool{}
+		for _, mv := range log.snapshot() {
+			if mv.Kind == rebalance.Drain {
+				d[mv.Segment] = true
+			}
+		}
+		return d
+	}
+	etcdtest.WaitFor(t, "the idle segments 1 and 3 to be drained", time.Minute, func() bool { d := drained(); return d[1] && d[3] })
+	// Some passes with the pool stocked and segment 2's lock still held.
+	from := time.Now()
+	etcdtest.WaitFor(t, "10 IdleAfters to pass", time.Minute, func() bool { return time.Since(from) > time.Second })
+	if st := status(t, c, "b"); drained()[2] || st.Segments[2].Remaining != 10 || st.Pool+st.Segments[0].Remaining != 20 {
+		t.Fatalf("segment 2's lock held: drains %v, pool %d, segments %+v; want 1 and 3 drained, 20 in the pool and segment 0, 10 in segment 2",
+			drained(), st.Pool, st.Segments)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, "segment 2 to be drained once its lock was free", time.Minute, func() bool { return drained()[2] })
+	if st := status(t, c, "b"); st.Segments[1].Remaining+st.Segments[2].Remaining+st.Segments[3].Remaining != 0 || st.Pool+st.Segments[0].Remaining != 30 {
+		t.Fatalf("after the drains: pool %d, segments %+v; want 30 in the pool and segment 0", st.Pool, st.Segments)
+	}
+	audit(t, c, "b")
+}

@@ -29,6 +29,11 @@ type view struct {
 	crossedAt []time.Time // when it went below (zero: unknown, e.g. found by a sweep)
 	crossRev  []int64
 	parked    []bool // drained, or dry, for idleness; not refilled until a restock or a change by others
+	// drainPending: a consolidation's drain of the segment found its lock
+	// busy. It is drained once idle, although the pool holds stock by then
+	// (another segment's drain filled it): consolidation runs only while
+	// the pool is empty, and without this the segment's units stayed there.
+	drainPending []bool
 
 	// forceIdle counts every segment whose lock is free as idle (RunOnce,
 	// which has no history to judge idleness by).
@@ -40,7 +45,7 @@ func newView(sku string, meta segments.Meta, now time.Time) *view {
 	v := &view{sku: sku, meta: meta,
 		seg: make([]int64, n), segRev: make([]int64, n), in: make([]int64, n), inRev: make([]int64, n),
 		changed: make([]time.Time, n), below: make([]bool, n), crossedAt: make([]time.Time, n),
-		crossRev: make([]int64, n), parked: make([]bool, n)}
+		crossRev: make([]int64, n), parked: make([]bool, n), drainPending: make([]bool, n)}
 	for i := range v.changed {
 		v.changed[i] = now
 	}
@@ -48,6 +53,22 @@ func newView(sku string, meta segments.Meta, now time.Time) *view {
 }
 
 func (v *view) avail(i int) int64 { return v.seg[i] + v.in[i] }
+
+// anyDry reports whether some segment holds nothing. A parked dry segment
+// counts too: a stocked segment that was busy (its lock held) when the dry
+// ones went idle and were parked must still be drained once it is idle.
+// Counting only unparked dry segments stranded its units there for good
+// (found on a busy machine: the drain lost the race for the lock of a
+// process that had just closed, the dry segments were parked in the same
+// pass, and no pass drained again).
+func (v *view) anyDry() bool {
+	for i := range v.seg {
+		if v.avail(i) == 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // threshold: a segment below it needs a refill. With no watermark, only an
 // empty segment does.
