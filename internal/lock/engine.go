@@ -61,8 +61,12 @@ type Engine struct {
 	mu     sync.Mutex // guards sess, closed, queues, every queue's refs, and kw
 	sess   *concurrency.Session
 	closed bool
-	queues map[string]lockQueue // by key prefix; entries live while referenced
-	kw     keyWatch
+	// closing is closed's value for readers under a queue's mu, which may
+	// not take mu (the lock order): a key found gone once Close has begun
+	// is the process's own revoke, not a loss (see keyGoneAtClose).
+	closing atomic.Bool
+	queues  map[string]lockQueue // by key prefix; entries live while referenced
+	kw      keyWatch
 }
 
 // lockQueue is what the engine asks of every kind of queue: the exclusive
@@ -118,6 +122,7 @@ func (e *Engine) Close() (bool, error) {
 		return false, nil
 	}
 	e.closed = true
+	e.closing.Store(true)
 	sess := e.sess
 	e.sess = nil
 	e.mu.Unlock()
@@ -128,6 +133,15 @@ func (e *Engine) Close() (bool, error) {
 	e.sessionEnded(sess)
 	return true, err
 }
+
+// keyGoneAtClose reports whether a key of this process found gone should
+// be left to Close. Close revokes the session's lease, which deletes every
+// key of the process, and only then ends the holds (with ErrClosed); the
+// watches of those keys (the engine's own and the segment engine's) see
+// the deletions meanwhile. Losing the holds there logged every tenure and
+// hold as "lock lost: its etcd key is gone" at each Close, and ended them
+// with ErrLost rather than ErrClosed (TestCloseWarnsOfNoLostLock).
+func (e *Engine) keyGoneAtClose() bool { return e.closing.Load() }
 
 // SessionTTL is the lease TTL of the engine's sessions.
 func (e *Engine) SessionTTL() time.Duration { return e.cfg.SessionTTL }

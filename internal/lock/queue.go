@@ -316,6 +316,9 @@ func (q *Queue) cohortAllows(own *Ownership) bool {
 // knows): its key was found gone in etcd (deleted by someone, or its lease
 // expired). Waiters get the turn to acquire anew.
 func (q *Queue) Lose(own *Ownership, cause error) {
+	if q.e.keyGoneAtClose() {
+		return // Close ends the hold next, with ErrClosed
+	}
 	defer q.notify() // after the unlock below
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -218,6 +218,9 @@ func (q *semQueue) loseLocked(own *Ownership, cause error) {
 }
 
 func (q *semQueue) keyGone(key string, rev int64) {
+	if q.e.keyGoneAtClose() {
+		return // Close ends the holds next, with ErrClosed
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for own := range q.held {

@@ -300,6 +300,9 @@ func (q *sharedQueue) loseLocked(k *sharedKey, cause error) {
 }
 
 func (q *sharedQueue) keyGone(key string, rev int64) {
+	if q.e.keyGoneAtClose() {
+		return // Close ends the holds next, with ErrClosed
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for own, k := range q.keys {
