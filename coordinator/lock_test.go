@@ -768,6 +768,22 @@ func TestCloseWarnsOfNoLostLock(t *testing.T) {
 		if held := countKeys(t, raw, engines.Of(c).Keys.StockLocksPrefix()); held != skus {
 			t.Fatalf("round %d: %d segment lock keys before Close, want the process's %d tenures", round, held, skus)
 		}
+		// And a hold of every kind of named lock (the lock engine's own
+		// watch of their keys).
+		var holds []*coordinator.Lock
+		for i := range 8 {
+			for _, acquire := range []func() (*coordinator.Lock, error){
+				func() (*coordinator.Lock, error) { return c.Lock(ctx, fmt.Sprintf("x%d", i)) },
+				func() (*coordinator.Lock, error) { return c.RLock(ctx, fmt.Sprintf("r%d", i)) },
+				func() (*coordinator.Lock, error) { return c.AcquirePermit(ctx, fmt.Sprintf("s%d", i), 2) },
+			} {
+				l, err := acquire()
+				if err != nil {
+					t.Fatal(err)
+				}
+				holds = append(holds, l)
+			}
+		}
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -776,6 +792,11 @@ func TestCloseWarnsOfNoLostLock(t *testing.T) {
 		log.mu.Unlock()
 		if len(msgs) > 0 {
 			t.Fatalf("round %d: Close logged %q", round, msgs)
+		}
+		for _, l := range holds {
+			if !errors.Is(l.Err(), coordinator.ErrClosed) {
+				t.Fatalf("round %d: a hold of %s ended with %v, want ErrClosed", round, l.Name(), l.Err())
+			}
 		}
 	}
 }

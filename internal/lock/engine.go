@@ -136,11 +136,12 @@ func (e *Engine) Close() (bool, error) {
 
 // keyGoneAtClose reports whether a key of this process found gone should
 // be left to Close. Close revokes the session's lease, which deletes every
-// key of the process, and only then ends the holds (with ErrClosed); the
-// watches of those keys (the engine's own and the segment engine's) see
-// the deletions meanwhile. Losing the holds there logged every tenure and
-// hold as "lock lost: its etcd key is gone" at each Close, and ended them
-// with ErrLost rather than ErrClosed (TestCloseWarnsOfNoLostLock).
+// key of the process, and only then ends the holds (with ErrClosed); a
+// watch of those keys sees the deletions meanwhile. The engine's own watch
+// ignores them once closed (keyEvent); the segment engine's watch of its
+// tenures' keys did not, and each Close logged every tenure as "lock lost:
+// its etcd key is gone" and ended it with ErrLost rather than ErrClosed
+// (TestCloseWarnsOfNoLostLock). Every queue asks here, whoever tells it.
 func (e *Engine) keyGoneAtClose() bool { return e.closing.Load() }
 
 // SessionTTL is the lease TTL of the engine's sessions.
