@@ -74,7 +74,11 @@ type SaleRow struct {
 	TruthChecked int `json:"truthChecked"`
 	Untrue       int `json:"untrue"`
 	// Goroutines and HeapMiB of the whole bench process at the end of the
-	// run (its coordinators, etcd and buyers), after a GC.
+	// run (its coordinators, etcd and buyers), after a GC. An embedded
+	// etcd's in-memory raft log is most of the heap and grows over the
+	// rows of one bench run: a later row carries the earlier rows' (one
+	// SKU, 3 s: 115-123 MiB as the first row, 248-254 MiB as the second,
+	// whichever strategy). Compare rows at the same position.
 	Goroutines int     `json:"goroutines"`
 	HeapMiB    float64 `json:"heapMiB"`
 	// Etcd are the etcd requests the strategy sent during the run (its
