@@ -171,6 +171,11 @@ func (e *Engine) keyDeleted(ctx context.Context, q lockQueue, own *Ownership, re
 		ttl, err = e.client.TimeToLive(ctx, own.sess.Lease())
 		return err
 	})
+	if e.keyGoneAtClose() {
+		// Close began meanwhile (keyEvent checks before this goroutine
+		// starts): the lease is gone because Close revoked it.
+		return
+	}
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) || (err == nil && ttl.TTL < 0) {
 		e.log.Warn("etcd session lost: a lock key of its lease was deleted and the lease is gone",
 			"key", own.key, "lease", fmt.Sprintf("%x", int64(own.sess.Lease())))
