@@ -209,12 +209,20 @@ func TestKilledConsumerEndsExact(t *testing.T) {
 	for round := range 8 {
 		if round == 5 {
 			// Compact past the consumer's cursor: its next run must start
-			// again from a snapshot.
-			resp, err := client.Get(t.Context(), "x")
-			if err != nil {
-				t.Fatal(err)
+			// again from a snapshot. Two writes first (outside the prefix),
+			// so that the compaction is past the revision after the cursor
+			// even if the sale wrote nothing since the last run ended: on a
+			// busy machine it had not, the compaction was at the cursor
+			// itself, and the run resumed without one.
+			var rev int64
+			for range 2 {
+				resp, err := client.Put(t.Context(), "x", "compaction point")
+				if err != nil {
+					t.Fatal(err)
+				}
+				rev = resp.Header.Revision
 			}
-			if _, err := client.Compact(t.Context(), resp.Header.Revision); err != nil {
+			if _, err := client.Compact(t.Context(), rev); err != nil {
 				t.Fatal(err)
 			}
 		}
