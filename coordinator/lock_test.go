@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -715,23 +714,6 @@ func TestOptionsValidated(t *testing.T) {
 	}
 }
 
-// warnRecorder is a slog handler that keeps the messages logged at Warn
-// and above.
-type warnRecorder struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (w *warnRecorder) WithAttrs([]slog.Attr) slog.Handler           { return w }
-func (w *warnRecorder) WithGroup(string) slog.Handler                { return w }
-func (w *warnRecorder) Handle(_ context.Context, r slog.Record) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, r.Message)
-	return nil
-}
-
 // Invariant: a coordinator's Close warns of nothing lost. Its revoked
 // lease deletes its segment locks' keys, and the segment engine's watch of
 // those keys saw the deletions before the lock engine had ended its
@@ -752,7 +734,7 @@ func TestCloseWarnsOfNoLostLock(t *testing.T) {
 	// The watch and Close race: each round is one more chance (the old
 	// code logged in 9 of 10 runs).
 	for round := range 20 {
-		var log warnRecorder
+		var log etcdtest.WarnLog
 		c, err := coordinator.New(etcd.Client(t), coordinator.WithLogger(slog.New(&log)), coordinator.WithTenure(time.Minute, time.Minute))
 		if err != nil {
 			t.Fatal(err)
@@ -787,10 +769,7 @@ func TestCloseWarnsOfNoLostLock(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
-		log.mu.Lock()
-		msgs := slices.Clone(log.msgs)
-		log.mu.Unlock()
-		if len(msgs) > 0 {
+		if msgs := log.Messages(); len(msgs) > 0 {
 			t.Fatalf("round %d: Close logged %q", round, msgs)
 		}
 		for _, l := range holds {

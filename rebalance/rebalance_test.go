@@ -103,6 +103,34 @@ func routeKeyFor(t *testing.T, n, seg int) string {
 	return ""
 }
 
+// holdSegmentLock takes segment seg's lock of sku as another process
+// would (the etcd mutex protocol the coordinator uses, on a session of its
+// own, ended when the test ends) and returns it held.
+func holdSegmentLock(t *testing.T, etcd *etcdtest.Single, c *coordinator.Coordinator, sku string, seg int) *concurrency.Mutex {
+	t.Helper()
+	sess, err := concurrency.NewSession(etcd.Client(t), concurrency.WithTTL(30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	m := concurrency.NewMutex(sess, strings.TrimSuffix(engines.Of(c).Keys.SegmentLock(sku, seg), "/"))
+	if err := m.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// drainedSegments is the set of segments the log's moves drained.
+func drainedSegments(log *moveLog) map[int]bool {
+	d := map[int]bool{}
+	for _, m := range log.snapshot() {
+		if m.Kind == rebalance.Drain {
+			d[m.Segment] = true
+		}
+	}
+	return d
+}
+
 // Invariant: a segment drained below its low watermark is refilled from the
 // pool; the pool and the segment change by the same amount; the books
 // balance; the pass is recorded where status shows it.
@@ -402,15 +430,7 @@ func TestEndOfSaleConsolidation(t *testing.T) {
 		}
 	}
 	// Segment 0 is dry, the pool is empty, segments 1-3 idle: they are drained.
-	drained := func() map[int]bool {
-		d := map[int]bool{}
-		for _, m := range log.snapshot() {
-			if m.Kind == rebalance.Drain {
-				d[m.Segment] = true
-			}
-		}
-		return d
-	}
+	drained := func() map[int]bool { return drainedSegments(&log) }
 	etcdtest.WaitFor(t, "the idle segments to be drained", 30*time.Second, func() bool { d := drained(); return d[1] && d[2] && d[3] })
 	if drained()[0] {
 		t.Fatal("the segment with traffic was drained")
@@ -570,16 +590,7 @@ func TestLeftoverDrainedAfterItsLockIsFreed(t *testing.T) {
 	}
 	// Another process holds segment 0's lock (the etcd mutex protocol the
 	// coordinator uses): the rebalancer's drains of it fail ErrLocked.
-	raw := etcd.Client(t)
-	sess, err := concurrency.NewSession(raw, concurrency.WithTTL(30))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	m := concurrency.NewMutex(sess, strings.TrimSuffix(engines.Of(c).Keys.SegmentLock("h", 0), "/"))
-	if err := m.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m := holdSegmentLock(t, etcd, c, "h", 0)
 	var log moveLog
 	_, stop := startRebalancer(t, c, rebalance.Config{Identity: "r", OnMove: log.add, IdleAfter: idle, DrainWait: 5 * time.Millisecond,
 		SweepInterval: 10 * time.Millisecond})
@@ -594,14 +605,7 @@ func TestLeftoverDrainedAfterItsLockIsFreed(t *testing.T) {
 	if err := m.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	etcdtest.WaitFor(t, "the leftover to be drained once its lock was free", time.Minute, func() bool {
-		for _, mv := range log.snapshot() {
-			if mv.Kind == rebalance.Drain && mv.Segment == 0 {
-				return true
-			}
-		}
-		return false
-	})
+	etcdtest.WaitFor(t, "the leftover to be drained once its lock was free", time.Minute, func() bool { return drainedSegments(&log)[0] })
 	if st := status(t, c, "h"); st.Pool != 1 {
 		t.Fatalf("pool %d after the drain, want the leftover unit", st.Pool)
 	}
@@ -630,29 +634,12 @@ func TestBusyDrainRetriedAfterThePoolFilled(t *testing.T) {
 	}
 	// Another process holds segment 2's lock (the etcd mutex protocol the
 	// coordinator uses) through the first drains.
-	raw := etcd.Client(t)
-	sess, err := concurrency.NewSession(raw, concurrency.WithTTL(30))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Close()
-	m := concurrency.NewMutex(sess, strings.TrimSuffix(engines.Of(c).Keys.SegmentLock("b", 2), "/"))
-	if err := m.Lock(ctx); err != nil {
-		t.Fatal(err)
-	}
+	m := holdSegmentLock(t, etcd, c, "b", 2)
 	var log moveLog
 	_, stop := startRebalancer(t, c, rebalance.Config{Identity: "r", OnMove: log.add, IdleAfter: 100 * time.Millisecond,
 		DrainWait: 5 * time.Millisecond, SweepInterval: 20 * time.Millisecond})
 	defer stop()
-	drained := func() map[int]bool {
-		d := map[int]bool{}
-		for _, mv := range log.snapshot() {
-			if mv.Kind == rebalance.Drain {
-				d[mv.Segment] = true
-			}
-		}
-		return d
-	}
+	drained := func() map[int]bool { return drainedSegments(&log) }
 	etcdtest.WaitFor(t, "the idle segments 1 and 3 to be drained", time.Minute, func() bool { d := drained(); return d[1] && d[3] })
 	// Some passes with the pool stocked and segment 2's lock still held.
 	from := time.Now()

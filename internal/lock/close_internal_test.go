@@ -1,9 +1,7 @@
 package lock
 
 import (
-	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,23 +9,6 @@ import (
 	"github.com/stockctl/stockctl/internal/etcdcall"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
-
-// warnings is a slog handler that keeps the messages logged at Warn and
-// above.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
-func (w *warnings) WithGroup(string) slog.Handler                { return w }
-func (w *warnings) Handle(_ context.Context, r slog.Record) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, r.Message)
-	return nil
-}
 
 // Invariant: the key watch's check of a deleted key that was under way when
 // Close began (keyDeleted, a goroutine of its own that asks etcd whether
@@ -38,7 +19,7 @@ func (w *warnings) Handle(_ context.Context, r slog.Record) error {
 func TestKeyDeletedDuringCloseWarnsNothing(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	client := etcd.Client(t)
-	var log warnings
+	var log etcdtest.WarnLog
 	bg := background.NewGroup()
 	e := New(client, etcdcall.KV(client), bg, Config{
 		SessionTTL: 10 * time.Second, CohortMaxHandoffs: 32, CohortMaxHold: 100 * time.Millisecond,
@@ -59,9 +40,7 @@ func TestKeyDeletedDuringCloseWarnsNothing(t *testing.T) {
 	}
 	// The check the watch started for the revoke's deletion of own's key.
 	e.keyDeleted(ctx, q, own, own.Rev()+1)
-	log.mu.Lock()
-	defer log.mu.Unlock()
-	if len(log.msgs) > 0 {
-		t.Fatalf("a key deleted by Close's revoke logged %q", log.msgs)
+	if msgs := log.Messages(); len(msgs) > 0 {
+		t.Fatalf("a key deleted by Close's revoke logged %q", msgs)
 	}
 }

@@ -58,15 +58,14 @@ type Engine struct {
 	seq      atomic.Int64 // numbers the keys a session may have several of
 	renewals atomic.Int64 // keepalive answers seen (tests)
 
-	mu     sync.Mutex // guards sess, closed, queues, every queue's refs, and kw
-	sess   *concurrency.Session
-	closed bool
-	// closing is closed's value for readers under a queue's mu, which may
-	// not take mu (the lock order): a key found gone once Close has begun
-	// is the process's own revoke, not a loss (see keyGoneAtClose).
-	closing atomic.Bool
-	queues  map[string]lockQueue // by key prefix; entries live while referenced
-	kw      keyWatch
+	mu   sync.Mutex // guards sess, queues, every queue's refs, and kw; closed is set under it
+	sess *concurrency.Session
+	// closed is set once, by Close, under mu; an atomic so that readers
+	// under a queue's mu, which may not take mu (the lock order), see it
+	// too (keyGoneAtClose).
+	closed atomic.Bool
+	queues map[string]lockQueue // by key prefix; entries live while referenced
+	kw     keyWatch
 }
 
 // lockQueue is what the engine asks of every kind of queue: the exclusive
@@ -117,12 +116,11 @@ func New(client *clientv3.Client, kv clientv3.KV, bg *background.Group, cfg Conf
 // caller stops the background group afterwards.
 func (e *Engine) Close() (bool, error) {
 	e.mu.Lock()
-	if e.closed {
+	if e.closed.Load() {
 		e.mu.Unlock()
 		return false, nil
 	}
-	e.closed = true
-	e.closing.Store(true)
+	e.closed.Store(true)
 	sess := e.sess
 	e.sess = nil
 	e.mu.Unlock()
@@ -142,7 +140,7 @@ func (e *Engine) Close() (bool, error) {
 // tenures' keys did not, and each Close logged every tenure as "lock lost:
 // its etcd key is gone" and ended it with ErrLost rather than ErrClosed
 // (TestCloseWarnsOfNoLostLock). Every queue asks here, whoever tells it.
-func (e *Engine) keyGoneAtClose() bool { return e.closing.Load() }
+func (e *Engine) keyGoneAtClose() bool { return e.closed.Load() }
 
 // SessionTTL is the lease TTL of the engine's sessions.
 func (e *Engine) SessionTTL() time.Duration { return e.cfg.SessionTTL }
@@ -162,7 +160,7 @@ func (e *Engine) Lease() int64 {
 func (e *Engine) ref(pfx string, mk func() lockQueue) (lockQueue, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
+	if e.closed.Load() {
 		return nil, ErrClosed
 	}
 	q := e.queues[pfx]

@@ -75,7 +75,7 @@ func (e *Engine) watchSession(sess *concurrency.Session, from int64) (started bo
 		return false, 0
 	}
 	e.mu.Lock()
-	if e.closed || isDone(sess.Done()) {
+	if e.closed.Load() || isDone(sess.Done()) {
 		e.mu.Unlock()
 		return false, 0
 	}
@@ -126,11 +126,8 @@ func (e *Engine) runKeyWatch(ctx context.Context, sess *concurrency.Session, pfx
 
 // keyEvent hands one event to the queue it concerns.
 func (e *Engine) keyEvent(ev *clientv3.Event) {
-	e.mu.Lock()
-	closed := e.closed // Close's revocation deletes every key: not a loss
-	e.mu.Unlock()
-	if closed {
-		return
+	if e.closed.Load() {
+		return // Close's revocation deletes every key: not a loss
 	}
 	key := string(ev.Kv.Key)
 	pfx := queuePrefix(key)

@@ -46,7 +46,7 @@ func (e *Engine) Session(ctx context.Context) (*concurrency.Session, error) {
 	}
 
 	e.mu.Lock()
-	if e.closed {
+	if e.closed.Load() {
 		e.mu.Unlock()
 		_ = s.Close()
 		return nil, ErrClosed
@@ -73,7 +73,7 @@ func (e *Engine) Session(ctx context.Context) (*concurrency.Session, error) {
 func (e *Engine) liveSession() (*concurrency.Session, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
+	if e.closed.Load() {
 		return nil, ErrClosed
 	}
 	if e.sess == nil {
@@ -95,7 +95,7 @@ func (e *Engine) sessionEnded(s *concurrency.Session) {
 	if e.sess == s {
 		e.sess = nil
 	}
-	closed := e.closed
+	closed := e.closed.Load()
 	qs := make([]lockQueue, 0, len(e.queues))
 	for _, q := range e.queues {
 		qs = append(qs, q)
