@@ -486,11 +486,14 @@ func TestRunSaleCosts(t *testing.T) {
 		}
 		c, cl, sv := r.Costs, *r.Etcd, *r.EtcdServer
 		if c.KeysPerOrder == nil || c.DeletesPerOrder == nil || c.ComparesPerOrder == nil || c.TxnsPerOrder == nil ||
-			c.OrdersPerCommit == nil || c.RefusedCommits == nil {
+			c.OrdersPerCommit == nil || c.RefusedCommits == nil || c.CPUMicrosPerOrder == nil {
 			t.Fatalf("%s: a cost missing: %+v", r.Shape.Name, c)
 		}
 		t.Logf("%s: %d orders, client %+v, server %+v", r.Shape.Name, r.Orders, cl, sv)
 		n := float64(r.Orders)
+		if r.CPUSeconds <= 0 || *c.CPUMicrosPerOrder != r.CPUSeconds*1e6/n {
+			t.Errorf("%s: CPU %.3f s, %.1f µs an order: not this process's CPU over the window ÷ %d orders", r.Shape.Name, r.CPUSeconds, *c.CPUMicrosPerOrder, r.Orders)
+		}
 		if *c.KeysPerOrder != float64(sv.Puts)/n || *c.TxnsPerOrder != float64(cl.Writes)/n || *c.ComparesPerOrder != float64(cl.Compares)/n ||
 			*c.OrdersPerCommit != n/float64(sv.Writes) || *c.RefusedCommits != float64(cl.Refused)/float64(cl.Writes) {
 			t.Errorf("%s: costs %+v do not follow from the counts (client %+v, server %+v)", r.Shape.Name, c, cl, sv)

@@ -122,6 +122,19 @@ type OrderCosts struct {
 	// compares ÷ their groups (EtcdCounts.Groups): with the committer's
 	// nested groups, about the share of orders sent again or moved.
 	RefusedGroups *float64 `json:"refusedGroups"`
+	// CPUMicrosPerOrder is the bench process's CPU time over the selling
+	// window (SaleRow.CPUSeconds) ÷ served orders, in µs: on a machine
+	// the sale saturates, what bounds its rate. Null when etcd does not
+	// run in the process (its CPU would be missing).
+	CPUMicrosPerOrder *float64 `json:"cpuMicrosPerOrder"`
+}
+
+// addCPU sets CPUMicrosPerOrder from a row's CPU seconds (0: unknown).
+func (c *OrderCosts) addCPU(seconds float64, served int64) {
+	if seconds > 0 && served > 0 {
+		v := seconds * 1e6 / float64(served)
+		c.CPUMicrosPerOrder = &v
+	}
 }
 
 // orderCosts computes a row's OrderCosts from what was counted.

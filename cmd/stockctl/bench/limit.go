@@ -133,6 +133,7 @@ func runLimitOne(ctx context.Context, cfg *SaleConfig, sh SaleShape) (row SaleRo
 	row.ServedMs = latencyOf(lats)
 	row.OrdersPerSec = float64(row.Orders) / elapsed.Seconds()
 	row.Costs = orderCosts(row.Orders, row.Etcd, row.EtcdServer)
+	row.Costs.addCPU(row.CPUSeconds, row.Orders)
 
 	// The books: every committed put is a key under the prefix; a failed
 	// transaction may or may not have committed (all its keys or none).

@@ -90,8 +90,12 @@ type SaleRow struct {
 	// coordinators, the rebalancer's moves; when etcd runs in this
 	// process, and only for the rows that sell on etcd.
 	EtcdServer *EtcdServerCounts `json:"etcdServer,omitempty"`
-	// Costs are the figures per served order made from Etcd and
-	// EtcdServer.
+	// CPUSeconds is the CPU time this process used over the selling
+	// window when etcd runs in it (its buyers, coordinators and etcd:
+	// everything the sale ran on), else 0.
+	CPUSeconds float64 `json:"cpuSeconds,omitempty"`
+	// Costs are the figures per served order made from Etcd, EtcdServer
+	// and CPUSeconds.
 	Costs OrderCosts `json:"costs"`
 	// Clusters are each cluster's share of a row run over several
 	// clusters (StockctlClustersSale): its SKUs, requests and keys
@@ -336,6 +340,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	row.ServedMs, row.RefusalMs = latencyOf(served), latencyOf(refusals)
 	row.OrdersPerSec = float64(row.Orders) / elapsed.Seconds()
 	row.Costs = orderCosts(row.Orders, row.Etcd, row.EtcdServer)
+	row.Costs.addCPU(row.CPUSeconds, row.Orders)
 	if k := row.Costs.KeysPerOrder; k != nil && sh.Lines > 1 {
 		v := *k / float64(sh.Lines)
 		row.Costs.KeysPerLine = &v
@@ -411,6 +416,7 @@ func saleAttempts(ctx context.Context, cfg *SaleConfig, sb *saleBuyer, f func(co
 type window struct {
 	cfg      *SaleConfig
 	counted  bool
+	cpu      time.Duration // this process's CPU time at the start
 	client   EtcdCounts
 	server   EtcdServerCounts
 	serverOK bool
@@ -428,6 +434,7 @@ func startWindow(cfg *SaleConfig, counted bool) *window {
 	if cfg.Server != nil {
 		w.server, w.err = cfg.Server.Snapshot()
 		w.serverOK = w.err == nil
+		w.cpu = selfCPU()
 	}
 	return w
 }
@@ -443,6 +450,9 @@ func (w *window) end(row *SaleRow) {
 		row.Etcd = &c
 	}
 	if w.serverOK {
+		if cpu := selfCPU(); w.cpu > 0 && cpu > w.cpu {
+			row.CPUSeconds = (cpu - w.cpu).Seconds()
+		}
 		now, err := w.cfg.Server.Snapshot()
 		if err == nil {
 			c := now.Sub(w.server)

@@ -240,7 +240,7 @@ func (r saleReport) table() table {
 	t.add("ETCD", r.Config.Etcd)
 	t.header = []string{"SHAPE", "STRATEGY", "SKUS", "STOCK", "ORDERS/S", "REFUSALS/S", "SERVED P99", "REFUSAL P50", "REFUSAL P99",
 		"RELEASES", "ERRORS", "TRUTH", "ETCD W/ORDER", "ETCD R/ORDER",
-		"KEYS/ORDER", "KEYS/LINE", "DELS/ORDER", "CMPS/ORDER", "TXNS/ORDER", "ORDERS/COMMIT", "REFUSED COMMITS", "REFUSED GROUPS", "GOROUTINES", "HEAP MiB", "CHECK"}
+		"KEYS/ORDER", "KEYS/LINE", "DELS/ORDER", "CMPS/ORDER", "TXNS/ORDER", "ORDERS/COMMIT", "REFUSED COMMITS", "REFUSED GROUPS", "CPU µs/ORDER", "GOROUTINES", "HEAP MiB", "CHECK"}
 	for _, row := range r.Rows {
 		skus, stock := fmt.Sprint(row.Shape.SKUs), fmt.Sprint(row.Shape.Stock)
 		if row.Shape.Stock == bench.Plenty {
@@ -266,7 +266,7 @@ func (r saleReport) table() table {
 			fmt.Sprintf("%.0f", row.OrdersPerSec), fmt.Sprintf("%.0f", row.RefusalsPerSec), msText(row.ServedMs.P99),
 			msText(row.RefusalMs.P50), msText(row.RefusalMs.P99), fmt.Sprint(row.Releases), fmt.Sprint(row.Errors), truth,
 			writes, reads, ratioText(co.KeysPerOrder, 2), ratioText(co.KeysPerLine, 2), ratioText(co.DeletesPerOrder, 2), ratioText(co.ComparesPerOrder, 2),
-			ratioText(co.TxnsPerOrder, 3), ratioText(co.OrdersPerCommit, 1), percentText(co.RefusedCommits), percentText(co.RefusedGroups), fmt.Sprint(row.Goroutines), fmt.Sprintf("%.0f", row.HeapMiB), check})
+			ratioText(co.TxnsPerOrder, 3), ratioText(co.OrdersPerCommit, 1), percentText(co.RefusedCommits), percentText(co.RefusedGroups), ratioText(co.CPUMicrosPerOrder, 0), fmt.Sprint(row.Goroutines), fmt.Sprintf("%.0f", row.HeapMiB), check})
 	}
 	t.notes = append(t.notes, "", "REFUSALS/S: from the first refusal to the end of the run (the storm after the sell-out);",
 		"TRUTH: sampled refusals checked against the books at their revision, which must be at or after the order's start;",
@@ -282,6 +282,8 @@ func (r saleReport) table() table {
 		"REFUSED COMMITS: the clients' write transactions answered as refused by their compares (or with a nested one refused),",
 		"  of all they sent; REFUSED GROUPS: the parts that commit or fail on their own (a commit's nested transactions, one",
 		"  per group of orders sharing no key; else the transaction) refused, of all: about the share of orders sent again;",
+		"CPU µs/ORDER: this process's CPU time over the selling window (buyers, coordinators and etcd, when etcd runs in it)",
+		"  per served order; on a 2-core machine the sale saturates, what bounds its rate;",
 		"GOROUTINES, HEAP: the whole bench process at the end of the run (its coordinators, etcd and buyers).")
 	for _, row := range r.Rows {
 		if len(row.Clusters) > 0 {
