@@ -103,8 +103,11 @@ type Engine struct {
 	// lookRereads counts the SKUs whose look needed a second transaction
 	// to count their lazy segments (settleLooks).
 	lookRereads atomic.Int64
-	carts       batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
-	decider     atomic.Pointer[Decider] // orders over several clusters (across.go)
+	// looksRead and peeksRead count the looks and the peeks answered
+	// (look.go): what a first order of a SKU cost this process in reads.
+	looksRead, peeksRead atomic.Int64
+	carts                batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
+	decider              atomic.Pointer[Decider] // orders over several clusters (across.go)
 }
 
 // NewEngine returns an engine making its calls through kv (the client's KV

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -27,7 +28,7 @@ import (
 // about one read, not two.
 const lookParallel = 2
 
-// lookReq is one order's look.
+// lookReq is one order's look, or its peek at one segment (peek).
 type lookReq struct {
 	sku   *skuInfo
 	order string // "" when no replay check is wanted
@@ -35,6 +36,45 @@ type lookReq struct {
 	snap  *snapshot        // shared by the orders of one read and SKU: read-only
 	claim *mvccpb.KeyValue // the order ID's claim, when it was used
 	err   error
+
+	// A peek: peekSeg is the segment's index + 1 (0: a look); what the
+	// read found is in peeked, its reads at peekAt of the transaction.
+	peekSeg int
+	peekAt  int
+	peeked  peek
+}
+
+// peek is one segment as a peek read it, at one revision: its counter,
+// inbox, and whether its lock has a key (a holder or a waiter).
+type peek struct {
+	cnt, cntMod int64
+	ctr         SegmentCounter
+	inbox       int64
+	inMod       int64
+	locked      bool
+}
+
+// peekOps is what a peek costs a look transaction: the counter, the inbox
+// and a count of the lock's keys.
+const peekOps = 3
+
+// peekAt reads segment i of sku as a peek (no replay check, no other
+// segment), sharing the transaction with the looks and peeks of the moment.
+// A first order of a SKU in this process that may be sold directly peeks
+// at the segment it would sell from, rather than look at the whole SKU (a
+// range over every counter and inbox, which etcd must read and send: most
+// of the CPU of an order over thousands of SKUs, each order the first of
+// its SKU in its process). The sale is fenced by its commit as always; a
+// peek that finds the segment unable to sell sends the order on to a look.
+func (e *Engine) peekAt(ctx context.Context, sku *skuInfo, i int) (peek, error) {
+	r := &lookReq{sku: sku, peekSeg: i + 1, done: make(chan struct{})}
+	e.looks.Submit(r)
+	select {
+	case <-r.done:
+		return r.peeked, r.err
+	case <-ctx.Done():
+		return peek{}, context.Cause(ctx)
+	}
 }
 
 // look reads sku's stock, and the claim of order (unless ""), at a
@@ -60,7 +100,9 @@ func (e *Engine) selectLooks(queue []*lookReq) (batch, rest []*lookReq) {
 	rest = queue[:0]
 	for _, r := range queue {
 		n := 0
-		if !skus[r.sku.name] {
+		if r.peekSeg > 0 {
+			n = peekOps
+		} else if !skus[r.sku.name] {
 			n += 3 // its stock, its meta, and maybe the records since its lazy base
 		}
 		if r.order != "" {
@@ -71,7 +113,9 @@ func (e *Engine) selectLooks(queue []*lookReq) (batch, rest []*lookReq) {
 			continue
 		}
 		ops += n
-		skus[r.sku.name] = true
+		if r.peekSeg == 0 {
+			skus[r.sku.name] = true
+		}
 		batch = append(batch, r)
 	}
 	return batch, rest
@@ -86,14 +130,14 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	var skus []*skuInfo // in the order of their ranges in ops
 	seen := map[string]bool{}
 	for _, r := range batch {
-		if !seen[r.sku.name] {
+		if r.peekSeg == 0 && !seen[r.sku.name] {
 			seen[r.sku.name] = true
 			skus = append(skus, r.sku)
 			ops = append(ops, clientv3.OpGet(e.keys.SKUStock(r.sku.name), clientv3.WithPrefix()))
 		}
 	}
 	for _, r := range batch {
-		if r.order != "" {
+		if r.peekSeg == 0 && r.order != "" {
 			ops = append(ops, clientv3.OpGet(e.keys.Order(r.sku.name, r.order)))
 		}
 	}
@@ -113,6 +157,13 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 		if base := info.lookBase.Load(); base > 0 {
 			spec[info] = specRead{at: len(ops), base: base}
 			ops = append(ops, clientv3.OpGet(e.keys.Orders(info.name), clientv3.WithPrefix(), clientv3.WithMinCreateRev(base+1)))
+		}
+	}
+	for _, r := range batch {
+		if i := r.peekSeg - 1; i >= 0 {
+			r.peekAt = len(ops)
+			ops = append(ops, clientv3.OpGet(e.keys.Segment(r.sku.name, i)), clientv3.OpGet(e.keys.Inbox(r.sku.name, i)),
+				clientv3.OpGet(e.keys.SegmentLock(r.sku.name, i), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 		}
 	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
@@ -141,6 +192,13 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	e.settleLooks(ctx, skus, snaps, errs, spec)
 	next := len(skus)
 	for _, r := range batch {
+		if r.peekSeg > 0 {
+			r.peeked, r.err = e.decodePeek(r.sku, resp.Responses[r.peekAt:r.peekAt+peekOps])
+			e.peeksRead.Add(1)
+			close(r.done)
+			continue
+		}
+		e.looksRead.Add(1)
 		r.snap, r.err = snaps[r.sku.name], errs[r.sku.name]
 		if r.order != "" {
 			if kvs := resp.Responses[next].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -150,6 +208,27 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 		}
 		close(r.done)
 	}
+}
+
+// decodePeek decodes a peek's reads (readLooks).
+func (e *Engine) decodePeek(sku *skuInfo, rs []*pb.ResponseOp) (peek, error) {
+	var p peek
+	if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		c, err := DecodeSegmentCounter(string(kvs[0].Key), kvs[0].Value)
+		if err != nil {
+			return p, err
+		}
+		p.cnt, p.cntMod, p.ctr = c.N, kvs[0].ModRevision, c
+	}
+	if kvs := rs[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		v, err := decodeExact(string(kvs[0].Key), kvs[0].Value)
+		if err != nil {
+			return p, err
+		}
+		p.inbox, p.inMod = v, kvs[0].ModRevision
+	}
+	p.locked = rs[2].GetResponseRange().GetCount() > 0
+	return p, nil
 }
 
 // specRead is a look's read of a SKU's records since the oldest lazy base

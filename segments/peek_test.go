@@ -1,0 +1,159 @@
+package segments
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/stockctl/stockctl/internal/etcdtest"
+)
+
+// A process's first order of a SKU, sold directly, peeks at the one segment
+// it would sell from rather than look at the whole SKU; where that segment
+// cannot be sold from directly (its lock has a key, another process sells
+// it lazily, it holds too little), the order looks as before and is served
+// elsewhere. In every case the order is served once and the books balance.
+func TestColdDirectOrderPeeks(t *testing.T) {
+	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
+	ctx := t.Context()
+	const segments, fill = 4, 10
+	for _, tc := range []struct {
+		name string
+		lazy bool
+		// prepare runs after the SKU is made and the seller's view read;
+		// home is the segment the order would sell from.
+		prepare    func(t *testing.T, e *Engine, sku string, home int)
+		peeks      int64
+		looks      int64
+		servedHome bool
+	}{
+		{name: "free", peeks: 1, servedHome: true},
+		{name: "free, lazy", lazy: true, peeks: 1, servedHome: true},
+		{name: "its lock held before the view", prepare: nil, peeks: 0, looks: 1},
+		// The peek finds its lock's key, or the view does first (the
+		// watch is quick): either way the order looks.
+		{name: "its lock taken after the view", peeks: anyPeeks, looks: 1,
+			prepare: func(t *testing.T, e *Engine, sku string, home int) { lockSegment(t, client, e, sku, home) }},
+		{name: "sold lazily by another process", lazy: true, peeks: 1, looks: 1,
+			prepare: func(t *testing.T, e *Engine, sku string, home int) {
+				// Another owner's lazy counter with no sale since its base
+				// holds what it says: the books stay balanced.
+				put(t, client, e.keys.Segment(sku, home), EncodeSegmentCounter(SegmentCounter{N: fill, Owner: 12345, Base: 1}))
+			}},
+		{name: "too little there", peeks: 1, looks: 1,
+			prepare: func(t *testing.T, e *Engine, sku string, home int) {
+				// Its units moved to the pool: the books stay balanced.
+				put(t, client, e.keys.Segment(sku, home), EncodeCounter(0))
+				put(t, client, e.keys.Pool(sku), EncodeCounter(fill))
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			maker := etcdEngine(t, func(c *engineTestConfig) { c.client = client })
+			buyer := etcdEngine(t, func(c *engineTestConfig) { c.client, c.lazy = client, tc.lazy })
+			sku := fmt.Sprintf("peek-%d", buyer.owner)
+			if _, err := maker.CreateSKU(ctx, sku, SKUConfig{Total: segments * fill, Segments: segments, InitialFill: segments * fill}); err != nil {
+				t.Fatal(err)
+			}
+			info, err := buyer.sku(ctx, sku)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The seller's home for its direct orders, computed before its
+			// view is read when a lock must be in that view.
+			probe := &seller{e: buyer, sku: info, sts: make([]atomic.Pointer[placeState], segments)}
+			home := probe.directHome()
+			if tc.name == "its lock held before the view" {
+				lockSegment(t, client, buyer, sku, home)
+			}
+			s, err := buyer.seller(info)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-s.viewed
+			s.release()
+			if tc.prepare != nil {
+				tc.prepare(t, buyer, sku, home)
+			}
+			looks, peeks := buyer.looksRead.Load(), buyer.peeksRead.Load()
+			a, err := buyer.Allocate(ctx, sku, "o-1", 1, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := buyer.peeksRead.Load() - peeks; got != tc.peeks && (tc.peeks != anyPeeks || got > 1) {
+				t.Errorf("%d peeks; want %d", got, tc.peeks)
+			}
+			if got := buyer.looksRead.Load() - looks; got != tc.looks {
+				t.Errorf("%d looks; want %d", got, tc.looks)
+			}
+			if len(a.Parts) != 1 || a.Parts[0].Place.IsPool() {
+				t.Fatalf("served from %+v; want one segment", a.Parts)
+			}
+			if atHome := a.Parts[0].Place.Index() == home; atHome != tc.servedHome {
+				t.Errorf("served from segment %d, home %d; want at home: %v", a.Parts[0].Place.Index(), home, tc.servedHome)
+			}
+			// A retry is a replay, whichever path it takes.
+			b, err := buyer.Allocate(ctx, sku, "o-1", 1, "")
+			if err != nil || b.Revision != a.Revision {
+				t.Errorf("the retry: %+v, %v; want the first allocation replayed (revision %d)", b, err, a.Revision)
+			}
+			rep, err := maker.Audit(ctx, sku)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.OK || rep.Allocated != 1 {
+				t.Errorf("audit: %+v; want the books balanced with 1 allocated", rep)
+			}
+		})
+	}
+}
+
+// The segment a process prefers for a SKU's direct orders depends on the
+// process, not on its etcd session: a process that sells only directly has
+// none (its lease reads 0), and every such process picked the same segment
+// of every SKU.
+func TestDirectHomeIsPerProcess(t *testing.T) {
+	a, b := testEngine(t), testEngine(t)
+	a.owner, b.owner = 1, 2
+	same := 0
+	const skus, segments = 64, 20
+	for i := range skus {
+		info := &skuInfo{name: fmt.Sprint("sku-", i), segments: segments}
+		ha := (&seller{e: a, sku: info, sts: make([]atomic.Pointer[placeState], segments)}).directHome()
+		hb := (&seller{e: b, sku: info, sts: make([]atomic.Pointer[placeState], segments)}).directHome()
+		if ha == hb {
+			same++
+		}
+	}
+	// 64 SKUs over 20 segments: about 3 alike by chance.
+	if same > skus/4 {
+		t.Errorf("two processes prefer the same segment for %d of %d SKUs", same, skus)
+	}
+}
+
+// anyPeeks: the case may peek once or not at all.
+const anyPeeks = -1
+
+// lockSegment holds segment i of sku's lock from a session of its own
+// until the test ends (etcd's mutex protocol, as another process would).
+func lockSegment(t *testing.T, client *clientv3.Client, e *Engine, sku string, i int) {
+	t.Helper()
+	sess, err := concurrency.NewSession(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sess.Close() })
+	if err := concurrency.NewMutex(sess, strings.TrimSuffix(e.keys.SegmentLock(sku, i), "/")).Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func put(t *testing.T, client *clientv3.Client, key, value string) {
+	t.Helper()
+	if _, err := client.Put(t.Context(), key, value); err != nil {
+		t.Fatal(err)
+	}
+}
