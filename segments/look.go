@@ -28,7 +28,7 @@ import (
 // about one read, not two.
 const lookParallel = 2
 
-// lookReq is one order's look, or its peek at one segment (peek).
+// lookReq is one order's look, or its peek at one segment (pk set).
 type lookReq struct {
 	sku   *skuInfo
 	order string // "" when no replay check is wanted
@@ -36,22 +36,23 @@ type lookReq struct {
 	snap  *snapshot        // shared by the orders of one read and SKU: read-only
 	claim *mvccpb.KeyValue // the order ID's claim, when it was used
 	err   error
+	pk    *peekRead // a peek's segment and what it found; nil: a look
+}
 
-	// A peek: peekSeg is the segment's index + 1 (0: a look); what the
-	// read found is in peeked, its reads at peekAt of the transaction.
-	peekSeg int
-	peekAt  int
-	peeked  peek
+// peekRead is a peek's segment, where its reads are in the look
+// transaction, and what they found.
+type peekRead struct {
+	seg, at int
+	found   peek
 }
 
 // peek is one segment as a peek read it, at one revision: its counter,
 // inbox, and whether its lock has a key (a holder or a waiter).
 type peek struct {
-	cnt, cntMod int64
-	ctr         SegmentCounter
-	inbox       int64
-	inMod       int64
-	locked      bool
+	ctr          SegmentCounter
+	cntMod       int64 // the counter's ModRevision (0: no counter)
+	inbox, inMod int64
+	locked       bool
 }
 
 // peekOps is what a peek costs a look transaction: the counter, the inbox
@@ -67,11 +68,11 @@ const peekOps = 3
 // its SKU in its process). The sale is fenced by its commit as always; a
 // peek that finds the segment unable to sell sends the order on to a look.
 func (e *Engine) peekAt(ctx context.Context, sku *skuInfo, i int) (peek, error) {
-	r := &lookReq{sku: sku, peekSeg: i + 1, done: make(chan struct{})}
+	r := &lookReq{sku: sku, pk: &peekRead{seg: i}, done: make(chan struct{})}
 	e.looks.Submit(r)
 	select {
 	case <-r.done:
-		return r.peeked, r.err
+		return r.pk.found, r.err
 	case <-ctx.Done():
 		return peek{}, context.Cause(ctx)
 	}
@@ -100,7 +101,7 @@ func (e *Engine) selectLooks(queue []*lookReq) (batch, rest []*lookReq) {
 	rest = queue[:0]
 	for _, r := range queue {
 		n := 0
-		if r.peekSeg > 0 {
+		if r.pk != nil {
 			n = peekOps
 		} else if !skus[r.sku.name] {
 			n += 3 // its stock, its meta, and maybe the records since its lazy base
@@ -113,7 +114,7 @@ func (e *Engine) selectLooks(queue []*lookReq) (batch, rest []*lookReq) {
 			continue
 		}
 		ops += n
-		if r.peekSeg == 0 {
+		if r.pk == nil {
 			skus[r.sku.name] = true
 		}
 		batch = append(batch, r)
@@ -130,14 +131,14 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	var skus []*skuInfo // in the order of their ranges in ops
 	seen := map[string]bool{}
 	for _, r := range batch {
-		if r.peekSeg == 0 && !seen[r.sku.name] {
+		if r.pk == nil && !seen[r.sku.name] {
 			seen[r.sku.name] = true
 			skus = append(skus, r.sku)
 			ops = append(ops, clientv3.OpGet(e.keys.SKUStock(r.sku.name), clientv3.WithPrefix()))
 		}
 	}
 	for _, r := range batch {
-		if r.peekSeg == 0 && r.order != "" {
+		if r.pk == nil && r.order != "" {
 			ops = append(ops, clientv3.OpGet(e.keys.Order(r.sku.name, r.order)))
 		}
 	}
@@ -160,10 +161,10 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 		}
 	}
 	for _, r := range batch {
-		if i := r.peekSeg - 1; i >= 0 {
-			r.peekAt = len(ops)
-			ops = append(ops, clientv3.OpGet(e.keys.Segment(r.sku.name, i)), clientv3.OpGet(e.keys.Inbox(r.sku.name, i)),
-				clientv3.OpGet(e.keys.SegmentLock(r.sku.name, i), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+		if pk := r.pk; pk != nil {
+			pk.at = len(ops)
+			ops = append(ops, clientv3.OpGet(e.keys.Segment(r.sku.name, pk.seg)), clientv3.OpGet(e.keys.Inbox(r.sku.name, pk.seg)),
+				clientv3.OpGet(e.keys.SegmentLock(r.sku.name, pk.seg), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 		}
 	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
@@ -192,8 +193,8 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	e.settleLooks(ctx, skus, snaps, errs, spec)
 	next := len(skus)
 	for _, r := range batch {
-		if r.peekSeg > 0 {
-			r.peeked, r.err = e.decodePeek(r.sku, resp.Responses[r.peekAt:r.peekAt+peekOps])
+		if pk := r.pk; pk != nil {
+			pk.found, r.err = decodePeek(resp.Responses[pk.at:pk.at+peekOps], e.keys.Inbox(r.sku.name, pk.seg))
 			e.peeksRead.Add(1)
 			close(r.done)
 			continue
@@ -210,22 +211,17 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	}
 }
 
-// decodePeek decodes a peek's reads (readLooks).
-func (e *Engine) decodePeek(sku *skuInfo, rs []*pb.ResponseOp) (peek, error) {
-	var p peek
+// decodePeek decodes a peek's reads (readLooks), the inbox's under inKey:
+// a missing counter or inbox is 0 at revision 0.
+func decodePeek(rs []*pb.ResponseOp, inKey string) (p peek, err error) {
 	if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		c, err := DecodeSegmentCounter(string(kvs[0].Key), kvs[0].Value)
-		if err != nil {
+		if p.ctr, err = DecodeSegmentCounter(string(kvs[0].Key), kvs[0].Value); err != nil {
 			return p, err
 		}
-		p.cnt, p.cntMod, p.ctr = c.N, kvs[0].ModRevision, c
+		p.cntMod = kvs[0].ModRevision
 	}
-	if kvs := rs[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		v, err := decodeExact(string(kvs[0].Key), kvs[0].Value)
-		if err != nil {
-			return p, err
-		}
-		p.inbox, p.inMod = v, kvs[0].ModRevision
+	if p.inbox, p.inMod, err = decodeCounterKV(inKey, rs[1].GetResponseRange()); err != nil {
+		return p, err
 	}
 	p.locked = rs[2].GetResponseRange().GetCount() > 0
 	return p, nil

@@ -26,14 +26,17 @@ func TestColdDirectOrderPeeks(t *testing.T) {
 		lazy bool
 		// prepare runs after the SKU is made and the seller's view read;
 		// home is the segment the order would sell from.
-		prepare    func(t *testing.T, e *Engine, sku string, home int)
+		prepare func(t *testing.T, e *Engine, sku string, home int)
+		// lockFirst: another session holds home's lock before the
+		// seller is made (its view then has the key).
+		lockFirst  bool
 		peeks      int64
 		looks      int64
 		servedHome bool
 	}{
 		{name: "free", peeks: 1, servedHome: true},
 		{name: "free, lazy", lazy: true, peeks: 1, servedHome: true},
-		{name: "its lock held before the view", prepare: nil, peeks: 0, looks: 1},
+		{name: "its lock held before the view", lockFirst: true, peeks: 0, looks: 1},
 		// The peek finds its lock's key, or the view does first (the
 		// watch is quick): either way the order looks.
 		{name: "its lock taken after the view", peeks: anyPeeks, looks: 1,
@@ -66,7 +69,7 @@ func TestColdDirectOrderPeeks(t *testing.T) {
 			// view is read when a lock must be in that view.
 			probe := &seller{e: buyer, sku: info, sts: make([]atomic.Pointer[placeState], segments)}
 			home := probe.directHome()
-			if tc.name == "its lock held before the view" {
+			if tc.lockFirst {
 				lockSegment(t, client, buyer, sku, home)
 			}
 			s, err := buyer.seller(info)

@@ -624,12 +624,12 @@ func (s *seller) peekDirect(ctx context.Context, req *allocReq, home int) {
 		return
 	}
 	p, err := s.e.peekAt(ctx, s.sku, i)
-	if err != nil || p.locked || p.cntMod == 0 || p.ctr.Lazy() || p.cnt+p.inbox < req.qty {
+	if err != nil || p.locked || p.cntMod == 0 || p.ctr.Lazy() || p.ctr.N+p.inbox < req.qty {
 		return
 	}
 	st := s.st(i)
 	st.mu.Lock()
-	st.seeDirectLocked(p.cnt, p.cntMod, p.ctr, p.inbox, p.inMod)
+	st.seeDirectLocked(p.ctr.N, p.cntMod, p.ctr, p.inbox, p.inMod)
 	st.mu.Unlock()
 	s.directIdx.CompareAndSwap(-1, int32(i))
 }
