@@ -211,17 +211,15 @@ func (e *Engine) planHeld(ctx context.Context, pp *placePlan) {
 	}
 }
 
-// txn adds the place's fence, writes and Else reads to a transaction's.
-func (pp *placePlan) txn(cmps []clientv3.Cmp, ops, diag []clientv3.Op) ([]clientv3.Cmp, []clientv3.Op, []clientv3.Op) {
+// txn adds the place's fence and writes to a transaction's.
+func (pp *placePlan) txn(cmps []clientv3.Cmp, ops []clientv3.Op) ([]clientv3.Cmp, []clientv3.Op) {
 	st := pp.st
 	if pp.fence == lockFence {
 		// Held: the lock is this process's, the counter as committed;
 		// the counter written (an absorb went before, absorb.go).
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pp.own.Key()), "=", pp.own.Rev()),
 			clientv3.Compare(clientv3.ModRevision(st.key), "=", pp.mod))
-		ops = append(ops, clientv3.OpPut(st.key, EncodeCounter(pp.value)))
-		diag = append(diag, clientv3.OpGet(pp.own.Key(), clientv3.WithKeysOnly()))
-		return cmps, ops, diag
+		return cmps, append(ops, clientv3.OpPut(st.key, EncodeCounter(pp.value)))
 	}
 	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.key), "=", pp.mod))
 	if pp.fencedByLockRange() {
@@ -236,11 +234,22 @@ func (pp *placePlan) txn(cmps []clientv3.Cmp, ops, diag []clientv3.Op) ([]client
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.inKey), "=", pp.inMod))
 		ops = append(ops, clientv3.OpPut(st.inKey, EncodeCounter(0)))
 	}
-	diag = append(diag, clientv3.OpGet(st.key), clientv3.OpGet(st.inKey))
-	if pp.fencedByLockRange() {
-		diag = append(diag, clientv3.OpGet(pp.lockPfx, clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	return cmps, ops
+}
+
+// elseReads adds the reads that tell what refused a transaction with the
+// place (readElse reads them), at rev: the lock's key of a held place; a
+// direct place's counter, inbox and, when fenced by it, lock range.
+func (pp *placePlan) elseReads(diag []clientv3.Op, rev int64) []clientv3.Op {
+	at := clientv3.WithRev(rev)
+	if pp.fence == lockFence {
+		return append(diag, clientv3.OpGet(pp.own.Key(), clientv3.WithKeysOnly(), at))
 	}
-	return cmps, ops, diag
+	diag = append(diag, clientv3.OpGet(pp.st.key, at), clientv3.OpGet(pp.st.inKey, at))
+	if pp.fencedByLockRange() {
+		diag = append(diag, clientv3.OpGet(pp.lockPfx, clientv3.WithPrefix(), clientv3.WithCountOnly(), at))
+	}
+	return diag
 }
 
 // fencedByLockRange reports whether a direct place's commit compares that
@@ -254,8 +263,8 @@ func (pp *placePlan) fencedByLockRange() bool {
 	return !pp.lazy || pp.absorb
 }
 
-// readElse reads the place's Else reads from the start of rs (what txn
-// added) after a refused transaction, and returns how many it read. A held
+// readElse reads the place's Else reads from the start of rs (what
+// elseReads added) after a refused transaction, and returns how many it read. A held
 // place whose lock key is gone is lost (its queue is told); a direct place
 // whose counter moved (a lock holder marked it, another process took it
 // over) or, not lazy, whose lock was taken has raced: this process's direct

@@ -97,7 +97,7 @@ func TestSelectOrdersNeverTwoOfOneID(t *testing.T) {
 
 // testEngine is an engine with no etcd: enough for the planning paths that
 // read nothing (every cache valid), and queues that can be told of a loss.
-func testEngine(t *testing.T) *Engine {
+func testEngine(t testing.TB) *Engine {
 	t.Helper()
 	bg := background.NewGroup()
 	t.Cleanup(func() { bg.Stop(); bg.Wait() })

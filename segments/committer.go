@@ -175,6 +175,17 @@ func (c *committer) commitOnce(ctx context.Context, batch []*commitReq) (again, 
 			g.committed(e, rev)
 			continue
 		}
+		if r.Responses == nil {
+			// Refused, and what refused it could not be read
+			// (sendGroups): nothing was written; its places are read
+			// afresh and its orders sent again.
+			for _, pp := range g.order {
+				pp.unknown()
+			}
+			e.settleUsers(g.users, 0, nil)
+			again = append(again, answerUnplannable(g.batch, places)...)
+			continue
+		}
 		// Refused: read what changed, in the order the Else branch was
 		// built (build): the places, the orders' records, the SKUs, the
 		// buyers.
@@ -288,12 +299,11 @@ type txnGroup struct {
 	order []*placePlan
 	users []*batchUser
 
-	// Built by build: the transaction's compares, writes and Else reads;
-	// each order's parts as recorded; the SKUs compared, whose meta reads
-	// start at metaAt in the Else branch.
+	// Built by build: the transaction's compares and writes; each order's
+	// parts as recorded; the SKUs compared, whose meta reads start at
+	// metaAt in the group's Else reads (elseReads).
 	cmps    []clientv3.Cmp
 	ops     []clientv3.Op
-	diag    []clientv3.Op
 	partsOf [][]Part
 	skus    []*skuInfo
 	metaAt  int
@@ -382,49 +392,88 @@ func (e *Engine) txnGroups(batch []*commitReq, order []*placePlan, users []*batc
 	limit := e.cfg.MaxTxnOps - len(groups)
 	for _, g := range groups {
 		e.build(g)
-		if max(len(g.cmps), len(g.ops), len(g.diag)) > limit {
+		if max(len(g.cmps), len(g.ops)) > limit {
 			return whole()
 		}
 	}
 	return groups
 }
 
-// build makes g's transaction: its places' compares, puts and Else reads
+// build makes g's transaction: its places' compares and puts
 // (placePlan.txn), then what every batch of orders carries after them:
-// each order's absence compare, record put and record read, each SKU's
-// incarnation compare and meta read, then the buyers' counters last
-// (commitOnce reads the Else branch in that order).
+// each order's absence compare and record put, each SKU's incarnation
+// compare, then the buyers' counters last. The slices are sized once:
+// a commit carries tens of orders, and growing them was the largest
+// allocation of the commit path (BenchmarkBuild).
 func (e *Engine) build(g *txnGroup) {
-	var cmps []clientv3.Cmp
-	var ops, diag []clientv3.Op
-	for _, pp := range g.order {
-		cmps, ops, diag = pp.txn(cmps, ops, diag)
+	nc, no := 2*len(g.order)+len(g.batch)+len(g.users), 2*len(g.order)+len(g.batch)+len(g.users)
+	for _, cr := range g.batch {
+		if cr.req.ttl > 0 {
+			no++
+		}
 	}
-	g.partsOf = make([][]Part, len(g.batch))
 	seen := map[*skuInfo]bool{}
-	for i, cr := range g.batch {
-		g.partsOf[i] = cr.segmentParts()
-		cmps = append(cmps, e.orderAbsent(cr.req.sku.name, cr.req.order))
-		ops = append(ops, e.orderPuts(cr.req, g.partsOf[i])...)
-		diag = append(diag, clientv3.OpGet(e.orderKey(cr.req)))
+	for _, cr := range g.batch {
 		if !seen[cr.req.sku] && cr.req.sku.created != 0 {
 			seen[cr.req.sku] = true
 			g.skus = append(g.skus, cr.req.sku)
 		}
 	}
-	g.metaAt = len(diag)
+	cmps := make([]clientv3.Cmp, 0, nc+len(g.skus)+len(g.order))
+	ops := make([]clientv3.Op, 0, no)
+	for _, pp := range g.order {
+		cmps, ops = pp.txn(cmps, ops)
+	}
+	g.partsOf = make([][]Part, len(g.batch))
+	for i, cr := range g.batch {
+		g.partsOf[i] = cr.segmentParts()
+		key := e.orderKey(cr.req)
+		cmps = append(cmps, recordAbsent(key))
+		ops = e.appendOrderPuts(ops, key, cr.req, g.partsOf[i])
+	}
 	for _, info := range g.skus {
 		cmps = append(cmps, e.incarnation(info)...)
-		diag = append(diag, clientv3.OpGet(e.keys.Meta(info.name), clientv3.WithKeysOnly()))
 	}
-	ucmps, uops, udiag := userCmpsOps(g.users)
-	g.cmps, g.ops, g.diag = append(cmps, ucmps...), append(ops, uops...), append(diag, udiag...)
+	g.cmps, g.ops = appendUserCmpsOps(cmps, ops, g.users)
+}
+
+// elseReads are the reads that tell what refused g's transaction, at rev,
+// in the order answerRefused and commitOnce read them: the places'
+// (placePlan.elseReads), each order's record, each SKU's meta record (from
+// g.metaAt), the buyers' counters. They are not sent with the transaction
+// (sendGroups).
+func (e *Engine) elseReads(g *txnGroup, rev int64) []clientv3.Op {
+	at := clientv3.WithRev(rev)
+	diag := make([]clientv3.Op, 0, 3*len(g.order)+len(g.batch)+len(g.skus)+len(g.users))
+	for _, pp := range g.order {
+		diag = pp.elseReads(diag, rev)
+	}
+	for _, cr := range g.batch {
+		diag = append(diag, clientv3.OpGet(e.orderKey(cr.req), at))
+	}
+	g.metaAt = len(diag)
+	for _, info := range g.skus {
+		diag = append(diag, clientv3.OpGet(e.keys.Meta(info.name), clientv3.WithKeysOnly(), at))
+	}
+	for _, bu := range g.users {
+		diag = append(diag, clientv3.OpGet(bu.key, at))
+	}
+	return diag
 }
 
 // sendGroups sends groups in one transaction: flat when there is one,
 // else one nested transaction per group. It returns the revision of the
 // answer and each group's outcome; a refused group's gone are filled in
 // (the SKUs found deleted or replaced, forgotten).
+//
+// A group's Else reads are not sent with it: every transaction would carry
+// them, built, marshalled, parsed by etcd and logged in its raft log and
+// WAL, for the few refused by a compare (0.02 % of groups selling 1,000
+// SKUs lazily). A refused group's are read afterwards at the answer's
+// revision (readRefused), which shows what its Else branch would have:
+// no group writes another's keys. A refused group whose reads failed is
+// answered with nil Responses (commitOnce sends its orders again, its
+// places read afresh).
 func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64, results []*pb.TxnResponse, err error) {
 	n := 0
 	for _, g := range groups {
@@ -434,14 +483,14 @@ func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64,
 	var resp *clientv3.TxnResponse
 	if len(groups) == 1 {
 		g := groups[0]
-		resp, err = e.kv.Txn(ctx).If(g.cmps...).Then(g.ops...).Else(g.diag...).Commit()
+		resp, err = e.kv.Txn(ctx).If(g.cmps...).Then(g.ops...).Commit()
 		if err == nil {
 			results = []*pb.TxnResponse{(*pb.TxnResponse)(resp)}
 		}
 	} else {
 		nested := make([]clientv3.Op, len(groups))
 		for i, g := range groups {
-			nested[i] = clientv3.OpTxn(g.cmps, g.ops, g.diag)
+			nested[i] = clientv3.OpTxn(g.cmps, g.ops, nil)
 		}
 		resp, err = e.kv.Txn(ctx).Then(nested...).Commit()
 		if err == nil {
@@ -454,14 +503,20 @@ func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64,
 		e.metrics.committed(n, time.Since(sent), "error")
 		return 0, nil, err
 	}
-	refused := 0
+	rev = resp.Header.Revision
+	var refused []int
+	for i := range groups {
+		if !results[i].Succeeded {
+			refused = append(refused, i)
+		}
+	}
+	e.readRefused(ctx, rev, groups, results, refused)
 	var gone map[*skuInfo]error // made on the first SKU found gone (rare)
-	for i, g := range groups {
-		r := results[i]
-		if r.Succeeded {
+	for _, i := range refused {
+		g, r := groups[i], results[i]
+		if r.Responses == nil {
 			continue
 		}
-		refused++
 		for j, info := range g.skus {
 			if err, ok := gone[info]; ok {
 				g.setGone(info, err)
@@ -480,7 +535,7 @@ func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64,
 		}
 	}
 	outcome := "committed"
-	switch refused {
+	switch len(refused) {
 	case 0:
 	case len(groups):
 		outcome = "refused"
@@ -488,7 +543,36 @@ func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64,
 		outcome = "partial"
 	}
 	e.metrics.committed(n, time.Since(sent), outcome)
-	return resp.Header.Revision, results, nil
+	return rev, results, nil
+}
+
+// readRefused reads the Else reads of the groups refused (their indexes)
+// at rev into their results' Responses, in read-only transactions of at
+// most max-txn-ops reads (selectOrders keeps a batch's reads within it).
+// A result whose reads failed keeps nil Responses.
+func (e *Engine) readRefused(ctx context.Context, rev int64, groups []*txnGroup, results []*pb.TxnResponse, refused []int) {
+	for len(refused) > 0 {
+		var ops []clientv3.Op
+		var sizes []int
+		k := 0
+		for ; k < len(refused); k++ {
+			diag := e.elseReads(groups[refused[k]], rev)
+			if k > 0 && len(ops)+len(diag) > e.cfg.MaxTxnOps {
+				break
+			}
+			ops = append(ops, diag...)
+			sizes = append(sizes, len(diag))
+		}
+		resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
+		if err == nil && len(resp.Responses) == len(ops) {
+			next := 0
+			for j, size := range sizes {
+				results[refused[j]].Responses = resp.Responses[next : next+size]
+				next += size
+			}
+		}
+		refused = refused[len(sizes):]
+	}
 }
 
 func (g *txnGroup) setGone(info *skuInfo, err error) {

@@ -183,9 +183,10 @@ func TestTxnGroups(t *testing.T) {
 		}
 		gs := e.txnGroups(batch, order, users)
 		for _, g := range gs {
-			// Each group's Else branch ends with its buyers' reads.
-			if len(g.diag) < len(g.users) || len(g.cmps) == 0 || len(g.ops) == 0 {
-				t.Errorf("group %s built with %d compares, %d writes, %d reads", g.batch[0].req.order, len(g.cmps), len(g.ops), len(g.diag))
+			// Each group's Else reads end with its buyers' reads.
+			diag := e.elseReads(g, 1)
+			if len(diag) < len(g.users) || len(g.cmps) == 0 || len(g.ops) == 0 {
+				t.Errorf("group %s built with %d compares, %d writes, %d reads", g.batch[0].req.order, len(g.cmps), len(g.ops), len(diag))
 			}
 		}
 		return ids(gs)

@@ -84,7 +84,12 @@ func (e *Engine) OrderRecord(ctx context.Context, sku, order string) (Order, err
 // orderAbsent is the compare that makes an allocation apply once per order
 // ID: its record is its claim, one key per order.
 func (e *Engine) orderAbsent(sku, order string) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(e.keys.Order(sku, order)), "=", 0)
+	return recordAbsent(e.keys.Order(sku, order))
+}
+
+// recordAbsent compares that the order record at key does not exist.
+func recordAbsent(key string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 }
 
 // orderKey is the key of an order's record, which is also its ID's claim.
@@ -99,18 +104,19 @@ func (e *Engine) orderKey(req *allocReq) string { return e.keys.Order(req.sku.na
 // Confirm judge it by their own clocks, so a skew between hosts lengthens
 // or shortens a reservation by that skew, never more. Its index key is put
 // in the same transaction, so every live reservation has one.
-func (e *Engine) orderPuts(req *allocReq, parts []Part) []clientv3.Op {
+// appendOrderPuts adds to ops the writes that record an allocation, its
+// record at key (orderPuts above).
+func (e *Engine) appendOrderPuts(ops []clientv3.Op, key string, req *allocReq, parts []Part) []clientv3.Op {
 	now := time.Now().UTC()
 	rec := Order{SKU: req.sku.name, ID: req.order, Qty: req.qty, Parts: parts, Created: now,
 		Buyer: req.buyer, UserCounted: req.userKey != ""}
-	var ops []clientv3.Op
 	if req.ttl > 0 {
 		req.deadline = now.Add(req.ttl)
 		rec.State, rec.Deadline = StateReserved, req.deadline
 		ops = append(ops, clientv3.OpPut(e.keys.Reservation(req.sku.name, req.deadline.UnixNano(), req.order),
 			EncodeCounter(req.qty)))
 	}
-	return append(ops, clientv3.OpPut(e.keys.Order(req.sku.name, req.order), EncodeOrder(rec)))
+	return append(ops, clientv3.OpPut(key, EncodeOrder(rec)))
 }
 
 func (e *Engine) allocation(req *allocReq, parts []Part, rev int64) *Allocation {

@@ -241,14 +241,13 @@ func (e *Engine) readUsers(ctx context.Context, userKeys []string, orders []*all
 	return claims, resp.Header.Revision, nil
 }
 
-// userCmpsOps are a batch's compares, puts and Else reads of its buyers.
-func userCmpsOps(users []*batchUser) (cmps []clientv3.Cmp, ops, diag []clientv3.Op) {
+// appendUserCmpsOps adds a batch's buyers' compares and puts.
+func appendUserCmpsOps(cmps []clientv3.Cmp, ops []clientv3.Op, users []*batchUser) ([]clientv3.Cmp, []clientv3.Op) {
 	for _, bu := range users {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(bu.key), "=", bu.modRev))
 		ops = append(ops, clientv3.OpPut(bu.key, EncodeCounter(bu.value+bu.add)))
-		diag = append(diag, clientv3.OpGet(bu.key))
 	}
-	return cmps, ops, diag
+	return cmps, ops
 }
 
 // settleUsers updates the cache after a batch: committed at rev, or (rs
