@@ -366,10 +366,109 @@ func prunedClaim(o Order, at time.Time) Order {
 // units and waits for a Confirm.
 func (o *Order) Reserved() bool { return o.Active() && o.State == StateReserved }
 
-// EncodeOrder encodes o with the current version.
+// EncodeOrder encodes o with the current version: what json.Marshal
+// gives, byte for byte (FuzzEncodeOrder), without its reflection for a
+// plain order or a reservation, whose record every order's commit writes.
+// An order of several lines, a pruned claim, or a string that JSON must
+// escape, is marshalled by encoding/json.
 func EncodeOrder(o Order) string {
 	o.V = Version
+	if b, ok := appendOrder(make([]byte, 0, 192+32*len(o.Parts)), &o); ok {
+		return string(b)
+	}
 	return mustJSON(o)
+}
+
+// appendOrder appends o as json.Marshal encodes it, or reports false where
+// it leaves that to json.Marshal (see EncodeOrder).
+func appendOrder(b []byte, o *Order) ([]byte, bool) {
+	if len(o.Lines) > 0 || len(o.Across) > 0 || !o.PrunedAt.IsZero() || !plainJSON(o.SKU) || !plainJSON(o.ID) ||
+		!plainJSON(string(o.State)) || !plainJSON(o.Buyer) || !rfc3339Year(o.Created) || !rfc3339Year(o.Deadline) {
+		return b, false
+	}
+	b = append(b, `{"v":`...)
+	b = strconv.AppendInt(b, int64(o.V), 10)
+	b = append(b, `,"sku":"`...)
+	b = append(b, o.SKU...)
+	b = append(b, `","order":"`...)
+	b = append(b, o.ID...)
+	b = append(b, '"')
+	if o.Qty != 0 {
+		b = append(b, `,"qty":`...)
+		b = strconv.AppendInt(b, o.Qty, 10)
+	}
+	if len(o.Parts) > 0 {
+		b = append(b, `,"parts":[`...)
+		for i, p := range o.Parts {
+			if p.Place < Pool {
+				return b, false // json.Marshal's error, from MarshalText
+			}
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"from":"`...)
+			if p.Place.IsPool() {
+				b = append(b, "pool"...)
+			} else {
+				b = append(b, "seg/"...)
+				b = strconv.AppendInt(b, int64(p.Place), 10)
+			}
+			b = append(b, `","qty":`...)
+			b = strconv.AppendInt(b, p.Qty, 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if o.Released {
+		b = append(b, `,"released":true`...)
+	}
+	if !o.Created.IsZero() {
+		b = append(b, `,"created":"`...)
+		b = o.Created.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	if o.State != "" {
+		b = append(b, `,"state":"`...)
+		b = append(b, o.State...)
+		b = append(b, '"')
+	}
+	if !o.Deadline.IsZero() {
+		b = append(b, `,"deadline":"`...)
+		b = o.Deadline.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+	}
+	if o.Buyer != "" {
+		b = append(b, `,"buyer":"`...)
+		b = append(b, o.Buyer...)
+		b = append(b, '"')
+	}
+	if o.UserCounted {
+		b = append(b, `,"userCounted":true`...)
+	}
+	return append(b, '}'), true
+}
+
+// plainJSON reports whether json.Marshal writes s as it is between quotes:
+// printable ASCII, without the quote, the backslash and the characters it
+// escapes for HTML.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c > 0x7e, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
+// rfc3339Year reports whether t is zero or a time json.Marshal encodes as
+// RFC 3339 (a four-digit year; its offset in whole minutes).
+func rfc3339Year(t time.Time) bool {
+	if t.IsZero() {
+		return true
+	}
+	_, off := t.Zone()
+	return t.Year() >= 0 && t.Year() <= 9999 && off%60 == 0 && off > -24*3600 && off < 24*3600
 }
 
 // DecodeOrder strictly decodes the order record stored at key, including
