@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/etcdtest"
+	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/rebalance"
 )
 
@@ -96,4 +101,81 @@ func TestSaleOnEtcd34(t *testing.T) {
 	if served != total || rep.Allocated != total || rep.Pool+rep.Segments != 0 {
 		t.Fatalf("served %d, audit %+v: want all %d units sold", served, rep, total)
 	}
+}
+
+// A commit refused by a compare, on etcd 3.4: the committer reads what
+// refused it afterwards, in a read-only transaction of ranges at the
+// refused answer's revision (no Else branch travels with a commit), and
+// sends the order again. A direct order finds its segment's counter
+// rewritten behind its process's back (same units, a new revision): it is
+// served once, after a refused commit (the commit metric says so), and a
+// retry replays it.
+func TestRefusedCommitOnEtcd34(t *testing.T) {
+	etcd := etcdtest.NewExternal(t)
+	t.Logf("etcd %s at %s", etcd.Version(), etcd.Endpoints()[0])
+	reg := prometheus.NewRegistry()
+	logged := &syncBuffer{} // what refused the commit is read, not guessed: no warning
+	c := newCoord(t, etcd.Endpoints(), coordinator.WithMetrics(reg),
+		coordinator.WithLogger(slog.New(slog.NewTextHandler(logged, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	raw := etcdtest.NewClient(t, etcd.Endpoints()...)
+	ctx := t.Context()
+	const sku = "v34-refused"
+	if _, err := c.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: 10, Segments: 1, InitialFill: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Allocate(ctx, sku, "o1", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	ks, err := keys.New(coordinator.DefaultPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := ks.Segment(sku, 0)
+	resp, err := raw.Get(ctx, counter)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read %s: %v", counter, err)
+	}
+	if _, err := raw.Put(ctx, counter, string(resp.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Allocate(ctx, sku, "o2", 1, "")
+	if err != nil || a.Replayed {
+		t.Fatalf("o2: %+v, %v; want served", a, err)
+	}
+	if n := refusedCommits(t, reg); n == 0 {
+		t.Fatal("no commit was refused: the rewritten counter fenced nothing")
+	}
+	if again, err := c.Allocate(ctx, sku, "o2", 1, ""); err != nil || !again.Replayed || again.Revision != a.Revision {
+		t.Fatalf("o2 again: %+v, %v; want the replay of revision %d", again, err, a.Revision)
+	}
+	if rep := mustAudit(t, c, sku); rep.Allocated != 2 {
+		t.Fatalf("audit allocates %d units, want 2", rep.Allocated)
+	}
+	if w := logged.String(); strings.Contains(w, "could not read what refused a commit") {
+		t.Fatalf("the refused commit's reads failed on etcd %s: %s", etcd.Version(), w)
+	}
+}
+
+// refusedCommits is the count of group commits a compare refused, from the
+// coordinator's stockctl_commit_duration_seconds.
+func refusedCommits(t *testing.T, reg *prometheus.Registry) uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() != "stockctl_commit_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && (l.GetValue() == "refused" || l.GetValue() == "partial") {
+					n += m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return n
 }

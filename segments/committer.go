@@ -570,6 +570,8 @@ func (e *Engine) readRefused(ctx context.Context, rev int64, groups []*txnGroup,
 				results[refused[j]].Responses = resp.Responses[next : next+size]
 				next += size
 			}
+		} else if ctx.Err() == nil {
+			e.log.Warn("could not read what refused a commit; its orders are sent again on fresh reads", "revision", rev, "err", err)
 		}
 		refused = refused[len(sizes):]
 	}
