@@ -116,6 +116,9 @@ type placePlan struct {
 	lazy         bool
 	settle       bool
 	written      SegmentCounter
+	// verified: the SKU incarnation the direct cache's mod was seen under
+	// (directState.verified), 0 if unknown.
+	verified int64
 
 	// What stops the batch's orders there: found in planning (lost: a
 	// held place's lock is gone; short: the place cannot give take; err:
@@ -303,7 +306,7 @@ func (pp *placePlan) committed(rev int64) {
 		pp.st.settle(pp.own, pp.take, pp.n, pp.value, rev)
 		return
 	}
-	pp.st.settleDirect(pp.take, pp.n, pp.value, rev, pp.settle, pp.written, pp.absorb)
+	pp.st.settleDirect(pp.take, pp.n, pp.value, rev, pp.settle, pp.written, pp.absorb, pp.sku.created)
 }
 
 // unknown drops the cache after a transaction whose outcome is unknown:
@@ -403,7 +406,7 @@ func (pp *placePlan) planDirect(lazy bool, self, now int64) {
 	st.mu.Lock()
 	d := st.direct
 	st.mu.Unlock()
-	pp.mod, pp.owner = d.mod, d.owner
+	pp.mod, pp.owner, pp.verified = d.mod, d.owner, d.verified
 	owned := d.known && d.owned && d.owner == self
 	claim := lazy && d.known && !owned && !d.raw.Lazy()
 	switch {

@@ -432,9 +432,45 @@ func (e *Engine) build(g *txnGroup) {
 		ops = e.appendOrderPuts(ops, key, cr.req, g.partsOf[i])
 	}
 	for _, info := range g.skus {
-		cmps = append(cmps, e.incarnation(info)...)
+		if !g.fencesIncarnation(info) {
+			cmps = append(cmps, e.incarnation(info)...)
+		}
 	}
 	g.cmps, g.ops = appendUserCmpsOps(cmps, ops, g.users)
+}
+
+// fencesIncarnation reports whether g's counter compares alone fence SKU
+// info against being deleted or created again since info was read, so
+// that its incarnation's compare (a range read in etcd, a third of a
+// direct order's compares over many SKUs) can be left out: every order of
+// info in g sells only from direct places whose counters g compares at a
+// ModRevision seen while info's incarnation was current
+// (directState.verified). Deleting a SKU deletes its counters in the same
+// transaction as its meta record, and creating it writes them anew, so a
+// counter still at that ModRevision proves the incarnation unchanged. A
+// held place (its cache filled under a lock, unchecked against the meta
+// record) or an unverified direct cache (a peek's) keeps the compare.
+func (g *txnGroup) fencesIncarnation(info *skuInfo) bool {
+	if info.created == 0 {
+		return false
+	}
+	fenced := false
+	for _, cr := range g.batch {
+		if cr.req.sku != info {
+			continue
+		}
+		for _, p := range cr.parts {
+			i := slices.IndexFunc(g.order, func(pp *placePlan) bool { return pp.st == p.st })
+			if i < 0 {
+				return false
+			}
+			if pp := g.order[i]; pp.fence != counterFence || pp.mod <= 0 || pp.verified != info.created {
+				return false
+			}
+			fenced = true
+		}
+	}
+	return fenced
 }
 
 // elseReads are the reads that tell what refused g's transaction, at rev,

@@ -210,3 +210,54 @@ func TestTxnGroups(t *testing.T) {
 		}
 	}
 }
+
+// A group of direct orders leaves out its SKU's incarnation compare when
+// every place it sells from was seen under that incarnation (the counter's
+// compare fences it), and keeps it otherwise: a cache a peek filled (not
+// verified), one verified under another incarnation, a held place.
+func TestIncarnationFencedByVerifiedCounters(t *testing.T) {
+	e := testEngine(t)
+	info := &skuInfo{name: "s", segments: 4, created: 7}
+	direct := func(i int, mod, verified int64) commitPart {
+		st := &placeState{sku: "s", place: Segment(i), key: fmt.Sprintf("/t/stock/s/seg/%d", i), inKey: fmt.Sprintf("/t/stock/s/in/%d", i),
+			direct: directState{known: true, value: 100, mod: mod, raw: SegmentCounter{N: 100}, verified: verified}}
+		return commitPart{st: st, qty: 1, direct: true, lockPfx: fmt.Sprintf("/t/stocklocks/s/seg/%d/", i)}
+	}
+	meta := e.keys.Meta("s")
+	for _, tc := range []struct {
+		name    string
+		parts   [][]commitPart // per order
+		compare bool
+	}{
+		{"verified", [][]commitPart{{direct(0, 5, 7)}, {direct(1, 6, 7)}}, false},
+		{"a peek's cache", [][]commitPart{{direct(0, 5, 7)}, {direct(1, 6, 0)}}, true},
+		{"another incarnation", [][]commitPart{{direct(0, 5, 3)}}, true},
+		{"held", [][]commitPart{{newTestPlace(2, 10, 0).part(1)}}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var batch []*commitReq
+			for i, parts := range tc.parts {
+				cr := order(fmt.Sprint("o", i), parts...)
+				cr.req.sku = info
+				batch = append(batch, cr)
+			}
+			places, plan := e.planPlaces(t.Context(), batch)
+			for _, pp := range places {
+				if pp.lost || pp.short || pp.err != nil {
+					t.Fatalf("place %v not plannable: %+v", pp.st.place, *pp)
+				}
+			}
+			g := &txnGroup{batch: batch, order: plan}
+			e.build(g)
+			compared := false
+			for _, c := range g.cmps {
+				if string(c.KeyBytes()) == meta {
+					compared = true
+				}
+			}
+			if compared != tc.compare {
+				t.Errorf("the SKU's incarnation compared: %v, want %v (%d compares)", compared, tc.compare, len(g.cmps))
+			}
+		})
+	}
+}

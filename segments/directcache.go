@@ -35,6 +35,16 @@ type directState struct {
 	owned        bool
 	owner        int64 // the lease owned under
 	unsettled    int   // orders sold since the counter was last written
+	// verified is the SKU's incarnation (its meta record's CreateRevision)
+	// known to be current when the counter had ModRevision mod, 0 if not
+	// known: a look that read the meta record with the counter, or a
+	// commit that wrote the counter at mod and compared the incarnation
+	// (or was fenced by verified places). A commit comparing the counter
+	// at mod is then fenced against a deleted or re-created SKU by that
+	// compare alone (deleting a SKU deletes its counters in the same
+	// transaction, and creating it writes them anew): build leaves out the
+	// incarnation's compare (commitplan.go, fencesIncarnation).
+	verified int64
 }
 
 // seeDirectLocked records a segment as a look saw it: units value, its
@@ -45,14 +55,18 @@ type directState struct {
 // write that also fences any commit of this process whose outcome was
 // lost (it compares the ModRevision that lazy commits leave unchanged, so
 // without that write it could still land after the look).
-func (st *placeState) seeDirectLocked(value, mod int64, raw SegmentCounter, in, inMod int64) {
+func (st *placeState) seeDirectLocked(value, mod int64, raw SegmentCounter, in, inMod, verified int64) {
 	d := &st.direct
 	switch {
 	case d.known && d.owned && mod == d.mod:
+		if verified != 0 {
+			d.verified = verified // the same counter, seen in a checked read
+		}
 	case d.known && mod < d.mod:
 		// An older look than what this process knows.
 	default:
 		d.value, d.mod, d.raw = value, mod, raw
+		d.verified = verified
 		d.owned = false
 		d.unsettled = 0
 	}
@@ -96,7 +110,10 @@ func (st *placeState) unreserveDirect(qty int64) {
 // the place now holds value; the counter was written (settled, as
 // written: the place is owned here if it names an owner) or not, and the
 // inbox emptied if it was absorbed.
-func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled bool, written SegmentCounter, absorbed bool) {
+//
+// A commit that succeeded proved the SKU's incarnation verified at rev
+// (it compared it, or was fenced by places verified under it).
+func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled bool, written SegmentCounter, absorbed bool, verified int64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	d := &st.direct
@@ -104,7 +121,7 @@ func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled 
 	d.pending -= n
 	d.value = value
 	if settled {
-		d.mod, d.raw, d.unsettled = rev, written, 0
+		d.mod, d.raw, d.unsettled, d.verified = rev, written, 0, verified
 		d.owned = written.Owner != 0
 		if d.owned {
 			d.owner = written.Owner
@@ -136,7 +153,7 @@ func (st *placeState) hotDirect() bool {
 // see records segment i of a look in the place's direct cache.
 func (st *placeState) see(snap *snapshot, i int) {
 	st.mu.Lock()
-	st.seeDirectLocked(snap.cnt[i], snap.cntMod[i], snap.ctr[i], snap.inbox[i], snap.inMod[i])
+	st.seeDirectLocked(snap.cnt[i], snap.cntMod[i], snap.ctr[i], snap.inbox[i], snap.inMod[i], snap.verified)
 	st.mu.Unlock()
 }
 
@@ -239,7 +256,7 @@ func (t *takeover) apply(rs []*pb.ResponseOp, rev int64) error {
 	defer st.mu.Unlock()
 	st.direct = directState{known: true, value: units, mod: rev, raw: t.next,
 		inbox: in, inMod: inMod, reserved: st.direct.reserved, pending: st.direct.pending,
-		owned: true, owner: t.e.owner, unsettled: records}
+		owned: true, owner: t.e.owner, unsettled: records, verified: t.info.created}
 	return nil
 }
 

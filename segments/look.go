@@ -185,6 +185,9 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 			continue
 		}
 		snaps[info.name], errs[info.name] = e.decodeSnapshot(info, resp.Header.Revision, resp.Responses[i].GetResponseRange().Kvs)
+		if snap := snaps[info.name]; snap != nil && info.created != 0 {
+			snap.verified = info.created
+		}
 	}
 	for info, sr := range spec {
 		sr.kvs = resp.Responses[sr.at].GetResponseRange().GetKvs()

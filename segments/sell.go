@@ -629,7 +629,7 @@ func (s *seller) peekDirect(ctx context.Context, req *allocReq, home int) {
 	}
 	st := s.st(i)
 	st.mu.Lock()
-	st.seeDirectLocked(p.ctr.N, p.cntMod, p.ctr, p.inbox, p.inMod)
+	st.seeDirectLocked(p.ctr.N, p.cntMod, p.ctr, p.inbox, p.inMod, 0) // a peek reads no meta record
 	st.mu.Unlock()
 	s.directIdx.CompareAndSwap(-1, int32(i))
 }

@@ -13,9 +13,13 @@ import (
 // snapshot is every counter of one SKU at one revision. It is read-only
 // once made: a look shares one among the orders it answers.
 type snapshot struct {
-	rev  int64
-	pool int64
-	segs []int64 // counter + inbox of each segment
+	rev int64
+	// verified is the SKU's incarnation (its meta record's
+	// CreateRevision) that the read checked at rev, 0 if it did not: a
+	// look reads the meta record in its transaction (look.go).
+	verified int64
+	pool     int64
+	segs     []int64 // counter + inbox of each segment
 	// inbox and inMod are each segment's inbox and its ModRevision (0:
 	// absent), for the caches of the segments this process holds.
 	inbox, inMod []int64
