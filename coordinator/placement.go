@@ -42,6 +42,10 @@ import (
 // has its answer (checking that no other cluster holds the SKU).
 const lookupTimeout = 30 * time.Second
 
+// decisionGrace bounds how long a lookup whose caller's ctx ended waits,
+// once every cluster has answered, for the decision made from the answers.
+const decisionGrace = time.Second
+
 // claim is a SKU's placement claim in the registry.
 type claim struct {
 	Cluster    string `json:"cluster"`
@@ -276,6 +280,20 @@ func (f *fleet) locate(ctx context.Context, sku string) (*member, error) {
 		}
 		pmu.Unlock()
 		if len(errs) == 0 {
+			// Every cluster answered: the decision follows at once (it
+			// may even have been ready as ctx ended: select picks either
+			// then), and it names the cluster that failed where one did;
+			// without this wait a stopped cluster's SKU could fail with a
+			// bare "context deadline exceeded" (a -race run beside busy
+			// loops, TestCLIClusters). Only a SKU found in two clusters
+			// reads them again first: that wait is bounded.
+			t := time.NewTimer(decisionGrace)
+			defer t.Stop()
+			select {
+			case d := <-decided:
+				return d.m, d.err
+			case <-t.C:
+			}
 			return nil, fmt.Errorf("find the cluster of %s: %w", sku, ctx.Err())
 		}
 		return nil, errors.Join(errs...)
