@@ -106,14 +106,7 @@ func TestRefusedCommitWhoseReadFails(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			counter := ks.Segment(sku, 0)
-			resp, err := raw.Get(ctx, counter)
-			if err != nil || len(resp.Kvs) != 1 {
-				t.Fatalf("read %s: %v (%d keys)", counter, err, len(resp.Kvs))
-			}
-			if _, err := raw.Put(ctx, counter, string(resp.Kvs[0].Value)); err != nil {
-				t.Fatal(err)
-			}
+			etcdtest.Rewrite(t, raw, ks.Segment(sku, 0))
 			cut.armed.Store(true)
 			a := order("o2")
 			if a.Replayed {

@@ -130,14 +130,7 @@ func TestRefusedCommitOnEtcd34(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter := ks.Segment(sku, 0)
-	resp, err := raw.Get(ctx, counter)
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("read %s: %v", counter, err)
-	}
-	if _, err := raw.Put(ctx, counter, string(resp.Kvs[0].Value)); err != nil {
-		t.Fatal(err)
-	}
+	etcdtest.Rewrite(t, raw, ks.Segment(sku, 0))
 	a, err := c.Allocate(ctx, sku, "o2", 1, "")
 	if err != nil || a.Replayed {
 		t.Fatalf("o2: %+v, %v; want served", a, err)

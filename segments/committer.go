@@ -406,10 +406,13 @@ func (e *Engine) txnGroups(batch []*commitReq, order []*placePlan, users []*batc
 // a commit carries tens of orders, and growing them was the largest
 // allocation of the commit path (BenchmarkBuild).
 func (e *Engine) build(g *txnGroup) {
-	nc, no := 2*len(g.order)+len(g.batch)+len(g.users), 2*len(g.order)+len(g.batch)+len(g.users)
+	// A place adds up to 3 compares and 2 writes (placePlan.txn), an
+	// order 1 of each (2 writes for a reservation), a buyer 1 of each.
+	n := len(g.batch) + len(g.users)
+	reservations := 0
 	for _, cr := range g.batch {
 		if cr.req.ttl > 0 {
-			no++
+			reservations++
 		}
 	}
 	seen := map[*skuInfo]bool{}
@@ -419,8 +422,8 @@ func (e *Engine) build(g *txnGroup) {
 			g.skus = append(g.skus, cr.req.sku)
 		}
 	}
-	cmps := make([]clientv3.Cmp, 0, nc+len(g.skus)+len(g.order))
-	ops := make([]clientv3.Op, 0, no)
+	cmps := make([]clientv3.Cmp, 0, 3*len(g.order)+n+len(g.skus))
+	ops := make([]clientv3.Op, 0, 2*len(g.order)+n+reservations)
 	for _, pp := range g.order {
 		cmps, ops = pp.txn(cmps, ops)
 	}
@@ -587,12 +590,14 @@ func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64,
 // most max-txn-ops reads (selectOrders keeps a batch's reads within it).
 // A result whose reads failed keeps nil Responses.
 func (e *Engine) readRefused(ctx context.Context, rev int64, groups []*txnGroup, results []*pb.TxnResponse, refused []int) {
+	reads := make([][]clientv3.Op, len(refused))
+	for k, i := range refused {
+		reads[k] = e.elseReads(groups[i], rev)
+	}
 	for len(refused) > 0 {
 		var ops []clientv3.Op
 		var sizes []int
-		k := 0
-		for ; k < len(refused); k++ {
-			diag := e.elseReads(groups[refused[k]], rev)
+		for k, diag := range reads {
 			if k > 0 && len(ops)+len(diag) > e.cfg.MaxTxnOps {
 				break
 			}
@@ -609,7 +614,7 @@ func (e *Engine) readRefused(ctx context.Context, rev int64, groups []*txnGroup,
 		} else if ctx.Err() == nil {
 			e.log.Warn("could not read what refused a commit; its orders are sent again on fresh reads", "revision", rev, "err", err)
 		}
-		refused = refused[len(sizes):]
+		refused, reads = refused[len(sizes):], reads[len(sizes):]
 	}
 }
 

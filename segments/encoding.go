@@ -422,21 +422,13 @@ func appendOrder(b []byte, o *Order) ([]byte, bool) {
 	if o.Released {
 		b = append(b, `,"released":true`...)
 	}
-	if !o.Created.IsZero() {
-		b = append(b, `,"created":"`...)
-		b = o.Created.AppendFormat(b, time.RFC3339Nano)
-		b = append(b, '"')
-	}
+	b = appendTimeField(b, `,"created":"`, o.Created)
 	if o.State != "" {
 		b = append(b, `,"state":"`...)
 		b = append(b, o.State...)
 		b = append(b, '"')
 	}
-	if !o.Deadline.IsZero() {
-		b = append(b, `,"deadline":"`...)
-		b = o.Deadline.AppendFormat(b, time.RFC3339Nano)
-		b = append(b, '"')
-	}
+	b = appendTimeField(b, `,"deadline":"`, o.Deadline)
 	if o.Buyer != "" {
 		b = append(b, `,"buyer":"`...)
 		b = append(b, o.Buyer...)
@@ -446,6 +438,16 @@ func appendOrder(b []byte, o *Order) ([]byte, bool) {
 		b = append(b, `,"userCounted":true`...)
 	}
 	return append(b, '}'), true
+}
+
+// appendTimeField appends field (its comma, name and opening quote) and t
+// as time.Time's MarshalJSON writes it, unless t is zero (omitzero).
+func appendTimeField(b []byte, field string, t time.Time) []byte {
+	if t.IsZero() {
+		return b
+	}
+	b = t.AppendFormat(append(b, field...), time.RFC3339Nano)
+	return append(b, '"')
 }
 
 // plainJSON reports whether json.Marshal writes s as it is between quotes:
