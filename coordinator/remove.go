@@ -404,18 +404,18 @@ func (f *fleet) inUse(ctx context.Context, b *member) (*ClusterInUseError, error
 	return e, nil
 }
 
-// othersLeases fails when a lease other than this process's session is
-// alive in b: another process is connected to it (its lock session, a
+// othersLeases fails when a lease other than this process's (its session,
+// its direct seller slot) is alive in b: another process is connected to it (its lock session, a
 // rebalancer's), so the fleet is not stopped.
 func othersLeases(ctx context.Context, b *member) error {
 	resp, err := b.c.client.Leases(ctx)
 	if err != nil {
 		return fmt.Errorf("list its leases, to check that no other process uses it: %w", b.wrap(err))
 	}
-	own := b.c.locks.Lease()
+	own, slot := b.c.locks.Lease(), b.c.stock.SlotLease()
 	var others []string
 	for _, l := range resp.Leases {
-		if int64(l.ID) != own {
+		if id := int64(l.ID); id != own && id != slot {
 			others = append(others, fmt.Sprintf("%x", int64(l.ID)))
 		}
 	}

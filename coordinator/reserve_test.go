@@ -30,7 +30,10 @@ func stateKeys(t *testing.T, cli *clientv3.Client) map[string]string {
 	}
 	out := map[string]string{}
 	for _, kv := range resp.Kvs {
-		if strings.HasPrefix(string(kv.Key), coordinator.DefaultPrefix+"stocklocks/") {
+		// Lock keys and direct seller slots are the process's, not the
+		// stock's.
+		if strings.HasPrefix(string(kv.Key), coordinator.DefaultPrefix+"stocklocks/") ||
+			strings.HasPrefix(string(kv.Key), coordinator.DefaultPrefix+"sellers/") {
 			continue
 		}
 		out[string(kv.Key)] = fmt.Sprintf("%s@%d", kv.Value, kv.ModRevision)

@@ -18,6 +18,7 @@ import (
 	"github.com/stockctl/stockctl/internal/batch"
 	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/internal/lock"
+	"github.com/stockctl/stockctl/internal/slots"
 )
 
 // Config is what an Engine needs to know. The coordinator fills it from its
@@ -79,6 +80,9 @@ type Engine struct {
 	// engine. It needs no lease: the ownership is fenced by the counter's
 	// ModRevision, not by the process's liveness.
 	owner int64
+	// slot spreads this process's direct orders of a SKU away from other
+	// processes' (directHome); claimed from its first direct order on.
+	slot *slots.Slot
 
 	// mu guards the maps. It is never held while taking a placeState's or a
 	// seller's mutex.
@@ -110,6 +114,11 @@ type Engine struct {
 	decider              atomic.Pointer[Decider] // orders over several clusters (across.go)
 }
 
+// SlotLease is the lease of this process's direct seller slot
+// (internal/slots), 0 when it holds none: a lease of this process besides
+// its lock session's.
+func (e *Engine) SlotLease() int64 { return e.slot.Lease() }
+
 // NewEngine returns an engine making its calls through kv (the client's KV
 // wrapped by etcdcall), holding its locks through locks, and running its
 // background work in bg.
@@ -131,6 +140,11 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		places:  make(map[placeID]*placeState),
 		sellers: make(map[string]*seller),
 	}
+	ttl := 10 * time.Second // coordinator.DefaultSessionTTL
+	if locks != nil {
+		ttl = locks.SessionTTL()
+	}
+	e.slot = slots.New(client, cfg.Keys.SellersPrefix(), ttl, bg, e.log)
 	e.lockWatch = newLockWatch(e)
 	e.held = newCommitter(e, heldPlaceCost)
 	e.direct = newCommitter(e, directPlaceCost)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -66,7 +67,8 @@ func TestColdDirectOrderPeeks(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The seller's home for its direct orders, computed before its
-			// view is read when a lock must be in that view.
+			// view is read when a lock must be in that view (a process's
+			// first direct order has no slot yet: a hash of its own).
 			probe := &seller{e: buyer, sku: info, sts: make([]atomic.Pointer[placeState], segments)}
 			home := probe.directHome()
 			if tc.lockFirst {
@@ -158,5 +160,67 @@ func put(t *testing.T, client *clientv3.Client, key, value string) {
 	t.Helper()
 	if _, err := client.Put(t.Context(), key, value); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Processes that sell a SKU directly start from different segments once
+// each holds a slot (internal/slots): the first orders of four processes
+// of each of 40 SKUs sell from four different segments. By a hash of the
+// process alone, about a quarter of the SKUs had two processes on one
+// segment, whose commits then raced for its counter.
+func TestDirectHomesApartWithSlots(t *testing.T) {
+	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
+	ctx := t.Context()
+	const skus, segments, procs, fill = 40, 20, 4, 5
+	maker := etcdEngine(t, func(c *engineTestConfig) { c.client = client })
+	for i := range skus {
+		if _, err := maker.CreateSKU(ctx, fmt.Sprint("apart-", i), SKUConfig{Total: segments * fill, Segments: segments, InitialFill: segments * fill}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var es []*Engine
+	for range procs {
+		e := etcdEngine(t, func(c *engineTestConfig) { c.client = client })
+		e.slot.Start()
+		es = append(es, e)
+	}
+	slotsHeld := map[int]bool{}
+	for p, e := range es {
+		deadline := time.Now().Add(20 * time.Second)
+		for e.slot.Index() < 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d holds no slot after 20 s", p)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		slotsHeld[e.slot.Index()] = true
+	}
+	if len(slotsHeld) != procs {
+		t.Fatalf("four processes hold slots %v", slotsHeld)
+	}
+	for i := range skus {
+		sku := fmt.Sprint("apart-", i)
+		by := map[int]int{} // segment → the process that sold from it
+		for p, e := range es {
+			a, err := e.Allocate(ctx, sku, fmt.Sprint("o-", p), 1, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(a.Parts) != 1 || a.Parts[0].Place.IsPool() {
+				t.Fatalf("%s, process %d: served from %+v; want one segment", sku, p, a.Parts)
+			}
+			idx := a.Parts[0].Place.Index()
+			if q, ok := by[idx]; ok {
+				t.Errorf("%s: processes %d and %d both sold from segment %d", sku, q, p, idx)
+			}
+			by[idx] = p
+		}
+		rep, err := maker.Audit(ctx, sku)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.OK || rep.Allocated != procs {
+			t.Errorf("%s: audit %+v; want the books balanced with %d allocated", sku, rep, procs)
+		}
 	}
 }

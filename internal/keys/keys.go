@@ -34,6 +34,10 @@
 //	P deliveryid/<delivery>          global delivery-ID claim (value: the SKU)
 //	P archive/<sku>                  what pruned orders of sku held and how many there
 //	                                 were (written with the deletes that prune them)
+//	P sellers/<slot>                 a process that sells directly: its slot, the
+//	                                 smallest number no other live process holds
+//	                                 (bound to its lease), which keeps its direct
+//	                                 orders of a SKU off the segments of the others
 //
 // Segment indices are written with four decimal digits so that keys sort in
 // index order (the maximum segment count is 1024).
@@ -86,6 +90,12 @@ func (s Space) Prefix() string { return s.prefix }
 // The name must not contain "/" (callers validate it), or one lock's prefix
 // could contain another's waiters.
 func (s Space) Lock(name string) string { return s.prefix + "locks/" + name + "/" }
+
+// SellersPrefix is the prefix of the direct sellers' slots.
+func (s Space) SellersPrefix() string { return s.prefix + "sellers/" }
+
+// Seller is the key of direct seller slot k.
+func (s Space) Seller(k int) string { return s.SellersPrefix() + strconv.Itoa(k) }
 
 // MetaPrefix is the prefix of all SKU meta records (listing it lists SKUs).
 func (s Space) MetaPrefix() string { return s.prefix + "meta/" }
