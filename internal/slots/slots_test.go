@@ -91,9 +91,10 @@ type process struct {
 	bg   *background.Group
 }
 
-func start(client *clientv3.Client) *process {
+// start starts a process's claim under a lease of ttl.
+func start(client *clientv3.Client, ttl time.Duration) *process {
 	bg := background.NewGroup()
-	s := New(client, prefix, time.Second, bg, slog.New(slog.DiscardHandler))
+	s := New(client, prefix, ttl, bg, slog.New(slog.DiscardHandler))
 	s.Start()
 	return &process{slot: s, bg: bg}
 }
@@ -130,14 +131,14 @@ func holders(t *testing.T, client *clientv3.Client) []string {
 }
 
 // Processes claiming at once get different slots, the smallest free ones;
-// a stopped process's slot is free at once (its lease revoked), and the
-// next process takes it.
+// a stopped process's slot is free at once (its lease revoked: the leases
+// here live 30 s), and the next process takes it.
 func TestProcessesClaimDifferentSlots(t *testing.T) {
 	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
 	procs := make([]*process, 5)
 	var wg sync.WaitGroup
 	for i := range procs {
-		wg.Go(func() { procs[i] = start(client) })
+		wg.Go(func() { procs[i] = start(client, 30*time.Second) })
 	}
 	wg.Wait()
 	defer func() {
@@ -165,10 +166,16 @@ func TestProcessesClaimDifferentSlots(t *testing.T) {
 
 	freed := procs[2].slot.Index()
 	procs[2].stop()
-	if h := holders(t, client); slices.Contains(h, fmt.Sprint(freed)) {
-		t.Fatalf("slot %d still held in etcd after its process stopped: %v", freed, h)
+	// Stop waits for the revoke, which a machine busy enough may time out
+	// (it is bounded, so that Close is): the key is then gone within the
+	// lease's TTL. 10 s is well short of it.
+	for deadline := time.Now().Add(10 * time.Second); slices.Contains(holders(t, client), fmt.Sprint(freed)); {
+		if time.Now().After(deadline) {
+			t.Fatalf("slot %d still held in etcd 10 s after its process stopped: %v", freed, holders(t, client))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	procs[2] = start(client)
+	procs[2] = start(client, 30*time.Second)
 	if k := waitIndex(t, procs[2], -1); k != freed {
 		t.Fatalf("a new process took slot %d, want the freed %d", k, freed)
 	}
@@ -179,7 +186,7 @@ func TestProcessesClaimDifferentSlots(t *testing.T) {
 // process that claimed meanwhile.
 func TestLostLeaseClaimsAgain(t *testing.T) {
 	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
-	p := start(client)
+	p := start(client, time.Second)
 	defer p.stop()
 	k := waitIndex(t, p, -1)
 	resp, err := client.Get(t.Context(), prefix+fmt.Sprint(k))
@@ -190,7 +197,7 @@ func TestLostLeaseClaimsAgain(t *testing.T) {
 	if _, err := client.Revoke(t.Context(), clientv3.LeaseID(old)); err != nil {
 		t.Fatal(err)
 	}
-	other := start(client)
+	other := start(client, time.Second)
 	defer other.stop()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
