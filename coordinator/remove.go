@@ -405,8 +405,9 @@ func (f *fleet) inUse(ctx context.Context, b *member) (*ClusterInUseError, error
 }
 
 // othersLeases fails when a lease other than this process's (its session,
-// its direct seller slot) is alive in b: another process is connected to it (its lock session, a
-// rebalancer's), so the fleet is not stopped.
+// its direct seller slot) is alive in b: another process is connected to
+// it (its lock session, a rebalancer's, its slot), so the fleet is not
+// stopped.
 func othersLeases(ctx context.Context, b *member) error {
 	resp, err := b.c.client.Leases(ctx)
 	if err != nil {

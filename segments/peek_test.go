@@ -186,14 +186,11 @@ func TestDirectHomesApartWithSlots(t *testing.T) {
 	}
 	slotsHeld := map[int]bool{}
 	for p, e := range es {
-		deadline := time.Now().Add(20 * time.Second)
-		for e.slot.Index() < 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d holds no slot after 20 s", p)
-			}
-			time.Sleep(5 * time.Millisecond)
+		k := e.slot.Wait(ctx, 20*time.Second)
+		if k < 0 {
+			t.Fatalf("process %d holds no slot after 20 s", p)
 		}
-		slotsHeld[e.slot.Index()] = true
+		slotsHeld[k] = true
 	}
 	if len(slotsHeld) != procs {
 		t.Fatalf("four processes hold slots %v", slotsHeld)

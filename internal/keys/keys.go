@@ -91,11 +91,9 @@ func (s Space) Prefix() string { return s.prefix }
 // could contain another's waiters.
 func (s Space) Lock(name string) string { return s.prefix + "locks/" + name + "/" }
 
-// SellersPrefix is the prefix of the direct sellers' slots.
+// SellersPrefix is the prefix of the direct sellers' slots: slot n's key
+// is the prefix and n in decimal (internal/slots writes and parses them).
 func (s Space) SellersPrefix() string { return s.prefix + "sellers/" }
-
-// Seller is the key of direct seller slot k.
-func (s Space) Seller(k int) string { return s.SellersPrefix() + strconv.Itoa(k) }
 
 // MetaPrefix is the prefix of all SKU meta records (listing it lists SKUs).
 func (s Space) MetaPrefix() string { return s.prefix + "meta/" }
