@@ -405,18 +405,18 @@ func (f *fleet) inUse(ctx context.Context, b *member) (*ClusterInUseError, error
 }
 
 // othersLeases fails when a lease other than this process's (its session,
-// its direct seller slot) is alive in b: another process is connected to
-// it (its lock session, a rebalancer's, its slot), so the fleet is not
+// its direct seller seat) is alive in b: another process is connected to
+// it (its lock session, a rebalancer's, its seat), so the fleet is not
 // stopped.
 func othersLeases(ctx context.Context, b *member) error {
 	resp, err := b.c.client.Leases(ctx)
 	if err != nil {
 		return fmt.Errorf("list its leases, to check that no other process uses it: %w", b.wrap(err))
 	}
-	own, slot := b.c.locks.Lease(), b.c.stock.SlotLease()
+	own, seat := b.c.locks.Lease(), b.c.stock.SeatLease()
 	var others []string
 	for _, l := range resp.Leases {
-		if id := int64(l.ID); id != own && id != slot {
+		if id := int64(l.ID); id != own && id != seat {
 			others = append(others, fmt.Sprintf("%x", int64(l.ID)))
 		}
 	}

@@ -30,7 +30,7 @@ func stateKeys(t *testing.T, cli *clientv3.Client) map[string]string {
 	}
 	out := map[string]string{}
 	for _, kv := range resp.Kvs {
-		// Lock keys and direct seller slots are the process's, not the
+		// Lock keys and direct seller seats are the process's, not the
 		// stock's.
 		if strings.HasPrefix(string(kv.Key), coordinator.DefaultPrefix+"stocklocks/") ||
 			strings.HasPrefix(string(kv.Key), coordinator.DefaultPrefix+"sellers/") {

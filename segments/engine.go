@@ -18,7 +18,7 @@ import (
 	"github.com/stockctl/stockctl/internal/batch"
 	"github.com/stockctl/stockctl/internal/keys"
 	"github.com/stockctl/stockctl/internal/lock"
-	"github.com/stockctl/stockctl/internal/slots"
+	"github.com/stockctl/stockctl/internal/seats"
 )
 
 // Config is what an Engine needs to know. The coordinator fills it from its
@@ -80,9 +80,9 @@ type Engine struct {
 	// engine. It needs no lease: the ownership is fenced by the counter's
 	// ModRevision, not by the process's liveness.
 	owner int64
-	// slot spreads this process's direct orders of a SKU away from other
+	// seat spreads this process's direct orders of a SKU away from other
 	// processes' (directHome); claimed from its first direct order on.
-	slot *slots.Slot
+	seat *seats.Seat
 
 	// mu guards the maps. It is never held while taking a placeState's or a
 	// seller's mutex.
@@ -114,10 +114,10 @@ type Engine struct {
 	decider              atomic.Pointer[Decider] // orders over several clusters (across.go)
 }
 
-// SlotLease is the lease of this process's direct seller slot
-// (internal/slots), 0 when it holds none: a lease of this process besides
+// SeatLease is the lease of this process's direct seller seat
+// (internal/seats), 0 when it holds none: a lease of this process besides
 // its lock session's.
-func (e *Engine) SlotLease() int64 { return e.slot.Lease() }
+func (e *Engine) SeatLease() int64 { return e.seat.Lease() }
 
 // NewEngine returns an engine making its calls through kv (the client's KV
 // wrapped by etcdcall), holding its locks through locks, and running its
@@ -144,7 +144,7 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 	if locks != nil {
 		ttl = locks.SessionTTL()
 	}
-	e.slot = slots.New(client, cfg.Keys.SellersPrefix(), ttl, bg, e.log)
+	e.seat = seats.New(client, cfg.Keys.SellersPrefix(), ttl, bg, e.log)
 	e.lockWatch = newLockWatch(e)
 	e.held = newCommitter(e, heldPlaceCost)
 	e.direct = newCommitter(e, directPlaceCost)

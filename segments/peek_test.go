@@ -68,7 +68,7 @@ func TestColdDirectOrderPeeks(t *testing.T) {
 			}
 			// The seller's home for its direct orders, computed before its
 			// view is read when a lock must be in that view (a process's
-			// first direct order has no slot yet: a hash of its own).
+			// first direct order has no seat yet: a hash of its own).
 			probe := &seller{e: buyer, sku: info, sts: make([]atomic.Pointer[placeState], segments)}
 			home := probe.directHome()
 			if tc.lockFirst {
@@ -164,11 +164,11 @@ func put(t *testing.T, client *clientv3.Client, key, value string) {
 }
 
 // Processes that sell a SKU directly start from different segments once
-// each holds a slot (internal/slots): the first orders of four processes
+// each holds a seat (internal/seats): the first orders of four processes
 // of each of 40 SKUs sell from four different segments. By a hash of the
 // process alone, about a quarter of the SKUs had two processes on one
 // segment, whose commits then raced for its counter.
-func TestDirectHomesApartWithSlots(t *testing.T) {
+func TestDirectHomesApartWithSeats(t *testing.T) {
 	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
 	ctx := t.Context()
 	const skus, segments, procs, fill = 40, 20, 4, 5
@@ -181,19 +181,19 @@ func TestDirectHomesApartWithSlots(t *testing.T) {
 	var es []*Engine
 	for range procs {
 		e := etcdEngine(t, func(c *engineTestConfig) { c.client = client })
-		e.slot.Start()
+		e.seat.Start()
 		es = append(es, e)
 	}
-	slotsHeld := map[int]bool{}
+	seatsHeld := map[int]bool{}
 	for p, e := range es {
-		k := e.slot.Wait(ctx, 20*time.Second)
+		k := e.seat.Wait(ctx, 20*time.Second)
 		if k < 0 {
-			t.Fatalf("process %d holds no slot after 20 s", p)
+			t.Fatalf("process %d holds no seat after 20 s", p)
 		}
-		slotsHeld[k] = true
+		seatsHeld[k] = true
 	}
-	if len(slotsHeld) != procs {
-		t.Fatalf("four processes hold slots %v", slotsHeld)
+	if len(seatsHeld) != procs {
+		t.Fatalf("four processes hold seats %v", seatsHeld)
 	}
 	for i := range skus {
 		sku := fmt.Sprint("apart-", i)

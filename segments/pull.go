@@ -27,7 +27,7 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 		return snap, failed(&InsufficientStockError{SKU: s.sku.name, Want: req.qty, Remaining: t, Revision: snap.rev}), true
 	}
 	if req.step == nil && s.heldCount() == 0 {
-		s.e.slot.Wait(ctx, firstSlotWait)
+		s.e.seat.Wait(ctx, firstSeatWait)
 		s.chooseDirect(snap, req.qty, s.directStart(req, req.home))
 	}
 	for i, q := range s.qs {

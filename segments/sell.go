@@ -18,7 +18,7 @@ import (
 
 	"github.com/stockctl/stockctl/internal/background"
 	"github.com/stockctl/stockctl/internal/lock"
-	"github.com/stockctl/stockctl/internal/slots"
+	"github.com/stockctl/stockctl/internal/seats"
 )
 
 // The ladder. An order looks for its stock in this order, cheapest first,
@@ -529,25 +529,25 @@ func (s *seller) directStart(req *allocReq, home int) int {
 	return s.directHome()
 }
 
-// firstSlotWait bounds how long an order picking a direct segment waits
-// for the process's first claim of a slot, under way (three round trips to
+// firstSeatWait bounds how long an order picking a direct segment waits
+// for the process's first claim of a seat, under way (three round trips to
 // etcd): a few milliseconds once in a process's life, so that the SKUs it
 // first sells start apart too; a busy etcd's slower claim leaves them to
 // the hash rather than stall them (200 ms measured no different in a
 // 3-second sale).
-const firstSlotWait = 25 * time.Millisecond
+const firstSeatWait = 25 * time.Millisecond
 
 // directHome is this process's preferred segment for the SKU's direct
-// orders. With a slot (a number no other live process holds, claimed from
-// the process's first direct order on: internal/slots), it is a hash of the SKU moved
-// by the slot's place on the ring of segments and by the races lost so
-// far: processes selling one SKU directly start from different segments,
-// whatever their count up to the SKU's segments, and do not race for one
-// counter (three of four processes' first picks collided with a hash
-// alone, and 5 to 23 % of the commits of a sale over 1,000 SKUs had a
-// group refused; 1 to 3 % with slots). Without one, a hash of the process's
-// owner ID (random, made with the engine), the SKU and the races lost
-// tells processes apart by chance. Not the session's lease: a process
+// orders. With a seat (a number no other live process holds, claimed from
+// the process's first direct order on: internal/seats), it is a hash of
+// the SKU moved by the seat's place on the ring of segments and by the
+// races lost so far: processes selling one SKU directly start from
+// different segments, whatever their count up to the SKU's segments, and
+// do not race for one counter (with a hash alone two of four processes
+// picked one segment of about a quarter of the SKUs, and 5 to 23 % of the
+// commits of a sale over 1,000 SKUs had a group refused; 1 to 3 % with
+// seats). Without one, a hash of the process's owner ID (random, made with
+// the engine), the SKU and the races lost tells processes apart by chance. Not the session's lease: a process
 // that sells only directly takes no lock and has no session, and with a
 // lease of 0 every such process picked the same segment of every SKU
 // (peeks lost 1,000 to 1,500 races in a 3-second sale over 10,000 SKUs).
@@ -557,9 +557,9 @@ func (s *seller) directHome() int {
 	s.mu.Unlock()
 	n := len(s.sts)
 	h := fnv.New32a()
-	if k := s.e.slot.Index(); k >= 0 {
+	if k := s.e.seat.Index(); k >= 0 {
 		h.Write([]byte(s.sku.name))
-		return (int(h.Sum32()%uint32(n)) + slots.Spread(k, n) + salt) % n
+		return (int(h.Sum32()%uint32(n)) + seats.Spread(k, n) + salt) % n
 	}
 	h.Write([]byte(strconv.FormatInt(s.e.owner, 16)))
 	h.Write([]byte(s.sku.name))
@@ -614,7 +614,7 @@ func (s *seller) tryDirect(ctx context.Context, req *allocReq, home int) (r plac
 	if !st.reserveDirect(req.qty) {
 		return placeResult{}, false
 	}
-	s.e.slot.Start()
+	s.e.seat.Start()
 	part := commitPart{st: st, qty: req.qty, direct: true, lowWatermark: s.sku.lowWatermark,
 		lockPfx: s.e.keys.SegmentLock(s.sku.name, st.place.Index())}
 	r = s.e.direct.submit(ctx, req, []commitPart{part}).wait(ctx)
@@ -638,7 +638,7 @@ func (s *seller) peekDirect(ctx context.Context, req *allocReq, home int) {
 	if s.lastLook.Load() != nil || s.directPlace() != nil || !s.directEligible(req) {
 		return
 	}
-	s.e.slot.Wait(ctx, firstSlotWait)
+	s.e.seat.Wait(ctx, firstSeatWait)
 	i := s.directStart(req, home)
 	if s.freeSegment(i) != i {
 		return

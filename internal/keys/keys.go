@@ -34,7 +34,7 @@
 //	P deliveryid/<delivery>          global delivery-ID claim (value: the SKU)
 //	P archive/<sku>                  what pruned orders of sku held and how many there
 //	                                 were (written with the deletes that prune them)
-//	P sellers/<slot>                 a process that sells directly: its slot, the
+//	P sellers/<seat>                 a process that sells directly: its seat, the
 //	                                 smallest number no other live process holds
 //	                                 (bound to its lease), which keeps its direct
 //	                                 orders of a SKU off the segments of the others
@@ -91,8 +91,8 @@ func (s Space) Prefix() string { return s.prefix }
 // could contain another's waiters.
 func (s Space) Lock(name string) string { return s.prefix + "locks/" + name + "/" }
 
-// SellersPrefix is the prefix of the direct sellers' slots: slot n's key
-// is the prefix and n in decimal (internal/slots writes and parses them).
+// SellersPrefix is the prefix of the direct sellers' seats: seat n's key
+// is the prefix and n in decimal (internal/seats writes and parses them).
 func (s Space) SellersPrefix() string { return s.prefix + "sellers/" }
 
 // MetaPrefix is the prefix of all SKU meta records (listing it lists SKUs).

@@ -12,17 +12,17 @@ import (
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
-// Direct seller slots on a real etcd 3.4 (Debian's etcd-server; skipped
+// Direct seller seats on a real etcd 3.4 (Debian's etcd-server; skipped
 // when no etcd binary is available): three processes that sold directly
-// hold slots 0, 1 and 2, each under a lease of its own that lives; a
-// process that closes frees its slot. A claim that failed would only leave
+// hold seats 0, 1 and 2, each under a lease of its own that lives; a
+// process that closes frees its seat. A claim that failed would only leave
 // the processes to the hash, silently: this checks the claims land there.
-func TestSlotsOnEtcd34(t *testing.T) {
+func TestSeatsOnEtcd34(t *testing.T) {
 	etcd := etcdtest.NewExternal(t)
 	client := etcd.Client(t)
 	t.Logf("etcd %s at %s", etcd.Version(), etcd.Endpoints()[0])
 	ctx := t.Context()
-	const sku, procs = "slots34", 3
+	const sku, procs = "seats34", 3
 	cs := make([]*coordinator.Coordinator, procs)
 	for i := range cs {
 		cs[i] = newCoord(t, etcd.Endpoints())
@@ -58,16 +58,16 @@ func TestSlotsOnEtcd34(t *testing.T) {
 		}
 	}
 	if !slices.Equal(names, []string{"0", "1", "2"}) {
-		t.Fatalf("slots held on etcd %s: %v, want 0, 1 and 2", etcd.Version(), names)
+		t.Fatalf("seats held on etcd %s: %v, want 0, 1 and 2", etcd.Version(), names)
 	}
 	seen := map[int64]bool{}
 	for _, l := range leases {
 		ttl, err := client.TimeToLive(ctx, clientv3.LeaseID(l))
 		if err != nil || ttl.TTL <= 0 {
-			t.Fatalf("slot lease %x: %+v, %v; want a live lease", l, ttl, err)
+			t.Fatalf("seat lease %x: %+v, %v; want a live lease", l, ttl, err)
 		}
 		if seen[l] {
-			t.Fatalf("two slots under lease %x", l)
+			t.Fatalf("two seats under lease %x", l)
 		}
 		seen[l] = true
 	}
@@ -79,7 +79,7 @@ func TestSlotsOnEtcd34(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("10 s after a process closed, slots held: %v", names)
+			t.Fatalf("10 s after a process closed, seats held: %v", names)
 		}
 	}
 }

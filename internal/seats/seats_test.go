@@ -1,4 +1,4 @@
-package slots
+package seats
 
 import (
 	"context"
@@ -24,20 +24,20 @@ func TestSpreadIsAPermutation(t *testing.T) {
 		for k := range n {
 			i := Spread(k, n)
 			if i < 0 || i >= n || seen[i] {
-				t.Fatalf("n %d: slot %d starts at %d, out of the ring or taken by an earlier slot", n, k, i)
+				t.Fatalf("n %d: seat %d starts at %d, out of the ring or taken by an earlier seat", n, k, i)
 			}
 			seen[i] = true
 		}
 		if n > 1 && Spread(n, n) != Spread(0, n) {
-			t.Fatalf("n %d: slot n does not start where slot 0 does", n)
+			t.Fatalf("n %d: seat n does not start where seat 0 does", n)
 		}
 	}
 }
 
-func TestSpreadPutsTheFirstSlotsApart(t *testing.T) {
+func TestSpreadPutsTheFirstSeatsApart(t *testing.T) {
 	cases := []struct {
 		n    int
-		want []int // where slots 0, 1, 2, ... start
+		want []int // where seats 0, 1, 2, ... start
 	}{
 		{n: 1, want: []int{0, 0}},
 		{n: 2, want: []int{0, 1, 0}},
@@ -52,11 +52,11 @@ func TestSpreadPutsTheFirstSlotsApart(t *testing.T) {
 			got = append(got, Spread(k, c.n))
 		}
 		if !slices.Equal(got, c.want) {
-			t.Errorf("n %d: slots start at %v, want %v", c.n, got, c.want)
+			t.Errorf("n %d: seats start at %v, want %v", c.n, got, c.want)
 		}
 	}
 	if Spread(-1, 20) != 0 {
-		t.Errorf("no slot (-1) starts at %d, want 0", Spread(-1, 20))
+		t.Errorf("no seat (-1) starts at %d, want 0", Spread(-1, 20))
 	}
 }
 
@@ -85,9 +85,9 @@ func TestSmallest(t *testing.T) {
 	}
 }
 
-// process is one process's slot, with the group that stops it.
+// process is one process's seat, with the group that stops it.
 type process struct {
-	slot *Slot
+	seat *Seat
 	bg   *background.Group
 }
 
@@ -96,23 +96,23 @@ func start(client *clientv3.Client, ttl time.Duration) *process {
 	bg := background.NewGroup()
 	s := New(client, prefix, ttl, bg, slog.New(slog.DiscardHandler))
 	s.Start()
-	return &process{slot: s, bg: bg}
+	return &process{seat: s, bg: bg}
 }
 
 func (p *process) stop() { p.bg.Stop(); p.bg.Wait() }
 
-// waitIndex waits (up to 20 s) until p holds a slot other than not, and
+// waitIndex waits (up to 20 s) until p holds a seat other than not, and
 // returns it.
 func waitIndex(t *testing.T, p *process, not int) int {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		if k := p.slot.Index(); k >= 0 && k != not {
+		if k := p.seat.Index(); k >= 0 && k != not {
 			return k
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatalf("no slot after 20 s (now %d)", p.slot.Index())
+	t.Fatalf("no seat after 20 s (now %d)", p.seat.Index())
 	return -1
 }
 
@@ -130,10 +130,10 @@ func holders(t *testing.T, client *clientv3.Client) []string {
 	return out
 }
 
-// Processes claiming at once get different slots, the smallest free ones;
-// a stopped process's slot is free at once (its lease revoked: the leases
+// Processes claiming at once get different seats, the smallest free ones;
+// a stopped process's seat is free at once (its lease revoked: the leases
 // here live 30 s), and the next process takes it.
-func TestProcessesClaimDifferentSlots(t *testing.T) {
+func TestProcessesClaimDifferentSeats(t *testing.T) {
 	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
 	procs := make([]*process, 5)
 	var wg sync.WaitGroup
@@ -152,37 +152,37 @@ func TestProcessesClaimDifferentSlots(t *testing.T) {
 	}
 	slices.Sort(got)
 	if !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
-		t.Fatalf("five processes hold slots %v, want 0 to 4 once each", got)
+		t.Fatalf("five processes hold seats %v, want 0 to 4 once each", got)
 	}
 	if h := holders(t, client); !slices.Equal(h, []string{"0", "1", "2", "3", "4"}) {
 		t.Fatalf("etcd holds %v", h)
 	}
 	for _, p := range procs {
-		resp, err := client.Get(t.Context(), prefix+fmt.Sprint(p.slot.Index()))
-		if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != p.slot.Lease() || p.slot.Lease() == 0 {
-			t.Fatalf("slot %d's key %v (%v), its Lease %x", p.slot.Index(), resp, err, p.slot.Lease())
+		resp, err := client.Get(t.Context(), prefix+fmt.Sprint(p.seat.Index()))
+		if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease != p.seat.Lease() || p.seat.Lease() == 0 {
+			t.Fatalf("seat %d's key %v (%v), its Lease %x", p.seat.Index(), resp, err, p.seat.Lease())
 		}
 	}
 
-	freed := procs[2].slot.Index()
+	freed := procs[2].seat.Index()
 	procs[2].stop()
 	// Stop waits for the revoke, which a machine busy enough may time out
 	// (it is bounded, so that Close is): the key is then gone within the
 	// lease's TTL. 10 s is well short of it.
 	for deadline := time.Now().Add(10 * time.Second); slices.Contains(holders(t, client), fmt.Sprint(freed)); {
 		if time.Now().After(deadline) {
-			t.Fatalf("slot %d still held in etcd 10 s after its process stopped: %v", freed, holders(t, client))
+			t.Fatalf("seat %d still held in etcd 10 s after its process stopped: %v", freed, holders(t, client))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	procs[2] = start(client, 30*time.Second)
 	if k := waitIndex(t, procs[2], -1); k != freed {
-		t.Fatalf("a new process took slot %d, want the freed %d", k, freed)
+		t.Fatalf("a new process took seat %d, want the freed %d", k, freed)
 	}
 }
 
 // A process whose lease is lost (revoked behind its back, as an expiry
-// would) notices, and claims a slot again under a new lease, beside a
+// would) notices, and claims a seat again under a new lease, beside a
 // process that claimed meanwhile.
 func TestLostLeaseClaimsAgain(t *testing.T) {
 	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
@@ -191,7 +191,7 @@ func TestLostLeaseClaimsAgain(t *testing.T) {
 	k := waitIndex(t, p, -1)
 	resp, err := client.Get(t.Context(), prefix+fmt.Sprint(k))
 	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("slot %d's key: %v %v", k, resp, err)
+		t.Fatalf("seat %d's key: %v %v", k, resp, err)
 	}
 	old := resp.Kvs[0].Lease
 	if _, err := client.Revoke(t.Context(), clientv3.LeaseID(old)); err != nil {
@@ -201,7 +201,7 @@ func TestLostLeaseClaimsAgain(t *testing.T) {
 	defer other.stop()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		pi, oi := p.slot.Index(), other.slot.Index()
+		pi, oi := p.seat.Index(), other.seat.Index()
 		if pi >= 0 && oi >= 0 && pi != oi {
 			resp, err := client.Get(t.Context(), prefix+fmt.Sprint(pi))
 			if err != nil {
@@ -221,7 +221,7 @@ func TestLostLeaseClaimsAgain(t *testing.T) {
 	}
 }
 
-// A process that never starts never writes a slot.
+// A process that never starts never writes a seat.
 func TestNoClaimBeforeStart(t *testing.T) {
 	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
 	bg := background.NewGroup()
@@ -237,6 +237,6 @@ func TestNoClaimBeforeStart(t *testing.T) {
 	bg.Stop()
 	bg.Wait()
 	if s.Index() != -1 || len(holders(t, client)) != 0 {
-		t.Fatalf("a slot never started holds %d; etcd %v", s.Index(), holders(t, client))
+		t.Fatalf("a seat never started holds %d; etcd %v", s.Index(), holders(t, client))
 	}
 }

@@ -1,17 +1,17 @@
-// Package slots gives each process that sells directly a slot: the
+// Package seats gives each process that sells directly a seat: the
 // smallest number that no other live process of the same key space holds,
 // kept in etcd under a lease of its own. The segment engine spreads a
 // SKU's direct orders by it (segments.seller.directHome): processes of
-// different slots start from different segments of every SKU, so that
+// different seats start from different segments of every SKU, so that
 // their direct commits do not race for one segment's counter.
 //
-// A slot is a hint, never a fence. Two processes may hold one number for a
+// A seat is a hint, never a fence. Two processes may hold one number for a
 // moment (a lease that expired while its process still used the number),
-// and a process without a slot (before its claim, after its lease was lost,
+// and a process without a seat (before its claim, after its lease was lost,
 // on an etcd that refuses the write) simply picks its segments by a hash;
 // in every case the commits' compares keep the books right, and a lost
 // race only costs a retry.
-package slots
+package seats
 
 import (
 	"context"
@@ -29,16 +29,16 @@ import (
 	"github.com/stockctl/stockctl/internal/background"
 )
 
-// MaxSlots bounds the numbers claimed: a process that finds them all taken
-// goes without a slot.
-const MaxSlots = 1024
+// MaxSeats bounds the numbers claimed: a process that finds them all taken
+// goes without a seat.
+const MaxSeats = 1024
 
 // retryAfter is how long a claim that failed (etcd unreachable, the lease
 // lost) waits before it tries again.
 const retryAfter = time.Second
 
-// Slot is one process's claim. Its zero value is not usable; call New.
-type Slot struct {
+// Seat is one process's claim. Its zero value is not usable; call New.
+type Seat struct {
 	client *clientv3.Client
 	prefix string
 	ttl    int
@@ -53,19 +53,19 @@ type Slot struct {
 	first chan struct{}
 }
 
-// New returns the slot of a process under prefix (keys.Space.SellersPrefix),
+// New returns the seat of a process under prefix (keys.Space.SellersPrefix),
 // claimed under a lease of ttl (rounded up to a second) by a goroutine of bg
 // from Start on, and given up (its lease revoked) when bg stops.
-func New(client *clientv3.Client, prefix string, ttl time.Duration, bg *background.Group, log *slog.Logger) *Slot {
-	s := &Slot{client: client, prefix: prefix, ttl: max(1, int((ttl+time.Second-1)/time.Second)), bg: bg, log: log,
+func New(client *clientv3.Client, prefix string, ttl time.Duration, bg *background.Group, log *slog.Logger) *Seat {
+	s := &Seat{client: client, prefix: prefix, ttl: max(1, int((ttl+time.Second-1)/time.Second)), bg: bg, log: log,
 		first: make(chan struct{})}
 	s.index.Store(-1)
 	return s
 }
 
 // Start starts the claim in the background, once (the process's first
-// direct order): a process that never sells directly never writes a slot.
-func (s *Slot) Start() {
+// direct order): a process that never sells directly never writes a seat.
+func (s *Seat) Start() {
 	s.once.Do(func() {
 		s.started.Store(true)
 		s.bg.Go(s.run)
@@ -78,7 +78,7 @@ func (s *Slot) Start() {
 // so that they start apart too; a claim slower than d leaves them to the
 // hash. Before Start it returns -1 at once: a process's first direct order
 // starts the claim (and so a refusal never writes one).
-func (s *Slot) Wait(ctx context.Context, d time.Duration) int {
+func (s *Seat) Wait(ctx context.Context, d time.Duration) int {
 	if !s.started.Load() {
 		return -1
 	}
@@ -96,35 +96,35 @@ func (s *Slot) Wait(ctx context.Context, d time.Duration) int {
 	return s.Index()
 }
 
-// Lease is the lease the slot is held under, 0 while there is none: a
+// Lease is the lease the seat is held under, 0 while there is none: a
 // lease of this process, which a check for other processes' leases
 // (removing a cluster) leaves out.
-func (s *Slot) Lease() int64 { return s.lease.Load() }
+func (s *Seat) Lease() int64 { return s.lease.Load() }
 
-// Index is the process's slot, or -1 while it holds none (before Start,
+// Index is the process's seat, or -1 while it holds none (before Start,
 // while the claim is under way, after its lease was lost).
-func (s *Slot) Index() int { return int(s.index.Load()) }
+func (s *Seat) Index() int { return int(s.index.Load()) }
 
-// run holds a slot until ctx ends: a session (a lease kept alive), the
+// run holds a seat until ctx ends: a session (a lease kept alive), the
 // smallest free number claimed under it, and when the lease is lost, the
 // same again.
-func (s *Slot) run(ctx context.Context) {
+func (s *Seat) run(ctx context.Context) {
 	defer s.firstEnded()
 	for ctx.Err() == nil {
 		err := s.hold(ctx)
 		s.firstEnded()
 		if err != nil && ctx.Err() == nil {
-			s.log.Debug("direct seller slot: claim failed, trying again", "after", retryAfter, "err", err)
+			s.log.Debug("direct seller seat: claim failed, trying again", "after", retryAfter, "err", err)
 		}
 		s.index.Store(-1)
 		background.Sleep(ctx, retryAfter)
 	}
 }
 
-// hold claims a slot under a new session and keeps it until the session
-// ends (its lease lost: the slot is then gone) or ctx does (the lease is
-// revoked, which frees the slot at once).
-func (s *Slot) hold(ctx context.Context) error {
+// hold claims a seat under a new session and keeps it until the session
+// ends (its lease lost: the seat is then gone) or ctx does (the lease is
+// revoked, which frees the seat at once).
+func (s *Seat) hold(ctx context.Context) error {
 	// The lease is granted under ctx (an unreachable etcd must not hold
 	// up a Close); the session that keeps it alive outlives ctx so that
 	// the lease can be revoked after ctx ends, and Orphan below stops its
@@ -152,22 +152,22 @@ func (s *Slot) hold(ctx context.Context) error {
 	s.firstEnded()
 	if err != nil || k < 0 {
 		if err == nil {
-			s.log.Debug("direct seller slot: all taken", "max", MaxSlots)
+			s.log.Debug("direct seller seat: all taken", "max", MaxSeats)
 			<-ctx.Done()
 		}
 		return err
 	}
-	s.log.Debug("direct seller slot claimed", "slot", k, "lease", int64(sess.Lease()))
+	s.log.Debug("direct seller seat claimed", "seat", k, "lease", int64(sess.Lease()))
 	select {
 	case <-ctx.Done():
 	case <-sess.Done():
-		s.log.Debug("direct seller slot: lease lost", "slot", k)
+		s.log.Debug("direct seller seat: lease lost", "seat", k)
 	}
 	return nil
 }
 
 // firstEnded closes first, once.
-func (s *Slot) firstEnded() {
+func (s *Seat) firstEnded() {
 	select {
 	case <-s.first:
 	default:
@@ -177,15 +177,15 @@ func (s *Slot) firstEnded() {
 
 // claim writes the smallest number no key under the prefix names, bound to
 // lease; another process that claims the same number first makes it try
-// the next. It returns -1 when all MaxSlots are taken.
-func (s *Slot) claim(ctx context.Context, lease clientv3.LeaseID) (int, error) {
+// the next. It returns -1 when all MaxSeats are taken.
+func (s *Seat) claim(ctx context.Context, lease clientv3.LeaseID) (int, error) {
 	for ctx.Err() == nil {
 		resp, err := s.client.Get(ctx, s.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return -1, err
 		}
 		k := Smallest(s.prefix, resp.Kvs)
-		if k >= MaxSlots {
+		if k >= MaxSeats {
 			return -1, nil
 		}
 		key := s.prefix + strconv.Itoa(k)
@@ -219,12 +219,12 @@ func Smallest(prefix string, kvs []*mvccpb.KeyValue) int {
 	return k
 }
 
-// Spread is where slot k starts on a ring of n places: the k-th (mod n)
-// of a permutation of the ring that puts the first slots as far apart as
+// Spread is where seat k starts on a ring of n places: the k-th (mod n)
+// of a permutation of the ring that puts the first seats as far apart as
 // their count allows, whatever it is (the places the van der Corput
 // sequence 0, 1/2, 1/4, 3/4, 1/8, ... of the ring falls in, each once). So
-// the first n slots start at different places, and the first 2, 4 or 8
-// evenly spaced when n allows. A slot below 0 starts at 0.
+// the first n seats start at different places, and the first 2, 4 or 8
+// evenly spaced when n allows. A seat below 0 starts at 0.
 func Spread(k, n int) int {
 	if k <= 0 || n <= 1 {
 		return 0
