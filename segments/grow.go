@@ -68,7 +68,7 @@ func (s *seller) growWhere(ctx context.Context, home int, want func(i int) bool)
 	var free []int
 	owners := map[int64][]int{} // lease → segments it holds
 	for _, i := range s.order(home) {
-		if own, _ := s.qs[i].Tenure(); own != nil {
+		if s.tenure(i) != nil {
 			continue
 		}
 		if len(s.view[i]) == 0 {
@@ -93,10 +93,14 @@ func (s *seller) growWhere(ctx context.Context, home int, want func(i int) bool)
 		// that takes its lock: its cache is ready without a read of its
 		// own (a SKU's first order in this process costs one write).
 		st := s.st(i)
-		s.e.locks.Ref(s.qs[i])
-		h, answers, err := s.qs[i].AcquireReading(ctx, true, st.reads())
+		q, err := s.queue(i)
 		if err != nil {
-			s.e.locks.Unref(s.qs[i])
+			continue // the lock engine is closing
+		}
+		s.e.locks.Ref(q)
+		h, answers, err := q.AcquireReading(ctx, true, st.reads())
+		if err != nil {
+			s.e.locks.Unref(q)
 			continue // taken meanwhile
 		}
 		if answers != nil {
@@ -106,7 +110,13 @@ func (s *seller) growWhere(ctx context.Context, home int, want func(i int) bool)
 		return true
 	}
 	if claim >= 0 {
-		q := s.qs[claim]
+		q, err := s.queue(claim)
+		if err != nil {
+			s.mu.Lock()
+			s.claiming = false
+			s.mu.Unlock()
+			return false
+		}
 		s.e.bg.Go(func(bg context.Context) {
 			defer func() {
 				s.mu.Lock()

@@ -31,6 +31,16 @@ func (e *Engine) lockPlace(ctx context.Context, sku string, p Place, wait time.D
 	kind := lock.KindSegment
 	if p.IsPool() {
 		kind = lock.KindPool
+	} else {
+		// A segment of a SKU this process sells goes through its seller's
+		// queue (made now if it was not), so that the lock is kept as the
+		// seller's tenure afterwards, as its own acquisitions are.
+		e.mu.Lock()
+		s := e.sellers[sku]
+		e.mu.Unlock()
+		if s != nil && p.Index() < len(s.qs) {
+			_, _ = s.queue(p.Index())
+		}
 	}
 	h, err := e.locks.Acquire(ctx, e.placeLock(sku, p), kind, wait)
 	if err != nil {

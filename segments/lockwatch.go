@@ -152,9 +152,13 @@ type deletedKey struct {
 // session's keepalive would notice a revoked lease too, but only at its
 // next renewal; the next commit under the key would fail its compare.
 func (s *seller) lostKey(seg int, key string, rev int64) {
-	own, _ := s.qs[seg].Tenure()
+	q := s.qs[seg].Load()
+	if q == nil {
+		return // never made: no tenure there
+	}
+	own, _ := q.Tenure()
 	if own != nil && own.Key() == key && own.Rev() < rev {
-		s.qs[seg].Lose(own, lock.ErrLost)
+		q.Lose(own, lock.ErrLost)
 	}
 }
 

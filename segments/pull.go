@@ -30,8 +30,8 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 		s.e.seat.Wait(ctx, firstSeatWait)
 		s.chooseDirect(snap, req.qty, s.directStart(req, req.home))
 	}
-	for i, q := range s.qs {
-		if own, _ := q.Tenure(); own == nil {
+	for i := range s.qs {
+		if s.tenure(i) == nil {
 			continue
 		}
 		st := s.st(i)
@@ -46,8 +46,8 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 
 // heldCanGive reports whether a held segment's cache can give qty now.
 func (s *seller) heldCanGive(qty int64) bool {
-	for i, q := range s.qs {
-		own, _ := q.Tenure()
+	for i := range s.qs {
+		own := s.tenure(i)
 		if own == nil {
 			continue
 		}
@@ -127,7 +127,7 @@ func (s *seller) pullFromPool(ctx context.Context, req *allocReq, home int) (boo
 		// No segment held to pull into: take one (the pool's stock is
 		// sold from segments); it may hold enough by itself.
 		if target = s.pullTarget(home); target >= 0 {
-			if own, _ := s.qs[target].Tenure(); own != nil {
+			if own := s.tenure(target); own != nil {
 				if err := s.st(target).ensure(ctx, s.e, own); err != nil {
 					return false, err
 				}
@@ -162,8 +162,7 @@ func (s *seller) pullFromPool(ctx context.Context, req *allocReq, home int) (boo
 		return s.directCanGive(req, home), nil
 	}
 	// Refill recorded the new inbox in the segment's cache.
-	st, own := s.st(target), s.qs[target]
-	o, _ := own.Tenure()
+	st, o := s.st(target), s.tenure(target)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return o != nil && st.token == o.Rev() && st.availLocked() >= qty, nil
@@ -176,7 +175,7 @@ const maxPullBatches = 8
 // else the first held in ring order; -1 when none is held.
 func (s *seller) pullTarget(home int) int {
 	for _, i := range s.order(home) {
-		if own, _ := s.qs[i].Tenure(); own != nil {
+		if s.tenure(i) != nil {
 			return i
 		}
 	}

@@ -49,9 +49,13 @@ func (e *Engine) evictIdle(now time.Time) {
 			delete(s.timers, i)
 		}
 		s.mu.Unlock()
-		for _, q := range s.qs {
-			e.locks.Unref(q)
+		s.qmu.Lock()
+		for i := range s.qs {
+			if q := s.qs[i].Swap(nil); q != nil {
+				e.locks.Unref(q)
+			}
 		}
+		s.qmu.Unlock()
 	}
 }
 
@@ -65,8 +69,8 @@ func (s *seller) quiet() bool {
 	if busy {
 		return false
 	}
-	for _, q := range s.qs {
-		if !q.Idle() {
+	for i := range s.qs {
+		if q := s.qs[i].Load(); q != nil && !q.Idle() {
 			return false
 		}
 	}

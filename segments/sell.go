@@ -311,7 +311,7 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 	for {
 		best, bestAvail := -1, int64(0)
 		for _, i := range s.order(home) {
-			own, _ := s.qs[i].Tenure()
+			own := s.tenure(i)
 			if own == nil {
 				continue
 			}
@@ -334,9 +334,8 @@ func (s *seller) servePlain(ctx context.Context, req *allocReq, home int) placeR
 			}
 		}
 		if best >= 0 {
-			own, _ := s.qs[best].Tenure()
-			if own != nil {
-				if part, ok := reservePart(s.qs[best], own, s.st(best), req.qty); ok {
+			if own := s.tenure(best); own != nil {
+				if part, ok := reservePart(s.qs[best].Load(), own, s.st(best), req.qty); ok {
 					return s.e.held.submit(ctx, req, []commitPart{part}).wait(ctx)
 				}
 			}

@@ -50,12 +50,19 @@ type lockKey struct {
 	lease int64
 }
 
-// seller sells one SKU in this process. It lives until the coordinator
-// closes and keeps a reference on every segment's lock queue.
+// seller sells one SKU in this process. It lives until it is reaped or the
+// coordinator closes, and keeps a reference on each segment's lock queue it
+// made.
 type seller struct {
 	e   *Engine
 	sku *skuInfo
-	qs  []*lock.Queue
+	// qs are the segments' lock queues, made on first use (queue): a
+	// process that sells a SKU only directly, as most of a sale over many
+	// SKUs do, makes none (20 were 70 % of what a SKU's first order in a
+	// process allocated and cost; BenchmarkSellerCreate). qmu orders their
+	// making.
+	qs  []atomic.Pointer[lock.Queue]
+	qmu sync.Mutex
 	// sts are the segments' place caches, made on first use (st): a
 	// process that sells a SKU from one segment keeps one, not one per
 	// segment (over 10,000 SKUs that was 40 % of its heap).
@@ -109,24 +116,14 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 	s := &seller{e: e, sku: info, viewed: make(chan struct{}), timers: map[int]*time.Timer{}}
 	s.directIdx.Store(-1)
 	s.sts = make([]atomic.Pointer[placeState], info.segments)
-	for i := range info.segments {
-		q, err := e.locks.Queue(e.keys.SegmentLock(info.name, i), lock.KindSegment)
-		if err != nil {
-			for _, q := range s.qs {
-				e.locks.Unref(q)
-			}
-			return nil, err
-		}
-		s.qs = append(s.qs, q)
+	s.qs = make([]atomic.Pointer[lock.Queue], info.segments)
+	for range info.segments {
 		s.view = append(s.view, map[string]lockKey{})
 	}
 	e.mu.Lock()
 	if old := e.sellers[info.name]; old != nil && old.sku.created == info.created {
 		old.users++
 		e.mu.Unlock()
-		for _, q := range s.qs {
-			e.locks.Unref(q)
-		}
 		return old, nil
 	} else if old != nil {
 		// A seller of another incarnation of the SKU: it is reaped once
@@ -140,11 +137,39 @@ func (e *Engine) seller(info *skuInfo) (*seller, error) {
 		e.bg.Go(e.reap)
 	}
 	e.mu.Unlock()
-	for _, q := range s.qs {
-		q.SetRetain(s.wakeHead)
-	}
 	e.lockWatch.register(s)
 	return s, nil
+}
+
+// queue is segment i's lock queue, made and registered with the lock engine
+// (its tenures retained, waking the seller's waiting orders) on first use.
+func (s *seller) queue(i int) (*lock.Queue, error) {
+	if q := s.qs[i].Load(); q != nil {
+		return q, nil
+	}
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	if q := s.qs[i].Load(); q != nil {
+		return q, nil
+	}
+	q, err := s.e.locks.Queue(s.e.keys.SegmentLock(s.sku.name, i), lock.KindSegment)
+	if err != nil {
+		return nil, err
+	}
+	q.SetRetain(s.wakeHead)
+	s.qs[i].Store(q)
+	return q, nil
+}
+
+// tenure is this process's tenure of segment i, nil when it holds none (or
+// never made its queue).
+func (s *seller) tenure(i int) *lock.Ownership {
+	q := s.qs[i].Load()
+	if q == nil {
+		return nil
+	}
+	own, _ := q.Tenure()
+	return own
 }
 
 // st is segment i's place cache, made on first use.
@@ -171,8 +196,8 @@ func (s *seller) release() {
 // heldCount counts the segments this process holds (and is not giving up).
 func (s *seller) heldCount() int {
 	n := 0
-	for _, q := range s.qs {
-		if own, _ := q.Tenure(); own != nil {
+	for i := range s.qs {
+		if s.tenure(i) != nil {
 			n++
 		}
 	}
@@ -223,8 +248,8 @@ func (e *Engine) HeldSegments(sku string) []int {
 		return nil
 	}
 	var out []int
-	for i, q := range s.qs {
-		if own, _ := q.Tenure(); own != nil {
+	for i := range s.qs {
+		if s.tenure(i) != nil {
 			out = append(out, i)
 		}
 	}

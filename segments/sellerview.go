@@ -18,8 +18,12 @@ func (s *seller) react() {
 		own *lock.Ownership
 	}
 	var yieldNow, keep []contended
-	for i, q := range s.qs {
-		own, idle := q.Tenure()
+	for i := range s.qs {
+		var own *lock.Ownership
+		var idle bool
+		if q := s.qs[i].Load(); q != nil {
+			own, idle = q.Tenure()
+		}
 		if own == nil || !waitedFor(s.view[i], own.Key(), own.Rev()) {
 			if t := s.timers[i]; t != nil {
 				t.Stop()
@@ -35,7 +39,7 @@ func (s *seller) react() {
 		}
 	}
 	for _, k := range keep {
-		q, own, i := s.qs[k.i], k.own, k.i
+		q, own, i := s.qs[k.i].Load(), k.own, k.i
 		s.timers[i] = time.AfterFunc(s.e.cfg.TenureMaxHold, func() {
 			s.mu.Lock()
 			delete(s.timers, i)
@@ -45,7 +49,7 @@ func (s *seller) react() {
 	}
 	s.mu.Unlock()
 	for _, y := range yieldNow {
-		s.qs[y.i].Yield(y.own)
+		s.qs[y.i].Load().Yield(y.own)
 	}
 	s.wakeHead()
 }

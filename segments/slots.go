@@ -35,11 +35,15 @@ const (
 func (s *seller) pick(ctx context.Context, qty int64, home int) (*slot, pickState, error) {
 	state := pickDry
 	for _, i := range s.order(home) {
-		q, st := s.qs[i], s.st(i)
+		q := s.qs[i].Load()
+		if q == nil {
+			continue // never made: not held
+		}
 		own, _ := q.Tenure()
 		if own == nil {
 			continue
 		}
+		st := s.st(i)
 		st.mu.Lock()
 		known := st.token == own.Rev() && !st.stale
 		enough := known && st.availLocked() >= qty
