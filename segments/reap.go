@@ -50,6 +50,7 @@ func (e *Engine) evictIdle(now time.Time) {
 		}
 		s.mu.Unlock()
 		s.qmu.Lock()
+		s.reaped = true
 		for i := range s.qs {
 			if q := s.qs[i].Swap(nil); q != nil {
 				e.locks.Unref(q)

@@ -2,6 +2,7 @@ package segments
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -63,3 +64,50 @@ func (e *Engine) footprint() (sellers, places, keys, queues int) {
 }
 
 var _ = context.Background
+
+// A seller makes a segment's lock queue only when it first takes or waits
+// for that lock: a SKU sold only directly leaves the lock engine without a
+// queue. Once forgotten, a seller makes none (a lock taken through it by a
+// caller that still had it would be kept as a tenure nobody sells from).
+func TestSellerMakesLockQueuesOnUse(t *testing.T) {
+	e := etcdEngine(t, func(c *engineTestConfig) { c.sellerIdle = time.Hour })
+	ctx := t.Context()
+	if _, err := e.CreateSKU(ctx, "lazyq", SKUConfig{Total: 40, Segments: 4, InitialFill: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Allocate(ctx, "lazyq", "o-1", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, queues := e.footprint(); queues != 0 || len(e.HeldSegments("lazyq")) != 0 {
+		t.Fatalf("after a direct order: %d lock queues, held %v; want none", queues, e.HeldSegments("lazyq"))
+	}
+	info, err := e.sku(ctx, "lazyq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.seller(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := s.queue(2)
+	if err != nil || q == nil {
+		t.Fatalf("queue 2: %v, %v", q, err)
+	}
+	if again, _ := s.queue(2); again != q {
+		t.Fatal("a second call made another queue")
+	}
+	if _, _, _, queues := e.footprint(); queues != 1 {
+		t.Fatalf("%d lock queues after one was made; want 1", queues)
+	}
+	s.release()
+	e.evictIdle(time.Now().Add(2 * time.Hour))
+	if _, _, _, queues := e.footprint(); queues != 0 {
+		t.Fatalf("%d lock queues after the seller was forgotten; want 0", queues)
+	}
+	if q, err := s.queue(1); !errors.Is(err, errSellerReaped) || q != nil {
+		t.Fatalf("a forgotten seller's queue: %v, %v; want errSellerReaped", q, err)
+	}
+	if _, _, _, queues := e.footprint(); queues != 0 {
+		t.Fatalf("%d lock queues made by a forgotten seller; want 0", queues)
+	}
+}

@@ -3,6 +3,7 @@ package segments
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -63,6 +64,10 @@ type seller struct {
 	// making.
 	qs  []atomic.Pointer[lock.Queue]
 	qmu sync.Mutex
+	// reaped: the reaper gave the queues back (under qmu); none is made
+	// after it, or a lock taken through a forgotten seller (lockPlace)
+	// would be kept as a tenure nobody sells from.
+	reaped bool
 	// sts are the segments' place caches, made on first use (st): a
 	// process that sells a SKU from one segment keeps one, not one per
 	// segment (over 10,000 SKUs that was 40 % of its heap).
@@ -152,6 +157,9 @@ func (s *seller) queue(i int) (*lock.Queue, error) {
 	if q := s.qs[i].Load(); q != nil {
 		return q, nil
 	}
+	if s.reaped {
+		return nil, errSellerReaped
+	}
 	q, err := s.e.locks.Queue(s.e.keys.SegmentLock(s.sku.name, i), lock.KindSegment)
 	if err != nil {
 		return nil, err
@@ -160,6 +168,10 @@ func (s *seller) queue(i int) (*lock.Queue, error) {
 	s.qs[i].Store(q)
 	return q, nil
 }
+
+// errSellerReaped: the seller was forgotten (reap.go) while a caller still
+// had it; its caller takes the lock without it.
+var errSellerReaped = errors.New("the SKU's seller was forgotten")
 
 // tenure is this process's tenure of segment i, nil when it holds none (or
 // never made its queue).
