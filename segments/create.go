@@ -163,7 +163,14 @@ func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, me
 		if err != nil {
 			return err
 		}
-		poolResp, err := e.kv.Get(ctx, e.keys.Pool(sku))
+		// The pool's revision as of the snapshot: the fill below is worked
+		// out from the snapshot, so the transaction must fail if anyone
+		// wrote the pool after it. Read apart and later, a concurrent
+		// resumption's fill between the two reads passed the compare, and
+		// this one wrote the pool from the snapshot's stale value
+		// (TestConcurrentResumesOfACreation, beside four busy loops: 124
+		// units made).
+		poolResp, err := e.kv.Get(ctx, e.keys.Pool(sku), clientv3.WithRev(snap.rev))
 		if err != nil {
 			return err
 		}
