@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -153,4 +154,86 @@ func TestConcurrentResumesOfACreation(t *testing.T) {
 		t.Fatalf("pool %d after the creation, want 370: the segments hold another fill than 630", st.Pool)
 	}
 	mustAudit(t, cs[0], "big")
+}
+
+// fillBetween is a server interceptor for the race that made units in
+// TestConcurrentResumesOfACreation on a busy machine: once armed, the
+// first read of the pool key (a resumption's fill, after its snapshot)
+// waits until another resumption (run by the test's raw client) has
+// filled every segment and written the pool, then reads.
+type fillBetween struct {
+	pool  string
+	armed atomic.Bool
+	fill  func() error // the other resumption's fill
+	err   error
+}
+
+func (f *fillBetween) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if r, ok := req.(*pb.RangeRequest); ok && string(r.Key) == f.pool && len(r.RangeEnd) == 0 && f.armed.CompareAndSwap(true, false) {
+		f.err = f.fill()
+	}
+	return handler(ctx, req)
+}
+
+// Invariant: a resumption of an interrupted creation never makes units,
+// whatever another resumption commits between its snapshot and its
+// transaction. Deterministically: the creation is cut after its first
+// fill transaction (8 of 20 segments filled); a resumption takes its
+// snapshot, and before it reads the pool another resumption fills the
+// other 12 segments and writes the pool. The first resumption's fill,
+// worked out from its snapshot, must then be refused, not write the pool
+// from the snapshot's value (which put 12 segments' fill back in the pool:
+// it fails if the pool is read at the latest revision).
+func TestResumptionFillsBetweenSnapshotAndPoolRead(t *testing.T) {
+	cut := &interruptFill{prefix: "/stockctl/stock/big/seg/", n: 2}
+	between := &fillBetween{pool: "/stockctl/stock/big/pool"}
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync(),
+		etcdtest.WithGRPCServerOptions(grpc.ChainUnaryInterceptor(cut.intercept, between.intercept)))
+	c := newCoordinators(t, etcd, 1, coordinator.WithMaxTxnOps(10))[0]
+	raw := etcd.Client(t)
+	ctx := t.Context()
+	cfg := coordinator.SKUConfig{Total: 1000, Segments: 20, InitialFill: 620}
+	k := engines.Of(c).Keys
+
+	cut.armed.Store(true)
+	if _, err := c.CreateSKU(ctx, "big", cfg); err == nil {
+		t.Fatal("the interrupted creation succeeded: the fault was not injected")
+	}
+	// The other resumption: every segment at its target (31), the pool
+	// at what is left, in one transaction, as a resumption with room for
+	// all 20 would write it.
+	between.fill = func() error {
+		var ops []clientv3.Op
+		for i := range cfg.Segments {
+			ops = append(ops, clientv3.OpPut(k.Segment("big", i), segments.EncodeCounter(31)))
+		}
+		ops = append(ops, clientv3.OpPut(k.Pool("big"), segments.EncodeCounter(cfg.Total-cfg.InitialFill)))
+		_, err := raw.Txn(ctx).Then(ops...).Commit()
+		return err
+	}
+	between.armed.Store(true)
+	meta, err := c.CreateSKU(ctx, "big", cfg)
+	if between.armed.Load() {
+		t.Fatal("the resumption read no pool: the race was not staged")
+	}
+	if between.err != nil {
+		t.Fatalf("the other resumption's fill: %v", between.err)
+	}
+	if err != nil && !errors.Is(err, coordinator.ErrConflict) {
+		t.Fatalf("the resumption: %+v, %v", meta, err)
+	}
+	if err != nil { // a conflict: finish the creation as a caller would
+		if _, err := c.CreateSKU(ctx, "big", cfg); err != nil {
+			t.Fatalf("resuming again: %v", err)
+		}
+	}
+	st := mustStatus(t, c, "big")
+	var inSegments int64
+	for _, s := range st.Segments {
+		inSegments += s.Remaining
+	}
+	if st.Pool != 380 || inSegments != 620 {
+		t.Fatalf("after the creation: pool %d and segments %d, want 380 and 620 (%d units made)", st.Pool, inSegments, st.Pool+inSegments-1000)
+	}
+	mustAudit(t, c, "big")
 }
