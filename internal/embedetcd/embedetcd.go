@@ -77,6 +77,12 @@ type Config struct {
 	// MaxTxnOps is etcd's --max-txn-ops, the most operations in one
 	// transaction; 0 means etcd's default (128).
 	MaxTxnOps uint
+	// BcryptCost is etcd's --bcrypt-cost, the cost of the hash of a user's
+	// password (auth), which every authentication pays again; 0 means
+	// etcd's default (10). Tests lower it to 4: under -race on a loaded
+	// machine one authentication at 10 took long enough for a CLI run's
+	// 20-second dial to expire (TestTLSAndAuth).
+	BcryptCost uint
 	// AllowNonLoopback permits ClientAddr, PeerAddr and InitialCluster to
 	// name non-loopback addresses. Off by default so that a typo cannot expose
 	// an unauthenticated etcd to the network. The addresses are advertised
@@ -364,6 +370,9 @@ func embedConfig(cfg Config, clientAddr, peerAddr string, lg *zap.Logger, grpcs 
 	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	if cfg.MaxTxnOps > 0 {
 		ec.MaxTxnOps = cfg.MaxTxnOps
+	}
+	if cfg.BcryptCost > 0 {
+		ec.BcryptCost = cfg.BcryptCost
 	}
 	// stderr only, so no log files anywhere. LogLevel and LogOutputs only
 	// describe lg to etcd; lg itself decides what is written.

@@ -55,7 +55,7 @@ func TestTLSAndAuth(t *testing.T) {
 	t.Parallel()
 	p := testpki.New(t)
 	srv, err := embedetcd.Start(t.Context(), embedetcd.Config{Dir: t.TempDir(), UnsafeNoFsync: true,
-		CertFile: p.ServerCert, KeyFile: p.ServerKey, TrustedCAFile: p.CA, ClientCertAuth: true})
+		CertFile: p.ServerCert, KeyFile: p.ServerKey, TrustedCAFile: p.CA, ClientCertAuth: true, BcryptCost: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
