@@ -3,6 +3,7 @@ package segments
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -126,6 +127,10 @@ type placePlan struct {
 	// (lost; raced: a direct place's counter moved or its lock was taken).
 	lost, short, raced bool
 	err                error
+	// shortHeld says, for a held place found short, what its cache held
+	// against what the batch takes: the numbers the caller's error
+	// carries, since reservations should make that impossible.
+	shortHeld string
 }
 
 // planPlaces gathers the places of batch, in the order they first appear,
@@ -211,6 +216,8 @@ func (e *Engine) planHeld(ctx context.Context, pp *placePlan) {
 		pp.value = st.value + st.inbox - pp.take
 	default:
 		pp.short = true
+		pp.shortHeld = fmt.Sprintf("%s holds %d at revision %d (inbox %d, known %v) and the commit's orders take %d of it (%d reserved there)",
+			st.key, st.value, st.modRev, st.inbox, st.inKnown, pp.take, st.reserved)
 	}
 }
 

@@ -270,7 +270,14 @@ func answerUnplannable(batch []*commitReq, places map[*placeState]*placePlan) (k
 		case cr.touches(places, func(pp *placePlan) bool { return pp.err != nil }):
 			cr.finish(failed(cr.placeErr(places)))
 		case cr.touches(places, func(pp *placePlan) bool { return pp.short && pp.fence == lockFence }):
-			cr.finish(failed(fmt.Errorf("stock changed under the lock after the business step; nothing deducted: %w", ErrContention)))
+			why := ""
+			cr.touches(places, func(pp *placePlan) bool {
+				if pp.short && pp.fence == lockFence {
+					why = pp.shortHeld
+				}
+				return false
+			})
+			cr.finish(failed(fmt.Errorf("stock changed under the lock after the business step (%s); nothing deducted: %w", why, ErrContention)))
 		case cr.touches(places, func(pp *placePlan) bool { return pp.short }):
 			cr.finish(placeResult{kind: resShort})
 		case cr.ctx.Err() != nil:
