@@ -1,7 +1,11 @@
 package etcdtest
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"runtime/pprof"
+	"sync"
 	"testing"
 	"time"
 )
@@ -22,9 +26,35 @@ const TestHang = 10 * time.Minute
 
 // HangContext is t's context, ended after TestHang: the guard that turns a
 // stuck call into a failure of the test with the call's error. Never a
-// measure of speed.
+// measure of speed. When the guard runs out it logs every goroutine's
+// stack first, so that a hang can be told from a slow machine (a sale that
+// ran out of its 10 minutes beside busy loops left only "context deadline
+// exceeded").
 func HangContext(t testing.TB) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(t.Context(), TestHang)
+	return hangContext(t, TestHang)
+}
+
+func hangContext(t testing.TB, limit time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	var dumped sync.WaitGroup
+	dumped.Add(1)
+	stop := context.AfterFunc(ctx, func() {
+		defer dumped.Done()
+		if !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			return
+		}
+		var b bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		t.Logf("the hang guard ran out after %v; every goroutine now:\n%s", limit, b.String())
+	})
+	t.Cleanup(func() {
+		if stop() {
+			dumped.Done() // never ran
+		}
+		dumped.Wait()
+		cancel()
+	})
+	return ctx, cancel
 }
 
 // HangLimit is limit, or MinWait if that is longer: what a wait that only
