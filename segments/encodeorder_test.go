@@ -64,6 +64,12 @@ func FuzzEncodeOrder(f *testing.F) {
 		if _, ok := appendOrder(nil, &o); ok && (lines || !plainJSON(sku) || !plainJSON(id)) {
 			t.Fatalf("the fast path took an order it must leave to encoding/json: %+v", o)
 		}
+		// What the fast path writes, the fast path reads back.
+		if enc, ok := appendOrder(nil, &o); ok {
+			if _, fast := decodeOrderFast(enc); !fast {
+				t.Fatalf("decodeOrderFast declined what appendOrder wrote: %s", enc)
+			}
+		}
 	})
 }
 

@@ -476,9 +476,11 @@ func rfc3339Year(t time.Time) bool {
 // DecodeOrder strictly decodes the order record stored at key, including
 // that its parts add up to its quantity.
 func DecodeOrder(key string, value []byte) (Order, error) {
-	var o Order
-	if err := strictJSON(value, &o); err != nil {
-		return Order{}, &CorruptError{Key: key, Value: value, Err: err}
+	o, fast := decodeOrderFast(value)
+	if !fast {
+		if err := strictJSON(value, &o); err != nil {
+			return Order{}, &CorruptError{Key: key, Value: value, Err: err}
+		}
 	}
 	if err := checkVersion(o.V); err != nil {
 		return Order{}, &CorruptError{Key: key, Value: value, Err: err}

@@ -1,0 +1,114 @@
+package segments
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// sameOrder compares two decoded orders field by field; times by instant
+// and by how they print (their zones are distinct *Locations).
+func sameOrder(a, b Order) error {
+	ts := func(t time.Time) string { return t.Format(time.RFC3339Nano) + "|" + fmt.Sprint(t.IsZero()) }
+	as, bs := a, b
+	as.Created, as.Deadline, as.PrunedAt = time.Time{}, time.Time{}, time.Time{}
+	bs.Created, bs.Deadline, bs.PrunedAt = time.Time{}, time.Time{}, time.Time{}
+	if fmt.Sprintf("%#v", as) != fmt.Sprintf("%#v", bs) {
+		return fmt.Errorf("%#v\n  against %#v", as, bs)
+	}
+	for _, p := range [][2]time.Time{{a.Created, b.Created}, {a.Deadline, b.Deadline}, {a.PrunedAt, b.PrunedAt}} {
+		if !p[0].Equal(p[1]) || ts(p[0]) != ts(p[1]) {
+			return fmt.Errorf("times %s and %s", ts(p[0]), ts(p[1]))
+		}
+	}
+	return nil
+}
+
+// Invariant: decodeOrderFast either declines a record or reads it exactly
+// as encoding/json's strict decoder does (which DecodeOrder used for every
+// record before). Seeds: records as EncodeOrder writes them, and near
+// misses that the fast path must decline or read the same.
+func FuzzDecodeOrder(f *testing.F) {
+	at := time.Date(2026, 11, 27, 0, 30, 1, 5000, time.UTC)
+	for _, o := range []Order{
+		{SKU: "tee", ID: "o-1", Qty: 1, Parts: []Part{{Place: Segment(3), Qty: 1}}, Created: at},
+		{SKU: "tee", ID: "o-2", Qty: 2, Parts: []Part{{Place: Pool, Qty: 1}, {Place: Segment(0), Qty: 1}}, Created: at.In(time.FixedZone("x", 5*3600+1800)),
+			State: StateReserved, Deadline: at.Add(time.Minute), Buyer: "u-1", UserCounted: true},
+		{SKU: "tee", ID: "o-3", Qty: 3, Parts: []Part{{Place: Segment(1023), Qty: 3}}, Released: true, Created: at, State: StateConfirmed, Deadline: at},
+		{SKU: "tee", ID: "o-4", State: StatePruned, PrunedAt: at},
+	} {
+		f.Add([]byte(EncodeOrder(o)))
+	}
+	for _, s := range []string{
+		`{"v":1,"sku":"tee","order":"o","qty":1,"parts":[{"from":"seg/1","qty":1}]}`,
+		`{"v":1,"sku":"tee","order":"o","qty":1,"parts":[]}`,
+		`{"v":1,"sku":"tee","order":"o","qty":01,"parts":[{"from":"seg/01","qty":1}]}`,
+		`{"v":1,"sku":"tee","order":"o","qty":-1}`,
+		`{"v":1,"sku":"t\u0065e","order":"o"}`,
+		`{"v":1,"SKU":"tee","order":"o"}`,
+		`{"v":1,"sku":"tee","order":"o","created":"2026-11-27T00:30:01+05:30"} `,
+		`{"v":1,"sku":"tee","order":"o","created":"2026-11-27T00:30:01.000Z"}`,
+		`{"v":1,"sku":"tee","order":"o","created":"2026-11-27 00:30:01Z"}`,
+		`{"v":1,"sku":"tee","order":"o","released":false}`,
+		`{"v":1,"sku":"tee","order":"o","qty":9223372036854775807}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		fast, ok := decodeOrderFast(value)
+		if !ok {
+			return
+		}
+		var slow Order
+		if err := strictJSON(value, &slow); err != nil {
+			t.Fatalf("the fast path read %q, encoding/json refuses it: %v", value, err)
+		}
+		if err := sameOrder(fast, slow); err != nil {
+			t.Fatalf("%q: fast and encoding/json differ: %v", value, err)
+		}
+	})
+}
+
+// Plain orders and reservations, as EncodeOrder writes them, take the fast
+// path, so that FuzzDecodeOrder compares it with something.
+func TestDecodeOrderFastPath(t *testing.T) {
+	at := time.Date(2026, 11, 27, 0, 30, 1, 5, time.UTC)
+	for _, o := range []Order{
+		{V: Version, SKU: "tee", ID: "o-1", Qty: 1, Parts: []Part{{Place: Segment(3), Qty: 1}}, Created: at},
+		{V: Version, SKU: "tee", ID: "o-2", Qty: 2, Parts: []Part{{Place: Pool, Qty: 1}, {Place: Segment(0), Qty: 1}}, Created: at,
+			State: StateReserved, Deadline: at.Add(time.Minute), Buyer: "u-1", UserCounted: true},
+		{V: Version, SKU: "tee", ID: "o-3", Qty: 1, Parts: []Part{{Place: Segment(3), Qty: 1}}, Released: true, Created: at},
+	} {
+		got, ok := decodeOrderFast([]byte(EncodeOrder(o)))
+		if !ok {
+			t.Fatalf("%s: declined", o.ID)
+		}
+		if err := sameOrder(got, o); err != nil {
+			t.Fatalf("%s: %v", o.ID, err)
+		}
+	}
+}
+
+// BenchmarkDecodeOrder: a plain order's record, the fast path against
+// encoding/json.
+func BenchmarkDecodeOrder(b *testing.B) {
+	rec := []byte(EncodeOrder(Order{SKU: "tee", ID: "c0-g1-17", Qty: 2, Parts: []Part{{Place: Segment(3), Qty: 1}, {Place: Segment(4), Qty: 1}},
+		Created: time.Date(2026, 11, 27, 0, 30, 1, 5, time.UTC)}))
+	b.Run("DecodeOrder", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeOrder("k", rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var o Order
+			if err := strictJSON(rec, &o); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
