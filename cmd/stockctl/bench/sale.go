@@ -70,9 +70,9 @@ const (
 	// DefaultCartLines is the cart shape's lines an order (issue 32: a
 	// cart of 3 over 1,000 SKUs).
 	DefaultCartLines = 3
-	// DefaultTruthSample: one order in this many reads etcd's revision
-	// before it starts, and a refusal of it is checked afterwards against
-	// the books at the refusal's revision.
+	// DefaultTruthSample: one order in this many, of buyers refused
+	// before, reads etcd's revision before it starts, and a refusal of it
+	// is checked afterwards against the books at the refusal's revision.
 	DefaultTruthSample = 20
 )
 
