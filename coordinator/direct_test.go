@@ -44,10 +44,16 @@ func startRebalancer(t *testing.T, c *coordinator.Coordinator) {
 // orders (Allocate, Reserve) of a process that holds none of the SKU's
 // segments are committed directly, by a compare that the segment has no
 // lock key. No lock key is ever written; an order with a route key comes
-// from its home segment while it has stock; the books balance.
+// from its home segment while it has stock; the books balance. Lazily too
+// (WithLazySegments: each process takes its home over once).
 func TestDirectOrdersTakeNoLock(t *testing.T) {
+	t.Run("eager", func(t *testing.T) { testDirectOrdersTakeNoLock(t) })
+	t.Run("lazy", func(t *testing.T) { testDirectOrdersTakeNoLock(t, coordinator.WithLazySegments()) })
+}
+
+func testDirectOrdersTakeNoLock(t *testing.T, opts ...coordinator.Option) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
-	cs := newCoordinators(t, etcd, 2)
+	cs := newCoordinators(t, etcd, 2, opts...)
 	raw := etcd.Client(t)
 	ctx := t.Context()
 	mustCreate(t, cs[0], "cold", coordinator.SKUConfig{Total: 40, Segments: 4, InitialFill: 40})
@@ -83,6 +89,67 @@ func TestDirectOrdersTakeNoLock(t *testing.T) {
 	rep := mustAudit(t, cs[0], "cold")
 	if rep.Allocated != 14 {
 		t.Fatalf("audit allocates %d units, want 14", rep.Allocated)
+	}
+}
+
+// A route key's home that another process sells lazily is not taken from
+// it: B's order for A's home sells from another segment, A's counter
+// still names A (no write moved it), and A's next order there sells on
+// without taking it back. Before, lazy orders ignored route keys.
+func TestRoutedLazyOrderLeavesAnotherOwnersHome(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	cs := newCoordinators(t, etcd, 2, coordinator.WithLazySegments())
+	raw := etcd.Client(t)
+	ctx := t.Context()
+	mustCreate(t, cs[0], "shared", coordinator.SKUConfig{Total: 40, Segments: 4, InitialFill: 40})
+	a, b := cs[0], cs[1]
+	counter := engines.Of(a).Keys.Segment("shared", 2)
+	read := func() (segments.SegmentCounter, int64) {
+		t.Helper()
+		resp, err := raw.Get(ctx, counter)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("read the counter: %v", err)
+		}
+		c, err := segments.DecodeSegmentCounter(counter, resp.Kvs[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, resp.Kvs[0].ModRevision
+	}
+	home := routeKeyFor(t, 4, 2)
+	order := func(c *coordinator.Coordinator, id string) string {
+		t.Helper()
+		al, err := c.Allocate(ctx, "shared", id, 1, home)
+		if err != nil || len(al.Parts) != 1 {
+			t.Fatalf("order %s: %+v, %v", id, al, err)
+		}
+		return al.Parts[0].Place.String()
+	}
+	for i := range 3 {
+		if got := order(a, fmt.Sprintf("a%d", i)); got != "seg/2" {
+			t.Fatalf("A's order %d came from %s, want its home seg/2", i, got)
+		}
+	}
+	owned, mod := read()
+	if owned.Owner == 0 {
+		t.Fatalf("A's lazy orders left the counter %+v, want it to name A", owned)
+	}
+	for i := range 3 {
+		if got := order(b, fmt.Sprintf("b%d", i)); got == "seg/2" {
+			t.Fatalf("B's order %d took A's home seg/2", i)
+		}
+	}
+	if c, m := read(); c != owned || m != mod {
+		t.Fatalf("B's orders wrote A's counter: %+v at %d, was %+v at %d", c, m, owned, mod)
+	}
+	if got := order(a, "a3"); got != "seg/2" {
+		t.Fatalf("A's next order came from %s, want seg/2", got)
+	}
+	if c, m := read(); c != owned || m != mod {
+		t.Fatalf("A took its own home again: %+v at %d, was %+v at %d", c, m, owned, mod)
+	}
+	if rep := mustAudit(t, b, "shared"); rep.Allocated != 7 {
+		t.Fatalf("audit allocates %d, want 7", rep.Allocated)
 	}
 }
 

@@ -28,7 +28,7 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 	}
 	if req.step == nil && s.heldCount() == 0 {
 		s.e.seat.Wait(ctx, firstSeatWait)
-		s.chooseDirect(snap, req.qty, s.directStart(req, req.home))
+		s.chooseDirect(snap, req.qty, s.directStart(req, req.home), req.routed)
 	}
 	for i := range s.qs {
 		if s.tenure(i) == nil {

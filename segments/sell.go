@@ -448,9 +448,11 @@ func (s *seller) directPlace() *placeState {
 // nobody holds or waits for (as the lock watch has it), and picks the
 // segment for direct orders among those that hold at least qty, in ring
 // order from start: one this process owns already, else one nobody owns,
-// else any (taking it over ends another process's lazy sales there). It
-// reports whether one was found.
-func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
+// else any (taking it over ends another process's lazy sales there). With
+// preferStart (an order's route key named start), start comes first
+// unless another process sells it lazily. It reports whether one was
+// found.
+func (s *seller) chooseDirect(snap *snapshot, qty int64, start int, preferStart bool) bool {
 	n := len(s.sts)
 	s.mu.Lock()
 	free := make([]bool, n)
@@ -460,6 +462,10 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int) bool {
 	s.mu.Unlock()
 	self := s.e.owner
 	pick := [3]int{-1, -1, -1} // owned here, owned by nobody, by another
+	if preferStart && start >= 0 && start < n && free[start] && snap.segs[start] >= qty &&
+		(snap.ctr[start].Owner == 0 || snap.ctr[start].Owner == self) && (s.e.cfg.LazySegments || !snap.ctr[start].Lazy()) {
+		pick[0] = start
+	}
 	for k := range n {
 		i := (start + k) % n
 		if !free[i] {
@@ -518,14 +524,24 @@ func (s *seller) freeSegment(start int) int {
 
 // directStart is where an order's search for a direct segment starts: its
 // home when it named a route key (the caller's affinity is kept), else this
-// process's preferred segment for the SKU. Lazy segments keep no affinity:
-// every home would be a segment to take over, and processes whose buyers'
-// homes meet would take it from each other at every order.
+// process's preferred segment for the SKU. Lazily, a home that another
+// process sells lazily is not taken over for the route key's sake
+// (directFor, chooseDirect): processes whose buyers' homes meet would take
+// it from each other at every order, a write each time. The order sells
+// from a segment of this process's own, as an order without a route key.
 func (s *seller) directStart(req *allocReq, home int) int {
-	if req.routed && !s.e.cfg.LazySegments {
+	if req.routed {
 		return home
 	}
 	return s.directHome()
+}
+
+// ownableLocked reports whether this process may sell from a direct place
+// without taking it from another process: eagerly always; lazily when its
+// counter, as last seen, names no owner or this process. The caller holds
+// the place's mu.
+func (s *seller) ownableLocked(d *directState) bool {
+	return !s.e.cfg.LazySegments || d.owned || d.raw.Owner == 0 || d.raw.Owner == s.e.owner
 }
 
 // firstSeatWait bounds how long an order picking a direct segment waits
@@ -570,11 +586,11 @@ func (s *seller) directHome() int {
 // named a route key and the home's cache can give its quantity, else the
 // segment the last look picked.
 func (s *seller) directFor(req *allocReq, home int) *placeState {
-	if req.routed && !s.e.cfg.LazySegments && home < len(s.sts) {
+	if req.routed && home < len(s.sts) {
 		st := s.st(home)
 		st.mu.Lock()
 		d := &st.direct
-		ok := d.known && d.value+d.inbox-d.reserved >= req.qty
+		ok := d.known && d.value+d.inbox-d.reserved >= req.qty && s.ownableLocked(d)
 		st.mu.Unlock()
 		if ok {
 			return st
