@@ -44,7 +44,7 @@ func saleFlags() []ucli.Flag {
 		&ucli.IntFlag{Name: "clusters",
 			Usage: "with --sale: also run the stockctl strategy on a coordinator over this many embedded etcd clusters (each as --cluster makes the one etcd), beside the one-cluster rows, and report each cluster's share of the SKUs, etcd requests and keys written (2 to 8; default: one cluster only)"},
 		&ucli.IntFlag{Name: "truth-sample", Value: bench.DefaultTruthSample,
-			Usage: "with --sale: check one refusal in this many against the books at its revision (0: none)"},
+			Usage: "with --sale: check one refusal in this many (of buyers refused before) against the books at its revision (0: none)"},
 	}
 }
 
