@@ -108,6 +108,10 @@ func (s *Server) watchSKU(ctx context.Context, sku string, rev int64) <-chan err
 		client.Watch(ctx, ks.Meta(sku), clientv3.WithRev(rev)),
 		client.Watch(ctx, ks.SKUStock(sku), clientv3.WithPrefix(), clientv3.WithRev(rev)),
 		client.Watch(ctx, ks.Reservations(sku), clientv3.WithPrefix(), clientv3.WithRev(rev)),
+		// The order records: a process selling the SKU lazily
+		// (coordinator.WithLazySegments) writes only them, and its sales
+		// moved no key watched above until its next settle.
+		client.Watch(ctx, ks.Orders(sku), clientv3.WithPrefix(), clientv3.WithRev(rev)),
 	}
 	merged := make(chan clientv3.WatchResponse)
 	for _, w := range watches {

@@ -1,6 +1,8 @@
 package service_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,6 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
+	"github.com/stockctl/stockctl/coordinator"
+	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
 // WatchStatus sends the status at once, then after changes; revisions only
@@ -62,4 +66,54 @@ func TestWatchStatus(t *testing.T) {
 		err = stream.Err()
 	}
 	wantError(t, "WatchStatus of an unknown SKU", err, connect.CodeNotFound, stockctlv1.ErrorReason_ERROR_REASON_SKU_NOT_FOUND)
+}
+
+// WatchStatus follows the sales of a process that sells the SKU lazily
+// (coordinator.WithLazySegments: its orders after the first write only
+// their records). Its first order moves a counter and is seen; the four
+// after it moved no key the watch followed, and the stream went quiet
+// until its deadline.
+func TestWatchStatusFollowsLazySales(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	lazy, err := coordinator.New(e.etcd.Client(t), coordinator.WithLazySegments())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lazy.Close() })
+	c := e.stock(t, protocols[0])
+	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "lazy-watch", Total: 100, Segments: 2, InitialFill: 100})
+	wctx, cancel := context.WithTimeout(ctx(t), etcdtest.MinWait)
+	defer cancel()
+	stream, err := c.WatchStatus(wctx, connect.NewRequest(&stockctlv1.WatchStatusRequest{Sku: "lazy-watch", MinInterval: durationpb.New(10 * time.Millisecond)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	until := func(remaining int64) *stockctlv1.StockStatus {
+		t.Helper()
+		for {
+			if !stream.Receive() {
+				t.Fatalf("the stream ended before a frame with %d remaining: %v", remaining, stream.Err())
+			}
+			if st := stream.Msg().Status; st.Remaining <= remaining {
+				return st
+			}
+		}
+	}
+	sell := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := lazy.Allocate(ctx(t), "lazy-watch", fmt.Sprintf("l%d", i), 1, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	until(100)
+	sell(0, 1)
+	until(99)
+	sell(1, 5)
+	if st := until(95); st.Remaining != 95 || st.Orders != 5 {
+		t.Fatalf("frame %v, want 95 remaining in 5 orders", st)
+	}
 }
