@@ -1,10 +1,6 @@
 package segments
 
-import (
-	"bytes"
-	"strconv"
-	"time"
-)
+import "time"
 
 // Reading order records without reflection. Audit, AuditAt, Status of a
 // lazy segment, prune and every release decode records by the thousand,
@@ -24,7 +20,7 @@ type orderReader struct {
 
 // lit consumes s if the input continues with it.
 func (r *orderReader) lit(s string) bool {
-	if r.ok && bytes.HasPrefix(r.b, []byte(s)) {
+	if r.ok && len(r.b) >= len(s) && string(r.b[:len(s)]) == s {
 		r.b = r.b[len(s):]
 		return true
 	}
@@ -38,24 +34,34 @@ func (r *orderReader) must(s string) {
 	}
 }
 
-// str consumes a string's characters up to its closing quote (consumed
-// too): printable ASCII without a backslash, which JSON reads as is.
-func (r *orderReader) str() string {
-	if !r.ok {
-		return ""
+// quoted consumes a string token and returns it, quotes included, if its
+// characters are printable ASCII without a backslash, which JSON reads as
+// they are.
+func (r *orderReader) quoted() []byte {
+	if !r.ok || len(r.b) == 0 || r.b[0] != '"' {
+		r.ok = false
+		return nil
 	}
-	for i := 0; i < len(r.b); i++ {
+	for i := 1; i < len(r.b); i++ {
 		switch c := r.b[i]; {
 		case c == '"':
-			s := string(r.b[:i])
+			tok := r.b[:i+1]
 			r.b = r.b[i+1:]
-			return s
+			return tok
 		case c < 0x20 || c > 0x7e || c == '\\':
 			r.ok = false
-			return ""
+			return nil
 		}
 	}
 	r.ok = false
+	return nil
+}
+
+// str consumes a string token (quoted) and returns its characters.
+func (r *orderReader) str() string {
+	if tok := r.quoted(); r.ok {
+		return string(tok[1 : len(tok)-1])
+	}
 	return ""
 }
 
@@ -65,38 +71,37 @@ func (r *orderReader) num() int64 {
 	if !r.ok {
 		return 0
 	}
+	neg := len(r.b) > 0 && r.b[0] == '-'
 	i := 0
-	if len(r.b) > 0 && r.b[0] == '-' {
+	if neg {
 		i++
 	}
 	digits := i
-	for i < len(r.b) && r.b[i] >= '0' && r.b[i] <= '9' {
-		i++
+	var n uint64
+	for ; i < len(r.b) && r.b[i] >= '0' && r.b[i] <= '9'; i++ {
+		d := uint64(r.b[i] - '0')
+		if n > (1<<63)/10 || n*10+d > 1<<63 {
+			r.ok = false // beyond int64
+			return 0
+		}
+		n = n*10 + d
 	}
-	if n := i - digits; n == 0 || n > 19 || (n > 1 && r.b[digits] == '0') {
-		r.ok = false
-		return 0
-	}
-	n, err := strconv.ParseInt(string(r.b[:i]), 10, 64)
-	if err != nil {
+	if k := i - digits; k == 0 || (k > 1 && r.b[digits] == '0') || (n == 1<<63 && !neg) {
 		r.ok = false
 		return 0
 	}
 	r.b = r.b[i:]
-	return n
+	if neg {
+		return -int64(n) // -1<<63 included: its negation wraps to itself
+	}
+	return int64(n)
 }
 
-// at consumes a time's characters and closing quote, read as
-// time.Time.UnmarshalJSON reads it (what encoding/json calls).
+// at consumes a time's string token, read as time.Time.UnmarshalJSON
+// reads it (what encoding/json calls).
 func (r *orderReader) at() time.Time {
-	s := r.str()
-	if !r.ok {
-		return time.Time{}
-	}
 	var t time.Time
-	quoted := make([]byte, 0, len(s)+2)
-	quoted = append(append(append(quoted, '"'), s...), '"')
-	if err := t.UnmarshalJSON(quoted); err != nil {
+	if tok := r.quoted(); !r.ok || t.UnmarshalJSON(tok) != nil {
 		r.ok = false
 	}
 	return t
@@ -109,22 +114,22 @@ func decodeOrderFast(value []byte) (o Order, ok bool) {
 	r := &orderReader{b: value, ok: true}
 	r.must(`{"v":`)
 	o.V = int(r.num())
-	r.must(`,"sku":"`)
+	r.must(`,"sku":`)
 	o.SKU = r.str()
-	r.must(`,"order":"`)
+	r.must(`,"order":`)
 	o.ID = r.str()
 	if r.lit(`,"qty":`) {
 		o.Qty = r.num()
 	}
 	if r.lit(`,"parts":[`) {
 		for r.ok { // at least one part: appendOrder writes no empty list
-			r.must(`{"from":"`)
-			place := r.str()
+			r.must(`{"from":`)
+			place := r.quoted()
 			r.must(`,"qty":`)
 			qty := r.num()
 			r.must("}")
 			var p Place
-			if !r.ok || p.UnmarshalText([]byte(place)) != nil {
+			if !r.ok || p.UnmarshalText(place[1:len(place)-1]) != nil {
 				return Order{}, false
 			}
 			o.Parts = append(o.Parts, Part{Place: p, Qty: qty})
@@ -135,16 +140,16 @@ func decodeOrderFast(value []byte) (o Order, ok bool) {
 		}
 	}
 	o.Released = r.lit(`,"released":true`)
-	if r.lit(`,"created":"`) {
+	if r.lit(`,"created":`) {
 		o.Created = r.at()
 	}
-	if r.lit(`,"state":"`) {
+	if r.lit(`,"state":`) {
 		o.State = OrderState(r.str())
 	}
-	if r.lit(`,"deadline":"`) {
+	if r.lit(`,"deadline":`) {
 		o.Deadline = r.at()
 	}
-	if r.lit(`,"buyer":"`) {
+	if r.lit(`,"buyer":`) {
 		o.Buyer = r.str()
 	}
 	o.UserCounted = r.lit(`,"userCounted":true`)

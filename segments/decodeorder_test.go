@@ -51,6 +51,10 @@ func FuzzDecodeOrder(f *testing.F) {
 		`{"v":1,"sku":"tee","order":"o","created":"2026-11-27 00:30:01Z"}`,
 		`{"v":1,"sku":"tee","order":"o","released":false}`,
 		`{"v":1,"sku":"tee","order":"o","qty":9223372036854775807}`,
+		`{"v":1,"sku":"tee","order":"o","qty":9223372036854775808}`,
+		`{"v":1,"sku":"tee","order":"o","qty":-9223372036854775808}`,
+		`{"v":1,"sku":"tee","order":"o","qty":-0}`,
+		`{"v":1,"sku":"tee","order":"o","qty":99999999999999999999999}`,
 	} {
 		f.Add([]byte(s))
 	}
