@@ -264,19 +264,14 @@ func (e *Engine) answerRefused(ctx context.Context, batch []*commitReq, places m
 func answerUnplannable(batch []*commitReq, places map[*placeState]*placePlan) (keep []*commitReq) {
 	keep = batch[:0:0]
 	for _, cr := range batch {
+		var why string
 		switch {
 		case cr.touches(places, func(pp *placePlan) bool { return pp.lost }):
 			cr.finish(failed(lock.ErrLost))
 		case cr.touches(places, func(pp *placePlan) bool { return pp.err != nil }):
 			cr.finish(failed(cr.placeErr(places)))
-		case cr.touches(places, func(pp *placePlan) bool { return pp.short && pp.fence == lockFence }):
-			why := ""
-			cr.touches(places, func(pp *placePlan) bool {
-				if pp.short && pp.fence == lockFence {
-					why = pp.shortHeld
-				}
-				return false
-			})
+		case cr.touches(places, func(pp *placePlan) bool { why = pp.shortHeld; return why != "" }):
+			// A held place short (planHeld says why).
 			cr.finish(failed(fmt.Errorf("stock changed under the lock after the business step (%s); nothing deducted: %w", why, ErrContention)))
 		case cr.touches(places, func(pp *placePlan) bool { return pp.short }):
 			cr.finish(placeResult{kind: resShort})

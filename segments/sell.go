@@ -462,10 +462,6 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int, preferStart 
 	s.mu.Unlock()
 	self := s.e.owner
 	pick := [3]int{-1, -1, -1} // owned here, owned by nobody, by another
-	if preferStart && start >= 0 && start < n && free[start] && snap.segs[start] >= qty &&
-		(snap.ctr[start].Owner == 0 || snap.ctr[start].Owner == self) && (s.e.cfg.LazySegments || !snap.ctr[start].Lazy()) {
-		pick[0] = start
-	}
 	for k := range n {
 		i := (start + k) % n
 		if !free[i] {
@@ -490,6 +486,9 @@ func (s *seller) chooseDirect(snap *snapshot, qty int64, start int, preferStart 
 			rank = 0
 		case 0:
 			rank = 1
+		}
+		if k == 0 && preferStart && rank == 1 {
+			rank = 0 // the route key's home, nobody's: before any other
 		}
 		if pick[rank] < 0 {
 			pick[rank] = i
