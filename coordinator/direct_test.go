@@ -104,18 +104,7 @@ func TestRoutedLazyOrderLeavesAnotherOwnersHome(t *testing.T) {
 	mustCreate(t, cs[0], "shared", coordinator.SKUConfig{Total: 40, Segments: 4, InitialFill: 40})
 	a, b := cs[0], cs[1]
 	counter := engines.Of(a).Keys.Segment("shared", 2)
-	read := func() (segments.SegmentCounter, int64) {
-		t.Helper()
-		resp, err := raw.Get(ctx, counter)
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatalf("read the counter: %v", err)
-		}
-		c, err := segments.DecodeSegmentCounter(counter, resp.Kvs[0].Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, resp.Kvs[0].ModRevision
-	}
+	read := func() (segments.SegmentCounter, int64) { return readSegmentCounter(t, raw, counter) }
 	home := routeKeyFor(t, 4, 2)
 	order := func(c *coordinator.Coordinator, id string) string {
 		t.Helper()

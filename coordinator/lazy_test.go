@@ -116,15 +116,7 @@ func TestLazySegmentChangesHands(t *testing.T) {
 	mustCreate(t, a, "one", coordinator.SKUConfig{Total: 100, Segments: 1, InitialFill: 100, LowWatermark: 1})
 	counter := engines.Of(a).Keys.Segment("one", 0)
 	raw0 := func() segments.SegmentCounter {
-		t.Helper()
-		resp, err := raw.Get(ctx, counter)
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatalf("read the counter: %v", err)
-		}
-		c, err := segments.DecodeSegmentCounter(counter, resp.Kvs[0].Value)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c, _ := readSegmentCounter(t, raw, counter)
 		return c
 	}
 	sold := 0
@@ -233,4 +225,19 @@ func TestCloseSettlesLazySegments(t *testing.T) {
 		}
 		mustAudit(t, other, sku)
 	}
+}
+
+// readSegmentCounter reads the segment counter at key as stored, and its
+// ModRevision.
+func readSegmentCounter(t *testing.T, raw *clientv3.Client, key string) (segments.SegmentCounter, int64) {
+	t.Helper()
+	resp, err := raw.Get(t.Context(), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read the counter %s: %v", key, err)
+	}
+	c, err := segments.DecodeSegmentCounter(key, resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, resp.Kvs[0].ModRevision
 }

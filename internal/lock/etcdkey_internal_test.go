@@ -11,15 +11,20 @@ import (
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
-// newEngine returns an engine on client with the coordinator's defaults,
-// closed (and its goroutines waited for) at the end of the test.
-func newEngine(t *testing.T, client *clientv3.Client) *Engine {
+// newEngine returns an engine on client with the coordinator's defaults
+// (changed by tweaks), closed (and its goroutines waited for) at the end
+// of the test.
+func newEngine(t *testing.T, client *clientv3.Client, tweaks ...func(*Config)) *Engine {
 	t.Helper()
 	bg := background.NewGroup()
-	e := New(client, etcdcall.KV(client), bg, Config{
+	cfg := Config{
 		SessionTTL: 10 * time.Second, CohortMaxHandoffs: 32, CohortMaxHold: 100 * time.Millisecond,
 		ReleaseTimeout: 5 * time.Second, TenureIdle: time.Second,
-	})
+	}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	e := New(client, etcdcall.KV(client), bg, cfg)
 	t.Cleanup(func() {
 		_, _ = e.Close()
 		bg.Stop()

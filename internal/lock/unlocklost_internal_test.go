@@ -13,8 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/stockctl/stockctl/internal/background"
-	"github.com/stockctl/stockctl/internal/etcdcall"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
 
@@ -51,16 +49,9 @@ func TestUnlockWhileTheSessionEndsIsLost(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithGRPCServerOptions(grpc.ChainUnaryInterceptor(fault.intercept)))
 	client := etcd.Client(t)
 	raw := etcd.Client(t)
-	bg := background.NewGroup()
-	e := New(client, etcdcall.KV(client), bg, Config{
-		SessionTTL: 2 * time.Second, CohortMaxHandoffs: 32, CohortMaxHold: 100 * time.Millisecond,
-		ReleaseTimeout: time.Minute, TenureIdle: time.Second,
-	})
-	t.Cleanup(func() {
-		_, _ = e.Close()
-		bg.Stop()
-		bg.Wait()
-	})
+	// A short session, so that it learns of its lease's revocation soon;
+	// the release timeout long, so that the fault, not it, fails the delete.
+	e := newEngine(t, client, func(c *Config) { c.SessionTTL, c.ReleaseTimeout = 2*time.Second, time.Minute })
 	ctx := t.Context()
 	h, err := e.Acquire(ctx, "/t/locks/paused/", KindNamed, -1)
 	if err != nil {
