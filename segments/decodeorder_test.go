@@ -76,13 +76,7 @@ func FuzzDecodeOrder(f *testing.F) {
 // Plain orders and reservations, as EncodeOrder writes them, take the fast
 // path, so that FuzzDecodeOrder compares it with something.
 func TestDecodeOrderFastPath(t *testing.T) {
-	at := time.Date(2026, 11, 27, 0, 30, 1, 5, time.UTC)
-	for _, o := range []Order{
-		{V: Version, SKU: "tee", ID: "o-1", Qty: 1, Parts: []Part{{Place: Segment(3), Qty: 1}}, Created: at},
-		{V: Version, SKU: "tee", ID: "o-2", Qty: 2, Parts: []Part{{Place: Pool, Qty: 1}, {Place: Segment(0), Qty: 1}}, Created: at,
-			State: StateReserved, Deadline: at.Add(time.Minute), Buyer: "u-1", UserCounted: true},
-		{V: Version, SKU: "tee", ID: "o-3", Qty: 1, Parts: []Part{{Place: Segment(3), Qty: 1}}, Released: true, Created: at},
-	} {
+	for _, o := range fastPathOrders() {
 		got, ok := decodeOrderFast([]byte(EncodeOrder(o)))
 		if !ok {
 			t.Fatalf("%s: declined", o.ID)

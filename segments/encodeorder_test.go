@@ -77,14 +77,21 @@ func FuzzEncodeOrder(f *testing.F) {
 // checks its bytes): otherwise that test would compare encoding/json with
 // itself.
 func TestEncodeOrderFastPath(t *testing.T) {
-	at := time.Date(2026, 11, 26, 17, 9, 41, 5, time.UTC)
-	for _, o := range []Order{
-		{V: Version, SKU: "tee", ID: "o-1", Qty: 1, Parts: []Part{{Place: Segment(3), Qty: 1}}, Created: at},
-		{V: Version, SKU: "tee", ID: "o-2", Qty: 2, Parts: []Part{{Place: Pool, Qty: 1}, {Place: Segment(0), Qty: 1}}, Created: at,
-			State: StateReserved, Deadline: at.Add(time.Minute), Buyer: "u-1", UserCounted: true},
-	} {
+	for _, o := range fastPathOrders() {
 		if _, ok := appendOrder(nil, &o); !ok {
 			t.Errorf("%s: not encoded by appendOrder", o.ID)
 		}
+	}
+}
+
+// fastPathOrders are orders both fast paths take (appendOrder,
+// decodeOrderFast): a plain order, a reservation, a released order.
+func fastPathOrders() []Order {
+	at := time.Date(2026, 11, 26, 17, 9, 41, 5, time.UTC)
+	return []Order{
+		{V: Version, SKU: "tee", ID: "o-1", Qty: 1, Parts: []Part{{Place: Segment(3), Qty: 1}}, Created: at},
+		{V: Version, SKU: "tee", ID: "o-2", Qty: 2, Parts: []Part{{Place: Pool, Qty: 1}, {Place: Segment(0), Qty: 1}}, Created: at,
+			State: StateReserved, Deadline: at.Add(time.Minute), Buyer: "u-1", UserCounted: true},
+		{V: Version, SKU: "tee", ID: "o-3", Qty: 1, Parts: []Part{{Place: Segment(3), Qty: 1}}, Released: true, Created: at},
 	}
 }
