@@ -81,8 +81,12 @@ type Engine struct {
 	// ModRevision, not by the process's liveness.
 	owner int64
 	// seat spreads this process's direct orders of a SKU away from other
-	// processes' (directHome); claimed from its first direct order on.
+	// processes' (directHome); claimed from its first order that picks a
+	// direct segment on (awaitSeat).
 	seat *seats.Seat
+	// seatWait is how long such an order waits for the first claim
+	// (firstSeatWait; tests that need the seat in place wait longer).
+	seatWait time.Duration
 
 	// mu guards the maps. It is never held while taking a placeState's or a
 	// seller's mutex.
@@ -145,6 +149,7 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		ttl = locks.SessionTTL()
 	}
 	e.seat = seats.New(client, cfg.Keys.SellersPrefix(), ttl, bg, e.log)
+	e.seatWait = firstSeatWait
 	e.lockWatch = newLockWatch(e)
 	e.held = newCommitter(e, heldPlaceCost)
 	e.direct = newCommitter(e, directPlaceCost)

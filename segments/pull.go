@@ -27,7 +27,7 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 		return snap, failed(&InsufficientStockError{SKU: s.sku.name, Want: req.qty, Remaining: t, Revision: snap.rev}), true
 	}
 	if req.step == nil && s.heldCount() == 0 {
-		s.e.seat.Wait(ctx, firstSeatWait)
+		s.awaitSeat(ctx)
 		s.chooseDirect(snap, req.qty, s.directStart(req, req.home), req.routed)
 	}
 	for i := range s.qs {

@@ -63,8 +63,9 @@ func New(client *clientv3.Client, prefix string, ttl time.Duration, bg *backgrou
 	return s
 }
 
-// Start starts the claim in the background, once (the process's first
-// direct order): a process that never sells directly never writes a seat.
+// Start starts the claim in the background, once (the segment engine
+// calls it when an order is about to pick a direct segment or sell from
+// one): a process that never sells directly never writes a seat.
 func (s *Seat) Start() {
 	s.once.Do(func() {
 		s.started.Store(true)
@@ -76,8 +77,7 @@ func (s *Seat) Start() {
 // ended, for at most d or until ctx ends, and returns Index. Orders that
 // pick a segment while the process's first claim is under way wait for it,
 // so that they start apart too; a claim slower than d leaves them to the
-// hash. Before Start it returns -1 at once: a process's first direct order
-// starts the claim (and so a refusal never writes one).
+// hash. Before Start it returns -1 at once.
 func (s *Seat) Wait(ctx context.Context, d time.Duration) int {
 	if !s.started.Load() {
 		return -1
