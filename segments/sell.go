@@ -545,11 +545,14 @@ func (s *seller) ownableLocked(d *directState) bool {
 
 // firstSeatWait bounds how long an order picking a direct segment waits
 // for the process's first claim of a seat, under way (three round trips to
-// etcd): a few milliseconds once in a process's life, so that the SKUs it
-// first sells start apart too; a busy etcd's slower claim leaves them to
-// the hash rather than stall them (200 ms measured no different in a
-// 3-second sale).
-const firstSeatWait = 25 * time.Millisecond
+// etcd), once in a process's life, so that the SKUs it first sells start
+// apart too; a claim slower than this leaves them to the hash rather than
+// stall them. At the start of a busy sale the claim takes longer than a
+// few milliseconds: in a 3-second sale over 1,000 SKUs, 25 ms left 2 %
+// of the picks without a seat and 2.3 to 2.9 % of the commits refused by
+// another process's sale from the same segment; 250 ms, 0.06 to 0.10 %
+// (docs/benchmarks.md, 27 November).
+const firstSeatWait = 250 * time.Millisecond
 
 // awaitSeat starts the process's seat claim (once) and waits for the first
 // claim for at most the engine's seatWait: an order about to pick its
@@ -557,11 +560,11 @@ const firstSeatWait = 25 * time.Millisecond
 // and not at the first direct commit: a process's first orders, all of
 // cold SKUs, pick their segments before any of them commits, and with the
 // claim started only at a commit every one of them went by the hash (in a
-// 3-second sale over 1,000 SKUs, 5 to 7 % of the commits were refused by
-// another process's sale from the same segment; 1.6 to 1.8 % with the
-// claim started here). An order whose look refuses it never gets here, so
-// a refusal still claims no seat; a first order that peeks and is then
-// refused may.
+// 3-second sale over 1,000 SKUs, 12 % of the picks had no seat and 4 to
+// 6 % of the commits were refused by another process's sale from the same
+// segment; with the claim started here and firstSeatWait, 0.1 %). An
+// order whose look refuses it never gets here, so a refusal still claims
+// no seat; a first order that peeks and is then refused may.
 func (s *seller) awaitSeat(ctx context.Context) {
 	s.e.seat.Start()
 	s.e.seat.Wait(ctx, s.e.seatWait)
@@ -569,7 +572,8 @@ func (s *seller) awaitSeat(ctx context.Context) {
 
 // directHome is this process's preferred segment for the SKU's direct
 // orders. With a seat (a number no other live process holds, claimed from
-// the process's first direct order on: internal/seats), it is a hash of
+// the process's first pick of a direct segment on, awaitSeat:
+// internal/seats), it is a hash of
 // the SKU moved by the seat's place on the ring of segments and by the
 // races lost so far: processes selling one SKU directly start from
 // different segments, whatever their count up to the SKU's segments, and
