@@ -11,6 +11,11 @@ import "time"
 // escape), and declines anything else, which DecodeOrder then leaves to
 // encoding/json. For every input it accepts it gives what encoding/json
 // gives (FuzzDecodeOrder compares the two).
+//
+// Meta records likewise (decodeMetaFast, FuzzDecodeMeta): every process's
+// first order reads every SKU's meta record (Engine.prefetchMetas), and so
+// does a rebalancer taking the lead; over 10,000 SKUs their decoding was
+// 5 % of the CPU of a 3-second sale's window.
 
 // orderReader is a cursor over a record.
 type orderReader struct {
@@ -158,4 +163,38 @@ func decodeOrderFast(value []byte) (o Order, ok bool) {
 		return Order{}, false
 	}
 	return o, true
+}
+
+// decodeMetaFast decodes value if it is in the form EncodeMeta writes (its
+// fields in Meta's order, the omitted ones left out); ok is false for
+// anything else (not necessarily invalid: encoding/json decides).
+func decodeMetaFast(value []byte) (m Meta, ok bool) {
+	r := &orderReader{b: value, ok: true}
+	r.must(`{"v":`)
+	v := r.num()
+	r.must(`,"total":`)
+	m.Total = r.num()
+	r.must(`,"segments":`)
+	segs := r.num()
+	r.must(`,"lowWatermark":`)
+	m.LowWatermark = r.num()
+	r.must(`,"refillBatch":`)
+	m.RefillBatch = r.num()
+	if r.lit(`,"perUserLimit":`) {
+		m.PerUserLimit = r.num()
+	}
+	m.Creating = r.lit(`,"creating":true`)
+	if r.lit(`,"initialFill":`) {
+		m.InitialFill = r.num()
+	}
+	r.must(`,"created":`)
+	m.Created = r.at()
+	r.must("}")
+	// v and segments are ints: a value an int cannot hold is encoding/json's
+	// to refuse.
+	if !r.ok || len(r.b) != 0 || int64(int(v)) != v || int64(int(segs)) != segs {
+		return Meta{}, false
+	}
+	m.V, m.Segments = int(v), int(segs)
+	return m, true
 }

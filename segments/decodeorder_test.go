@@ -110,3 +110,102 @@ func BenchmarkDecodeOrder(b *testing.B) {
 		}
 	})
 }
+
+// sameMeta compares two decoded meta records field by field; Created by
+// instant and by how it prints.
+func sameMeta(a, b Meta) error {
+	as, bs := a, b
+	as.Created, bs.Created = time.Time{}, time.Time{}
+	if as != bs {
+		return fmt.Errorf("%#v\n  against %#v", as, bs)
+	}
+	if f := time.RFC3339Nano; !a.Created.Equal(b.Created) || a.Created.Format(f) != b.Created.Format(f) {
+		return fmt.Errorf("created %s and %s", a.Created.Format(f), b.Created.Format(f))
+	}
+	return nil
+}
+
+// metaFastPath are meta records as EncodeMeta writes them: every optional
+// field present and absent.
+func metaFastPath() []Meta {
+	at := time.Date(2026, 11, 27, 3, 0, 1, 5000, time.UTC)
+	return []Meta{
+		{V: Version, Total: 1000, Segments: 20, LowWatermark: 10, RefillBatch: 50, Created: at},
+		{V: Version, Total: 0, Segments: 1, Created: at.In(time.FixedZone("x", -3*3600))},
+		{V: Version, Total: MaxTotal, Segments: MaxSegments, LowWatermark: 1, RefillBatch: 1, PerUserLimit: 2, Created: at},
+		{V: Version, Total: 7, Segments: 3, Creating: true, InitialFill: 6, Created: at},
+		{V: Version, Total: 7, Segments: 3},
+	}
+}
+
+// Invariant: decodeMetaFast either declines a record or reads it exactly
+// as encoding/json's strict decoder does. Seeds: records as EncodeMeta
+// writes them, and near misses the fast path must decline or read the same.
+func FuzzDecodeMeta(f *testing.F) {
+	for _, m := range metaFastPath() {
+		f.Add([]byte(EncodeMeta(m)))
+	}
+	for _, s := range []string{
+		`{"v":1,"total":5,"segments":2,"lowWatermark":0,"refillBatch":0,"created":"2026-11-27T03:00:01Z"}`,
+		`{"v":1,"total":5,"segments":2,"lowWatermark":0,"refillBatch":0,"created":"2026-11-27T03:00:01Z","extra":1}`,
+		`{"v":1,"total":05,"segments":2,"lowWatermark":0,"refillBatch":0,"created":"2026-11-27T03:00:01Z"}`,
+		`{"v":1,"total":5,"segments":2,"lowWatermark":0,"refillBatch":0,"perUserLimit":0,"creating":false,"created":"2026-11-27T03:00:01Z"}`,
+		`{"v":1,"total":5,"segments":9223372036854775807,"lowWatermark":0,"refillBatch":0,"created":"2026-11-27T03:00:01Z"}`,
+		`{"v":1,"total":5,"segments":2,"lowWatermark":-1,"refillBatch":0,"created":"2026-11-27 03:00:01Z"}`,
+		`{"v":1,"total":5,"segments":2,"lowWatermark":0,"refillBatch":0,"created":"2026-11-27T03:00:01.000+05:30"} `,
+		`{"total":5,"v":1,"segments":2,"lowWatermark":0,"refillBatch":0,"created":"2026-11-27T03:00:01Z"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		fast, ok := decodeMetaFast(value)
+		if !ok {
+			return
+		}
+		var slow Meta
+		if err := strictJSON(value, &slow); err != nil {
+			t.Fatalf("the fast path read %q, encoding/json refuses it: %v", value, err)
+		}
+		if err := sameMeta(fast, slow); err != nil {
+			t.Fatalf("%q: fast and encoding/json differ: %v", value, err)
+		}
+	})
+}
+
+// Meta records as EncodeMeta writes them take the fast path, so that
+// FuzzDecodeMeta compares it with something.
+func TestDecodeMetaFastPath(t *testing.T) {
+	for i, m := range metaFastPath() {
+		got, ok := decodeMetaFast([]byte(EncodeMeta(m)))
+		if !ok {
+			t.Fatalf("meta %d: declined: %s", i, EncodeMeta(m))
+		}
+		if err := sameMeta(got, m); err != nil {
+			t.Fatalf("meta %d: %v", i, err)
+		}
+	}
+}
+
+// BenchmarkDecodeMeta: a SKU's meta record, DecodeMeta (the fast path)
+// against encoding/json.
+func BenchmarkDecodeMeta(b *testing.B) {
+	rec := []byte(EncodeMeta(Meta{Total: 2_000_000, Segments: 20, LowWatermark: 50, RefillBatch: 200,
+		Created: time.Date(2026, 11, 27, 3, 0, 1, 5, time.UTC)}))
+	b.Run("DecodeMeta", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := DecodeMeta("k", rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var m Meta
+			if err := strictJSON(rec, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -260,9 +260,11 @@ func EncodeMeta(m Meta) string {
 
 // DecodeMeta strictly decodes the meta record stored at key.
 func DecodeMeta(key string, value []byte) (Meta, error) {
-	var m Meta
-	if err := strictJSON(value, &m); err != nil {
-		return Meta{}, &CorruptError{Key: key, Value: value, Err: err}
+	m, ok := decodeMetaFast(value)
+	if !ok {
+		if err := strictJSON(value, &m); err != nil {
+			return Meta{}, &CorruptError{Key: key, Value: value, Err: err}
+		}
 	}
 	if err := checkVersion(m.V); err != nil {
 		return Meta{}, &CorruptError{Key: key, Value: value, Err: err}
