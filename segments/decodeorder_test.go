@@ -6,22 +6,45 @@ import (
 	"time"
 )
 
-// sameOrder compares two decoded orders field by field; times by instant
-// and by how they print (their zones are distinct *Locations).
-func sameOrder(a, b Order) error {
+// sameTimes compares decoded times pairwise by instant and by how they
+// print (their zones are distinct *Locations, which no == compares).
+func sameTimes(pairs ...[2]time.Time) error {
 	ts := func(t time.Time) string { return t.Format(time.RFC3339Nano) + "|" + fmt.Sprint(t.IsZero()) }
+	for _, p := range pairs {
+		if !p[0].Equal(p[1]) || ts(p[0]) != ts(p[1]) {
+			return fmt.Errorf("times %s and %s", ts(p[0]), ts(p[1]))
+		}
+	}
+	return nil
+}
+
+// sameOrder compares two decoded orders field by field, times by sameTimes.
+func sameOrder(a, b Order) error {
 	as, bs := a, b
 	as.Created, as.Deadline, as.PrunedAt = time.Time{}, time.Time{}, time.Time{}
 	bs.Created, bs.Deadline, bs.PrunedAt = time.Time{}, time.Time{}, time.Time{}
 	if fmt.Sprintf("%#v", as) != fmt.Sprintf("%#v", bs) {
 		return fmt.Errorf("%#v\n  against %#v", as, bs)
 	}
-	for _, p := range [][2]time.Time{{a.Created, b.Created}, {a.Deadline, b.Deadline}, {a.PrunedAt, b.PrunedAt}} {
-		if !p[0].Equal(p[1]) || ts(p[0]) != ts(p[1]) {
-			return fmt.Errorf("times %s and %s", ts(p[0]), ts(p[1]))
+	return sameTimes([2]time.Time{a.Created, b.Created}, [2]time.Time{a.Deadline, b.Deadline}, [2]time.Time{a.PrunedAt, b.PrunedAt})
+}
+
+// fuzzAgainstJSON fuzzes a fast decoder: every input it reads (ok) must be
+// one encoding/json's strict decoder reads too, to the same value (same).
+func fuzzAgainstJSON[T any](f *testing.F, fast func([]byte) (T, bool), same func(a, b T) error) {
+	f.Fuzz(func(t *testing.T, value []byte) {
+		got, ok := fast(value)
+		if !ok {
+			return
 		}
-	}
-	return nil
+		var slow T
+		if err := strictJSON(value, &slow); err != nil {
+			t.Fatalf("the fast path read %q, encoding/json refuses it: %v", value, err)
+		}
+		if err := same(got, slow); err != nil {
+			t.Fatalf("%q: fast and encoding/json differ: %v", value, err)
+		}
+	})
 }
 
 // Invariant: decodeOrderFast either declines a record or reads it exactly
@@ -58,19 +81,7 @@ func FuzzDecodeOrder(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, value []byte) {
-		fast, ok := decodeOrderFast(value)
-		if !ok {
-			return
-		}
-		var slow Order
-		if err := strictJSON(value, &slow); err != nil {
-			t.Fatalf("the fast path read %q, encoding/json refuses it: %v", value, err)
-		}
-		if err := sameOrder(fast, slow); err != nil {
-			t.Fatalf("%q: fast and encoding/json differ: %v", value, err)
-		}
-	})
+	fuzzAgainstJSON(f, decodeOrderFast, sameOrder)
 }
 
 // Plain orders and reservations, as EncodeOrder writes them, take the fast
@@ -111,18 +122,15 @@ func BenchmarkDecodeOrder(b *testing.B) {
 	})
 }
 
-// sameMeta compares two decoded meta records field by field; Created by
-// instant and by how it prints.
+// sameMeta compares two decoded meta records field by field, Created by
+// sameTimes.
 func sameMeta(a, b Meta) error {
 	as, bs := a, b
 	as.Created, bs.Created = time.Time{}, time.Time{}
 	if as != bs {
 		return fmt.Errorf("%#v\n  against %#v", as, bs)
 	}
-	if f := time.RFC3339Nano; !a.Created.Equal(b.Created) || a.Created.Format(f) != b.Created.Format(f) {
-		return fmt.Errorf("created %s and %s", a.Created.Format(f), b.Created.Format(f))
-	}
-	return nil
+	return sameTimes([2]time.Time{a.Created, b.Created})
 }
 
 // metaFastPath are meta records as EncodeMeta writes them: every optional
@@ -157,19 +165,7 @@ func FuzzDecodeMeta(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	f.Fuzz(func(t *testing.T, value []byte) {
-		fast, ok := decodeMetaFast(value)
-		if !ok {
-			return
-		}
-		var slow Meta
-		if err := strictJSON(value, &slow); err != nil {
-			t.Fatalf("the fast path read %q, encoding/json refuses it: %v", value, err)
-		}
-		if err := sameMeta(fast, slow); err != nil {
-			t.Fatalf("%q: fast and encoding/json differ: %v", value, err)
-		}
-	})
+	fuzzAgainstJSON(f, decodeMetaFast, sameMeta)
 }
 
 // Meta records as EncodeMeta writes them take the fast path, so that

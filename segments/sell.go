@@ -572,9 +572,9 @@ func (s *seller) awaitSeat(ctx context.Context) {
 
 // directHome is this process's preferred segment for the SKU's direct
 // orders. With a seat (a number no other live process holds, claimed from
-// the process's first pick of a direct segment on, awaitSeat:
-// internal/seats), it is a hash of
-// the SKU moved by the seat's place on the ring of segments and by the
+// the process's first pick of a direct segment on: awaitSeat,
+// internal/seats), it is a hash of the SKU moved by the seat's place on
+// the ring of segments and by the
 // races lost so far: processes selling one SKU directly start from
 // different segments, whatever their count up to the SKU's segments, and
 // do not race for one counter (with a hash alone two of four processes
