@@ -10,6 +10,9 @@
 //     ended (every hold under it lost) when the lease goes.
 //   - queue.go: an exclusive lock's local FIFO and cohort handoffs; only one
 //     goroutine at a time owns the lock's etcd key.
+//   - acquisition.go: the wait in etcd for an exclusive key, which outlives
+//     a goroutine that gives up while others of the process wait, so that
+//     the process keeps its place in etcd's queue.
 //   - retained.go: retained queues (tenures): the key is kept between holds
 //     for the stock layer, which decides when other processes get it.
 //   - shared.go: the shared (read) side of a read-write lock: goroutines

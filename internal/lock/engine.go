@@ -220,7 +220,9 @@ func (e *Engine) Unref(q *Queue) { e.unref(q.pfx, q) }
 // lock-delay (AcquireNamed has the rest). wait < 0 waits as long as ctx
 // allows; wait >= 0 is a TryLock budget (0: one attempt, no wait), whose
 // end is ErrLocked. A ctx carrying a hold of the same lock re-enters it. On
-// failure nothing is left in the queue or in etcd.
+// failure nothing is left in the queue or in etcd on the caller's behalf
+// (the process's key stays while other goroutines of it still wait for the
+// lock: acquisition.go).
 func (e *Engine) Acquire(ctx context.Context, pfx, kind string, wait time.Duration) (*Hold, error) {
 	return e.AcquireNamed(ctx, Spec{Mode: Exclusive, Prefix: pfx, Kind: kind, Wait: wait})
 }

@@ -54,7 +54,8 @@ const MaxLimit = 1024
 // the same mode re-enters it (not for semaphores: a second Acquire is a
 // second permit); a ctx carrying a hold of the same read-write lock in the
 // other mode is refused with ErrModeHeld, since waiting could never end.
-// ctx bounds the wait; on failure nothing is left in the queue or in etcd.
+// ctx bounds the wait; on failure nothing is left in the queue or in etcd
+// on the caller's behalf (see Acquire).
 // Errors: ctx's cause, ErrLocked, ErrSessionLost, ErrClosed, ErrLost (a
 // lost hold re-entered), ErrModeHeld, a *LimitError, or etcd's error.
 func (e *Engine) AcquireNamed(ctx context.Context, spec Spec) (*Hold, error) {

@@ -44,6 +44,7 @@ type Queue struct {
 	own      *Ownership
 	busy     bool
 	busySess *concurrency.Session // session of the acquisition in progress
+	acq      *acquisition         // the etcd wait in progress, if any (acquisition.go)
 	waiters  list.List            // of *waiter, oldest first
 
 	retain bool // keep the key between holds (set once, before use)
@@ -155,6 +156,7 @@ func (q *Queue) acquireTurn(ctx context.Context, noWait bool, reads []clientv3.O
 	if w.elem != nil {
 		q.waiters.Remove(w.elem)
 		w.elem = nil
+		q.abandonLocked()
 		q.mu.Unlock()
 		return nil, nil, context.Cause(ctx)
 	}
@@ -190,8 +192,26 @@ func (q *Queue) decline(t turn) {
 }
 
 // acquireEtcd acquires the etcd key, reading reads with its put (see
-// AcquireReading). The caller has the turn (busy is set).
+// AcquireReading). The caller has the turn (busy is set). A wait (not
+// noWait) runs as an acquisition that outlives the caller when it gives up
+// while other goroutines wait for the lock (acquisition.go).
 func (q *Queue) acquireEtcd(ctx context.Context, noWait bool, reads []clientv3.Op) (*Hold, []*etcdserverpb.ResponseOp, error) {
+	if noWait {
+		return q.settle(q.lockEtcd(ctx, true, reads))
+	}
+	return q.waitForKey(ctx, reads)
+}
+
+// acqResult is what one acquisition of the etcd key came to.
+type acqResult struct {
+	sess    *concurrency.Session
+	own     *Ownership
+	answers []*etcdserverpb.ResponseOp
+	err     error
+}
+
+// lockEtcd puts the etcd key and waits for it under ctx.
+func (q *Queue) lockEtcd(ctx context.Context, noWait bool, reads []clientv3.Op) acqResult {
 	var answers []*etcdserverpb.ResponseOp
 	sess, own, err := q.e.withSession(ctx, func(sess *concurrency.Session) (*Ownership, error) {
 		q.mu.Lock()
@@ -201,28 +221,41 @@ func (q *Queue) acquireEtcd(ctx context.Context, noWait bool, reads []clientv3.O
 		answers = a
 		return own, err
 	})
+	return acqResult{sess: sess, own: own, answers: answers, err: err}
+}
 
+// settle ends the turn with r, for the goroutine whose acquisition it was:
+// the key becomes the queue's, held by the caller, or the turn passes on.
+func (q *Queue) settle(r acqResult) (*Hold, []*etcdserverpb.ResponseOp, error) {
 	q.mu.Lock()
-	q.busy, q.busySess = false, nil
-	if err == nil && isDone(sess.Done()) {
-		// The session ended between the grant and now; sessionLost may have
-		// run before own was visible to it, so own must not be installed.
-		own.cancel(ErrLost)
-		err = ErrSessionLost
-	}
+	h, err := q.settleLocked(&r)
+	q.mu.Unlock()
 	if err != nil {
-		q.grantNextLocked()
-		q.mu.Unlock()
 		return nil, nil, err
 	}
-	q.own = own
-	q.e.metrics.handoff(q.kind, viaEtcd)
-	h := q.newHoldLocked()
-	q.mu.Unlock()
 	if q.watched {
-		q.e.watchOwned(own)
+		q.e.watchOwned(r.own)
 	}
-	return h, answers, nil
+	return h, r.answers, nil
+}
+
+// settleLocked installs r's key and returns a hold on it, or, when the
+// acquisition failed, gives the turn to the head waiter.
+func (q *Queue) settleLocked(r *acqResult) (*Hold, error) {
+	q.busy, q.busySess = false, nil
+	if r.err == nil && isDone(r.sess.Done()) {
+		// The session ended between the grant and now; sessionLost may have
+		// run before own was visible to it, so own must not be installed.
+		r.own.cancel(ErrLost)
+		r.err = ErrSessionLost
+	}
+	if r.err != nil {
+		q.grantNextLocked()
+		return nil, r.err
+	}
+	q.own = r.own
+	q.e.metrics.handoff(q.kind, viaEtcd)
+	return q.newHoldLocked(), nil
 }
 
 // grantNextLocked gives the head waiter the turn to acquire, if the lock is free.
