@@ -23,6 +23,9 @@ import (
 //
 //	sellout-ms:    first order to the last buyer's sold-out answer
 //	last10pct-ms:  from the 1,800th unit sold to the end
+//	after-last-ms: from the last unit sold to the last buyer's sold-out
+//	               answer: how long buyers still wait for an answer that
+//	               can only be a refusal
 //	p99-ms:        of served orders
 //	txns/order:    etcd revisions over the sale ÷ served orders: write
 //	               transactions (commits, lock keys put and deleted, moves)
@@ -49,7 +52,7 @@ func BenchmarkSellOut(b *testing.B) {
 	// Bounded: a stuck sale ends the run with its error.
 	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 	defer cancel()
-	var sellout, last10, txns []float64
+	var sellout, last10, afterLast, txns []float64
 	var lat []float64
 	var orders int64
 	for n := 0; b.Loop(); n++ {
@@ -66,6 +69,7 @@ func BenchmarkSellOut(b *testing.B) {
 			served  atomic.Int64
 			mu      sync.Mutex
 			at90    time.Time
+			atLast  time.Time
 			wg      sync.WaitGroup
 			failure atomic.Pointer[error]
 		)
@@ -99,9 +103,15 @@ func BenchmarkSellOut(b *testing.B) {
 						}
 						mine = append(mine, ms(time.Since(t0)))
 						served.Add(1)
-						if s := sold.Add(a.Qty); s >= total*9/10 && s-a.Qty < total*9/10 {
+						s := sold.Add(a.Qty)
+						if s >= total*9/10 && s-a.Qty < total*9/10 {
 							mu.Lock()
 							at90 = time.Now()
+							mu.Unlock()
+						}
+						if s == total {
+							mu.Lock()
+							atLast = time.Now()
 							mu.Unlock()
 						}
 					}
@@ -122,11 +132,13 @@ func BenchmarkSellOut(b *testing.B) {
 		}
 		sellout = append(sellout, float64(end.Sub(start).Milliseconds()))
 		last10 = append(last10, float64(end.Sub(at90).Milliseconds()))
+		afterLast = append(afterLast, float64(end.Sub(atLast).Milliseconds()))
 		txns = append(txns, float64(after.Header.Revision-before.Header.Revision)/float64(served.Load()))
 		orders += served.Load()
 	}
 	b.ReportMetric(pct(sellout, 50), "sellout-ms")
 	b.ReportMetric(pct(last10, 50), "last10pct-ms")
+	b.ReportMetric(pct(afterLast, 50), "after-last-ms")
 	b.ReportMetric(pct(lat, 99), "p99-ms")
 	b.ReportMetric(pct(txns, 50), "txns/order")
 	b.ReportMetric(float64(orders)/float64(b.N), "orders/sale")

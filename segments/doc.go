@@ -31,7 +31,8 @@
 // with its fence) and commitplan.go (each place's plan and its part of the
 // transaction). The rungs' helpers are beside them: seller.go, slots.go,
 // pull.go, grow.go, share.go (the fair share), look.go and snapshot.go,
-// gather.go; the business step runs in one place (step.go); buyers' limits
+// gather.go, lookwait.go (rung 5's waits end when a look sees too little);
+// the business step runs in one place (step.go); buyers' limits
 // (users.go); the places' caches (placecache.go, directcache.go,
 // heldplace.go). Around it: SKU creation and
 // restock (create.go), moves between the pool and segments (moves.go),

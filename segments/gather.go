@@ -10,9 +10,10 @@ import (
 // Rungs 6 and 7 of the ladder: a place that holds the quantity alone, under
 // its own lock, and a gather from several places at once.
 
-// tryPlace tries to serve req from one place, waiting up to wait for its lock.
-func (e *Engine) tryPlace(ctx context.Context, req *allocReq, p Place, wait time.Duration) placeResult {
-	hp, err := e.lockPlace(ctx, req.sku.name, p, wait)
+// tryPlace tries to serve req from one place, waiting up to wait for its
+// lock, a wait that waitCtx (ctx or a child of it) may also end.
+func (e *Engine) tryPlace(ctx, waitCtx context.Context, req *allocReq, p Place, wait time.Duration) placeResult {
+	hp, err := e.lockPlace(waitCtx, req.sku.name, p, wait)
 	if err != nil {
 		return lockFailure(err)
 	}
@@ -26,8 +27,9 @@ func (e *Engine) tryPlace(ctx context.Context, req *allocReq, p Place, wait time
 // found empty is released at once: a gatherer only ever waits while holding
 // places that contribute, and only lower ones. Each lock is waited for at
 // most FallbackWait: a gather that cannot get one lets go of all (resBusy)
-// and the order looks again.
-func (e *Engine) gather(ctx context.Context, req *allocReq, snap *snapshot) placeResult {
+// and the order looks again. waitCtx (ctx or a child of it) may end the lock
+// waits sooner.
+func (e *Engine) gather(ctx, waitCtx context.Context, req *allocReq, snap *snapshot) placeResult {
 	var held []*heldPlace
 	defer func() {
 		for _, hp := range held {
@@ -36,7 +38,7 @@ func (e *Engine) gather(ctx context.Context, req *allocReq, snap *snapshot) plac
 	}()
 	var sum int64
 	for _, p := range snap.withStock() {
-		hp, err := e.lockPlace(ctx, req.sku.name, p, e.cfg.FallbackWait)
+		hp, err := e.lockPlace(waitCtx, req.sku.name, p, e.cfg.FallbackWait)
 		if err != nil {
 			return lockFailure(err)
 		}

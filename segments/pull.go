@@ -19,7 +19,7 @@ func (s *seller) lookAt(ctx context.Context, req *allocReq) (*snapshot, placeRes
 	if err != nil {
 		return nil, failed(err), true
 	}
-	s.lastLook.Store(snap)
+	s.setLook(snap)
 	if claim != nil {
 		return snap, result(s.e.replay(ctx, req, claim)), true
 	}

@@ -47,6 +47,10 @@ import (
 //  6. gather: several places at once, locked in the global order and taken
 //     from in one transaction, each lock waited for at most FallbackWait.
 //
+// The lock waits of rungs 5 and 6 end early when a look of another order of
+// this process sees less than the order's quantity in all (lookwait.go):
+// the order looks again, and that read answers it.
+//
 // Rungs 2 to 4 send the order back to rung 1 when they found stock (only
 // the oldest waiting step order climbs them, the others wait for it); rungs
 // 5 and 6 finding too little send it back to a fresh look, the stock having
@@ -244,8 +248,15 @@ func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, 
 				return r
 			}
 		}
+		// A look of this process (another order's) that sees less than the
+		// quantity in all ends this order's lock waits: it looks again, and
+		// is refused by that read, rather than wait for a place sold out.
+		waitCtx, stop := s.untilLooksShort(ctx, req.qty)
 		waited := false // a place skipped because its holder is selling it
 		for _, p := range snap.candidates(req.qty, home) {
+			if waitCtx.Err() != nil {
+				break
+			}
 			if p.IsPool() {
 				// The pool is moved into a segment this process holds and
 				// sold there, a pull serving every order of the moment; a
@@ -255,12 +266,14 @@ func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, 
 				for range poolPulls {
 					ok, err := s.pullFromPool(ctx, req, home)
 					if err != nil {
+						stop()
 						return failed(err)
 					}
 					if !ok {
 						break
 					}
 					if r := s.serve(ctx, req, home); r.kind != resShort {
+						stop()
 						return r
 					}
 				}
@@ -273,18 +286,22 @@ func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, 
 				waited = true
 				continue
 			}
-			if r := e.tryPlace(ctx, req, p, e.cfg.FallbackWait); r.kind != resShort && r.kind != resBusy {
+			if r := e.tryPlace(ctx, waitCtx, req, p, e.cfg.FallbackWait); r.kind != resShort && r.kind != resBusy {
+				stop()
 				return r
 			}
 		}
-		if waited {
-			if !background.Sleep(ctx, relookPause) {
+		if waited || waitCtx.Err() != nil {
+			stop()
+			if waited && !background.Sleep(ctx, relookPause) {
 				return failed(context.Cause(ctx))
 			}
 			snap = nil
 			continue
 		}
-		return e.gather(ctx, req, snap)
+		r := e.gather(ctx, waitCtx, req, snap)
+		stop()
+		return r
 	}
 }
 
@@ -788,9 +805,11 @@ func (r placeResult) retryable() bool {
 	return errors.Is(r.err, lock.ErrLost) || errors.Is(r.err, lock.ErrSessionLost)
 }
 
-// lockFailure turns a failed lock wait into a result.
+// lockFailure turns a failed lock wait into a result: a wait that ran out
+// of its budget, or that a look showing too little ended
+// (untilLooksShort), is resBusy (the order looks again).
 func lockFailure(err error) placeResult {
-	if errors.Is(err, lock.ErrLocked) {
+	if errors.Is(err, lock.ErrLocked) || errors.Is(err, errLooksShort) {
 		return placeResult{kind: resBusy}
 	}
 	return failed(err)

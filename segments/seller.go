@@ -87,7 +87,8 @@ type seller struct {
 	racesFrom  time.Time
 	directSalt int
 
-	lastLook  atomic.Pointer[snapshot] // this process's last look at the SKU (a hint)
+	lastLook  atomic.Pointer[snapshot] // this process's last look at the SKU (a hint): setLook
+	looked    chan struct{}            // under mu: closed at the next setLook (nextLook)
 	directIdx atomic.Int32             // the segment of direct orders (tryDirect); -1: none
 	climbing  atomic.Int64             // orders climbing the dry rungs now (a pull's size)
 
