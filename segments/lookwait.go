@@ -40,14 +40,18 @@ func (s *seller) nextLook() <-chan struct{} {
 }
 
 // untilLooksShort returns a child of ctx that ends, with errLooksShort, once
-// this process's last look shows less than qty in all (at once, if it
-// already does). stop releases it; call it when the waits are over.
-func (s *seller) untilLooksShort(ctx context.Context, qty int64) (waitCtx context.Context, stop func()) {
+// this process's last look, read at a revision after after (the order's
+// own look), shows less than qty in all (at once, if it already does).
+// Only a newer look counts: while releases bring stock back and buyers sell
+// it, looks of either answer land in any order, and an order sent back by
+// an older one than its own would only look again, and again. stop
+// releases it; call it when the waits are over.
+func (s *seller) untilLooksShort(ctx context.Context, qty, after int64) (waitCtx context.Context, stop func()) {
 	wctx, cancel := context.WithCancelCause(ctx)
 	go func() {
 		for {
 			next := s.nextLook()
-			if s.looksSoldOut(qty) {
+			if snap := s.lastLook.Load(); snap != nil && snap.rev > after && snap.total() < qty {
 				cancel(errLooksShort)
 				return
 			}

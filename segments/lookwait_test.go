@@ -12,8 +12,8 @@ import (
 	"github.com/stockctl/stockctl/internal/keys"
 )
 
-// untilLooksShort's context ends when a look of the process shows less
-// than the quantity, and not before.
+// untilLooksShort's context ends when a look of the process newer than the
+// order's shows less than the quantity, and not before.
 func TestUntilLooksShort(t *testing.T) {
 	e := etcdEngine(t)
 	ctx := t.Context()
@@ -29,26 +29,29 @@ func TestUntilLooksShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.release()
-	look := func(pool int64) *snapshot {
-		return &snapshot{pool: pool, segs: make([]int64, 2), inbox: make([]int64, 2), inMod: make([]int64, 2)}
+	look := func(rev, total int64) *snapshot {
+		return &snapshot{rev: rev, pool: total, segs: make([]int64, 2), inbox: make([]int64, 2), inMod: make([]int64, 2)}
 	}
+	const own = 100 // the revision of the waiting order's own look
 	cases := []struct {
-		name  string
-		total int64 // of the look set while the wait runs
-		qty   int64
-		ends  bool
+		name       string
+		rev, total int64 // of the look set while the wait runs
+		qty        int64
+		ends       bool
 	}{
-		{"enough left", 3, 2, false},
-		{"exactly enough", 2, 2, false},
-		{"too little", 1, 2, true},
-		{"sold out", 0, 1, true},
+		{"enough left", own + 1, 3, 2, false},
+		{"exactly enough", own + 1, 2, 2, false},
+		{"too little", own + 1, 1, 2, true},
+		{"sold out", own + 5, 0, 1, true},
+		{"too little, but older than the order's look", own - 1, 1, 2, false},
+		{"too little, as of the order's look", own, 0, 1, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s.setLook(look(100))
-			waitCtx, stop := s.untilLooksShort(ctx, tc.qty)
+			s.setLook(look(own, 100))
+			waitCtx, stop := s.untilLooksShort(ctx, tc.qty, own)
 			defer stop()
-			s.setLook(look(tc.total))
+			s.setLook(look(tc.rev, tc.total))
 			if tc.ends {
 				select {
 				case <-waitCtx.Done():
@@ -60,14 +63,13 @@ func TestUntilLooksShort(t *testing.T) {
 				}
 				return
 			}
-			// Another look after it: if the first had ended the wait, this
-			// one is seen after it.
-			s.setLook(look(tc.total))
+			// One more look of the same kind: the wait must still run.
 			done := s.nextLook()
-			s.setLook(look(tc.total))
+			s.setLook(look(tc.rev, tc.total))
 			<-done
 			if err := waitCtx.Err(); err != nil {
-				t.Fatalf("a look of %d ended the wait of an order of %d: %v", tc.total, tc.qty, context.Cause(waitCtx))
+				t.Fatalf("a look of %d at revision %d ended the wait of an order of %d (its own look at %d): %v",
+					tc.total, tc.rev, tc.qty, own, context.Cause(waitCtx))
 			}
 		})
 	}

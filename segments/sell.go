@@ -251,7 +251,7 @@ func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, 
 		// A look of this process (another order's) that sees less than the
 		// quantity in all ends this order's lock waits: it looks again, and
 		// is refused by that read, rather than wait for a place sold out.
-		waitCtx, stop := s.untilLooksShort(ctx, req.qty)
+		waitCtx, stop := s.untilLooksShort(ctx, req.qty, snap.rev)
 		waited := false // a place skipped because its holder is selling it
 		for _, p := range snap.candidates(req.qty, home) {
 			if waitCtx.Err() != nil {
@@ -293,7 +293,7 @@ func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, 
 		}
 		if waited || waitCtx.Err() != nil {
 			stop()
-			if waited && !background.Sleep(ctx, relookPause) {
+			if !background.Sleep(ctx, relookPause) {
 				return failed(context.Cause(ctx))
 			}
 			snap = nil
