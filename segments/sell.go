@@ -248,61 +248,65 @@ func (e *Engine) whole(ctx context.Context, s *seller, req *allocReq, home int, 
 				return r
 			}
 		}
-		// A look of this process (another order's) that sees less than the
-		// quantity in all ends this order's lock waits: it looks again, and
-		// is refused by that read, rather than wait for a place sold out.
-		waitCtx, stop := s.untilLooksShort(ctx, req.qty, snap.rev)
-		waited := false // a place skipped because its holder is selling it
-		for _, p := range snap.candidates(req.qty, home) {
-			if waitCtx.Err() != nil {
-				break
+		r, relook := e.wholeAt(ctx, s, req, home, snap, relooks)
+		if !relook {
+			return r
+		}
+		if !background.Sleep(ctx, relookPause) {
+			return failed(context.Cause(ctx))
+		}
+		snap = nil
+	}
+}
+
+// wholeAt is one pass of whole over snap. relook means the order should
+// look again shortly: a place it skipped is being sold by its holder, or a
+// look of another order of this process saw less than the quantity in all
+// (that look ends this pass's lock waits: the order is refused by its own
+// fresh read rather than wait for a place sold out).
+func (e *Engine) wholeAt(ctx context.Context, s *seller, req *allocReq, home int, snap *snapshot, relooks int) (r placeResult, relook bool) {
+	waitCtx, stop := s.untilLooksShort(ctx, req.qty, snap.rev)
+	defer stop()
+	waited := false // a place skipped because its holder is selling it
+	for _, p := range snap.candidates(req.qty, home) {
+		if waitCtx.Err() != nil {
+			break
+		}
+		if p.IsPool() {
+			// The pool is moved into a segment this process holds and
+			// sold there, a pull serving every order of the moment; a
+			// step order does not wait for the pool's lock here (only
+			// a gather may hold it through a step), and a plain one
+			// only when this process can hold no segment to pull into.
+			for range poolPulls {
+				ok, err := s.pullFromPool(ctx, req, home)
+				if err != nil {
+					return failed(err), false
+				}
+				if !ok {
+					break
+				}
+				if r := s.serve(ctx, req, home); r.kind != resShort {
+					return r, false
+				}
 			}
-			if p.IsPool() {
-				// The pool is moved into a segment this process holds and
-				// sold there, a pull serving every order of the moment; a
-				// step order does not wait for the pool's lock here (only
-				// a gather may hold it through a step), and a plain one
-				// only when this process can hold no segment to pull into.
-				for range poolPulls {
-					ok, err := s.pullFromPool(ctx, req, home)
-					if err != nil {
-						stop()
-						return failed(err)
-					}
-					if !ok {
-						break
-					}
-					if r := s.serve(ctx, req, home); r.kind != resShort {
-						stop()
-						return r
-					}
-				}
-				if req.step != nil || s.pullTarget(home) >= 0 {
-					continue
-				}
-			} else if relooks < maxRelooks && s.heldByOthers([]Place{p}) {
-				// Its holder is selling it: look again shortly (a shared
-				// read) rather than queue for its lock (two writes).
-				waited = true
+			if req.step != nil || s.pullTarget(home) >= 0 {
 				continue
 			}
-			if r := e.tryPlace(ctx, waitCtx, req, p, e.cfg.FallbackWait); r.kind != resShort && r.kind != resBusy {
-				stop()
-				return r
-			}
-		}
-		if waited || waitCtx.Err() != nil {
-			stop()
-			if !background.Sleep(ctx, relookPause) {
-				return failed(context.Cause(ctx))
-			}
-			snap = nil
+		} else if relooks < maxRelooks && s.heldByOthers([]Place{p}) {
+			// Its holder is selling it: look again shortly (a shared
+			// read) rather than queue for its lock (two writes).
+			waited = true
 			continue
 		}
-		r := e.gather(ctx, waitCtx, req, snap)
-		stop()
-		return r
+		if r := e.tryPlace(ctx, waitCtx, req, p, e.cfg.FallbackWait); r.kind != resShort && r.kind != resBusy {
+			return r, false
+		}
 	}
+	if waited || waitCtx.Err() != nil {
+		return placeResult{}, true
+	}
+	return e.gather(ctx, waitCtx, req, snap), false
 }
 
 // serve sells req from the segments this process holds or can take: rungs
