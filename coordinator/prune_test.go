@@ -295,9 +295,11 @@ func TestDeleteSKU(t *testing.T) {
 	if d.Total != 55 || d.Remaining != 53 || d.Archived != 2 || d.Orders != 2 {
 		t.Fatalf("deleted %+v: want total 55, 53 left, 2 archived units in 2 orders", d)
 	}
-	if n := keyCount(t, admin, engines.Of(admin).Keys.Prefix()); n != 0 {
-		resp, _ := engines.Of(admin).KV.Get(ctx, engines.Of(admin).Keys.Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		t.Fatalf("%d keys left after the delete: %v", n, resp.Kvs)
+	// Nothing of the SKU is left; the key space's space reserve stays.
+	ks := engines.Of(admin).Keys
+	if n := keyCount(t, admin, ks.Prefix()); n != 1 || keyCount(t, admin, ks.SpaceReserve()) != 1 {
+		resp, _ := engines.Of(admin).KV.Get(ctx, ks.Prefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		t.Fatalf("%d keys left after the delete, want only the space reserve: %v", n, resp.Kvs)
 	}
 	if _, err := admin.Status(ctx, "d"); !errors.Is(err, coordinator.ErrUnknownSKU) {
 		t.Fatalf("status of a deleted SKU: %v", err)

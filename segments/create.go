@@ -128,6 +128,7 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig, fence
 	if err := e.fillSegments(ctx, sku, cfg, metaKey, metaRev); err != nil {
 		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
 	}
+	e.ensureSpaceReserve(ctx)
 	meta.Creating = false
 	final := meta
 	final.InitialFill = 0 // only a creation in progress needs it

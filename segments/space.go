@@ -201,3 +201,76 @@ func (e *Engine) guardNewOrder(ctx context.Context, sku, order string) error {
 	}
 	return low
 }
+
+// The space reserve. A database whose quota live keys fill (order records
+// that prune has not archived yet, which is most of what a sale writes)
+// leaves compaction nothing to free: after `stockctl reclaim` it is still
+// at its quota, and etcd refuses even prune's first write, so the space
+// guard's recovery cannot start when the guard was off or could not see
+// the quota (etcd before 3.6). The reserve is room set aside for that
+// moment: a key of SpaceReserveBytes that the first CreateSKU of a key
+// space writes (in its own transaction, if absent) and that reclaim
+// deletes (a delete passes under NOSPACE) before it compacts and
+// defragments, so that the database comes out that much under its quota
+// and prune can start. Reclaim writes it again once the database has
+// room for it to spare (RestoreSpaceReserve).
+
+// SpaceReserveBytes is the size of the space reserve's value.
+const SpaceReserveBytes = 64 << 10
+
+// spaceReserveValue is the reserve's value: a line that says what it is,
+// padded to SpaceReserveBytes.
+var spaceReserveValue = func() string {
+	head := "stockctl space reserve: room that `stockctl reclaim` frees when etcd's database is full (NOSPACE), so that prune can start; see docs/operations.md\n"
+	b := make([]byte, SpaceReserveBytes)
+	copy(b, head)
+	for i := len(head); i < len(b); i++ {
+		b[i] = '.'
+	}
+	return string(b)
+}()
+
+// ensureSpaceReserve writes the space reserve if it is absent, once in
+// the engine's life (its first CreateSKU): a read, and the write only
+// where there is none, so that the reserve's value crosses the network
+// and etcd's log once per key space rather than once per SKU. A failure
+// is left for the next engine: the reserve is room for a recovery, not
+// part of the books.
+func (e *Engine) ensureSpaceReserve(ctx context.Context) {
+	if !e.reserveChecked.CompareAndSwap(false, true) {
+		return
+	}
+	resp, err := e.kv.Get(ctx, e.keys.SpaceReserve(), clientv3.WithCountOnly())
+	if err != nil || resp.Count > 0 {
+		return
+	}
+	_, _ = e.RestoreSpaceReserve(ctx)
+}
+
+// ReleaseSpaceReserve deletes the space reserve, so that the next
+// compaction and defragmentation leave its room free under the quota. It
+// reports the bytes it released (0: there was no reserve). A delete is
+// taken under NOSPACE.
+func (e *Engine) ReleaseSpaceReserve(ctx context.Context) (int64, error) {
+	resp, err := e.kv.Delete(ctx, e.keys.SpaceReserve(), clientv3.WithPrevKV())
+	if err != nil {
+		return 0, fmt.Errorf("release the space reserve: %w", err)
+	}
+	var n int64
+	for _, kv := range resp.PrevKvs {
+		n += int64(len(kv.Value))
+	}
+	return n, nil
+}
+
+// RestoreSpaceReserve writes the space reserve if it is absent, and
+// reports whether it wrote it.
+func (e *Engine) RestoreSpaceReserve(ctx context.Context) (bool, error) {
+	k := e.keys.SpaceReserve()
+	resp, err := e.kv.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, spaceReserveValue)).Commit()
+	if err != nil {
+		return false, fmt.Errorf("restore the space reserve: %w", err)
+	}
+	return resp.Succeeded, nil
+}

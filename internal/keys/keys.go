@@ -86,6 +86,10 @@ func New(prefix string) (Space, error) {
 // Prefix is the space's prefix, always ending in "/".
 func (s Space) Prefix() string { return s.prefix }
 
+// SpaceReserve is the key of the space reserve: room in etcd's quota that
+// `stockctl reclaim` frees under NOSPACE (segments.SpaceReserveBytes).
+func (s Space) SpaceReserve() string { return s.prefix + "space-reserve" }
+
 // Lock is the key prefix of the named lock; waiter keys are Lock(name)+<lease id>.
 // The name must not contain "/" (callers validate it), or one lock's prefix
 // could contain another's waiters.

@@ -107,10 +107,16 @@ func pruneAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		p, err := cn.coord.Prune(ctx, sku, before, coordinator.KeepPrunedIDs(keep))
 		if err != nil {
-			if p != nil && p.Orders > 0 {
+			switch {
+			case p == nil:
+			case p.Orders > 0 && p.Forgotten > 0:
 				// Each batch committed whole: the books balance, and a
 				// second run goes on where this one stopped.
+				err = fmt.Errorf("%w (after archiving %d orders and forgetting %d kept IDs: run it again to go on)", err, p.Orders, p.Forgotten)
+			case p.Orders > 0:
 				err = fmt.Errorf("%w (after archiving %d orders: run it again to go on)", err, p.Orders)
+			case p.Forgotten > 0:
+				err = fmt.Errorf("%w (after forgetting %d kept IDs: run it again to go on)", err, p.Forgotten)
 			}
 			return opFailed(ctx, err)
 		}

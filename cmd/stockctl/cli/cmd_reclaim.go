@@ -12,6 +12,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/stockctl/stockctl/internal/engines"
+	"github.com/stockctl/stockctl/segments"
 )
 
 func reclaimCommand() *ucli.Command {
@@ -38,12 +41,26 @@ type reclaimView struct {
 	After     []etcdSpace `json:"after"`
 	// Disarmed counts the NOSPACE alarms disarmed.
 	Disarmed int `json:"disarmed"`
+	// ReserveReleased is the bytes of the space reserve deleted before the
+	// compaction (0: there was none), room under the quota for prune;
+	// ReserveRestored: the reserve was written again after it, the
+	// database having room to spare (segments.RestoreSpaceReserve).
+	ReserveReleased int64 `json:"reserveReleased"`
+	ReserveRestored bool  `json:"reserveRestored"`
 }
 
 func (v reclaimView) table() table {
 	var t table
 	t.add("COMPACTED", fmt.Sprintf("history up to revision %d", v.Compacted))
 	t.add("DISARMED", fmt.Sprintf("%d NOSPACE alarms", v.Disarmed))
+	switch {
+	case v.ReserveRestored:
+		t.add("RESERVE", fmt.Sprintf("space reserve of %s in place (the database has room to spare)", bytesText(segments.SpaceReserveBytes)))
+	case v.ReserveReleased > 0:
+		t.add("RESERVE", fmt.Sprintf("released %s of space reserve: room for prune; a later reclaim writes it again once there is room", bytesText(v.ReserveReleased)))
+	default:
+		t.add("RESERVE", "none to release (a reclaim before this one released it)")
+	}
 	t.header = []string{"ENDPOINT", "BEFORE", "AFTER", "IN USE", "QUOTA", "ALARMS"}
 	for i, a := range v.After {
 		before := ""
@@ -75,6 +92,12 @@ func reclaimAction(c *ucli.Context) error {
 	}
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		v := reclaimView{Before: readSpace(ctx, cn.client, cn.endpoints)}
+		// The space reserve goes first, so that the compaction below
+		// frees its room too (segments/space.go).
+		stock := engines.Of(cn.coord).Stock
+		if v.ReserveReleased, err = stock.ReleaseSpaceReserve(ctx); err != nil {
+			return failed(ctx, "release the space reserve", err)
+		}
 		// A read answers under NOSPACE, and names the revision to compact to.
 		resp, err := cn.client.Get(ctx, g.prefix, clientv3.WithCountOnly())
 		if err != nil {
@@ -103,9 +126,38 @@ func reclaimAction(c *ucli.Context) error {
 			v.Disarmed++
 		}
 		v.After = readSpace(ctx, cn.client, cn.endpoints)
+		if roomForReserve(v.After) {
+			if v.ReserveRestored, err = stock.RestoreSpaceReserve(ctx); err != nil {
+				return failed(ctx, "restore the space reserve", err)
+			}
+			v.ReserveRestored = true // written now, or already there
+		}
 		return show(c, g, v)
 	})
 }
+
+// roomForReserve reports whether every member, as read after a reclaim,
+// has room for the space reserve twice over below reserveLine of its
+// quota. A member that does not
+// report its quota (etcd before 3.6) cannot tell: the reserve is left
+// out, and the next process's first CreateSKU writes it.
+func roomForReserve(after []etcdSpace) bool {
+	if len(after) == 0 {
+		return false
+	}
+	for _, a := range after {
+		if a.Error != "" || a.Quota <= 0 || float64(a.DBSize+2*segments.SpaceReserveBytes) > float64(a.Quota)*reserveLine {
+			return false
+		}
+	}
+	return true
+}
+
+// reserveLine is the share of its quota under which a database must stay
+// with the space reserve twice over for reclaim to write it back: status's
+// warning line, so that the reserve never brings on a warning (or the
+// space guard's refusals) by itself.
+const reserveLine = spaceWarnFraction
 
 // rootHint is why reclaim was refused on a cluster with authentication, and
 // what to do: compaction, defragmentation and alarms are the whole cluster's,
