@@ -63,6 +63,8 @@ func TestCartsRaceAcrossProcesses(t *testing.T) {
 			var copts []coordinator.Option
 			if tc.lazy {
 				copts = append(copts, coordinator.WithLazySegments())
+			} else {
+				copts = append(copts, coordinator.WithEagerSegments())
 			}
 			cs := newCoordinators(t, etcd, 3, copts...)
 			raw := etcd.Client(t)

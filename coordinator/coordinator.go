@@ -92,7 +92,7 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 		SellerIdle:    2 * o.tenureIdle,
 		MaxTxnOps:     o.maxTxnOps,
 		CommitTimeout: o.commitTimeout,
-		LazySegments:  o.lazySegments,
+		LazySegments:  !o.eagerSegments,
 		SpaceGuard:    o.spaceGuard,
 		Logger:        o.logger,
 		Metrics:       sm,
@@ -120,8 +120,8 @@ const closeSettleTimeout = 5 * time.Second
 
 // Close releases every lock, revokes the session's lease and waits for the
 // coordinator's background goroutines to end. Locks held at Close are lost
-// (their cause is ErrClosed); waiters fail with ErrClosed. With
-// WithLazySegments it then writes the exact units of the segments it sold
+// (their cause is ErrClosed); waiters fail with ErrClosed. With lazy
+// segments (the default; not WithEagerSegments) it then writes the exact units of the segments it sold
 // lazily (one write per chunk of them, within a few seconds), so that the
 // rebalancer, which reads counters, sees what they hold; an error there
 // is returned, and the books are right either way. Close is idempotent.

@@ -47,7 +47,7 @@ func startRebalancer(t *testing.T, c *coordinator.Coordinator) {
 // from its home segment while it has stock; the books balance. Lazily too
 // (WithLazySegments: each process takes its home over once).
 func TestDirectOrdersTakeNoLock(t *testing.T) {
-	t.Run("eager", func(t *testing.T) { testDirectOrdersTakeNoLock(t) })
+	t.Run("eager", func(t *testing.T) { testDirectOrdersTakeNoLock(t, coordinator.WithEagerSegments()) })
 	t.Run("lazy", func(t *testing.T) { testDirectOrdersTakeNoLock(t, coordinator.WithLazySegments()) })
 }
 
@@ -150,7 +150,7 @@ func TestRoutedLazyOrderLeavesAnotherOwnersHome(t *testing.T) {
 // served only after A's hold ends (or refused at a true revision), and the
 // books balance.
 func TestDirectOrderNeverWritesAHeldSegment(t *testing.T) {
-	t.Run("plain", func(t *testing.T) { testDirectOrderNeverWritesAHeldSegment(t) })
+	t.Run("eager", func(t *testing.T) { testDirectOrderNeverWritesAHeldSegment(t, coordinator.WithEagerSegments()) })
 	t.Run("lazy", func(t *testing.T) { testDirectOrderNeverWritesAHeldSegment(t, coordinator.WithLazySegments()) })
 }
 
@@ -251,6 +251,8 @@ func TestDirectAndHeldOrdersRace(t *testing.T) {
 			var copts []coordinator.Option
 			if tc.lazy {
 				copts = append(copts, coordinator.WithLazySegments())
+			} else {
+				copts = append(copts, coordinator.WithEagerSegments())
 			}
 			cs := newCoordinators(t, etcd, 3, copts...)
 			raw := etcd.Client(t)

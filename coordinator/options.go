@@ -103,7 +103,7 @@ type options struct {
 	tenureIdle        time.Duration
 	tenureMaxHold     time.Duration
 	lockDelay         time.Duration
-	lazySegments      bool
+	eagerSegments     bool // WithEagerSegments: direct orders rewrite their counters (lazy is the default)
 	spaceGuard        float64
 	logger            *slog.Logger
 	metrics           prometheus.Registerer // nil: no metrics
@@ -330,28 +330,45 @@ func WithLockDelay(d time.Duration) Option {
 const MaxLockDelay = time.Minute
 
 // WithLazySegments makes this coordinator sell the plain orders of SKUs it
-// holds no segment of (direct orders) lazily: it takes the segment it sells
-// from over once (one write: the counter names this coordinator; when the
-// counter is exact and nobody's, that write is in the commit of the first
-// order sold there), and from then on each order writes only its record,
-// one etcd key, instead of its record and the segment's counter; the
-// counter is written again only now and then (every 64 orders, when the
-// segment empties or falls below the low watermark, when it absorbs its
-// inbox). A commit that carries 8 or more orders of one segment writes its
-// counter exact and gives the ownership up instead: at that rate the write
-// costs at most 1/8 key an order, and an exact counter spares every reader
-// of the SKU the read of its records. Over many SKUs this roughly halves
-// the keys etcd writes per order. Every reader counts such a
-// segment as its counter less the records since its base (Status, Audit,
-// the refusal's look, a lock holder taking the segment), so the books and
-// every invariant stay as they are. Close writes the segments this
-// coordinator sold lazily exact again. Experimental, off by default: a
-// database filled to its quota by live order records leaves no history
-// for compaction to free, so the reclaim-then-prune recovery of
-// docs/operations.md can find no room for prune's first write.
+// holds no segment of (direct orders) lazily, which is the default since
+// 27 November 2026 (WithEagerSegments turns it off). It takes the segment
+// it sells from over once (one write: the counter names this coordinator;
+// when the counter is exact and nobody's, that write is in the commit of
+// the first order sold there), and from then on each order writes only
+// its record, one etcd key, instead of its record and the segment's
+// counter; the counter is written again only now and then (every 64
+// orders, when the segment empties or falls below the low watermark, when
+// it absorbs its inbox). A commit that carries 8 or more orders of one
+// segment writes its counter exact and gives the ownership up instead: at
+// that rate the write costs at most 1/8 key an order, and an exact counter
+// spares every reader of the SKU the read of its records. Over many SKUs
+// this roughly halves the keys etcd writes per order. Every reader counts
+// such a segment as its counter less the records since its base (Status,
+// Audit, the refusal's look, a lock holder taking the segment), so the
+// books and every invariant stay as they are. Close writes the segments
+// this coordinator sold lazily exact again.
+//
+// Almost every key such a sale writes is a live order record, which
+// compaction cannot free: a database filled to its quota by them is
+// recovered by the space reserve that `stockctl reclaim` releases (see
+// docs/operations.md), or kept from filling by the space guard
+// (WithSpaceGuard).
 func WithLazySegments() Option {
 	return func(o *options) error {
-		o.lazySegments = true
+		o.eagerSegments = false
+		return nil
+	}
+}
+
+// WithEagerSegments makes this coordinator write a segment's counter with
+// every direct order it sells there (two keys an order over many SKUs, its
+// record and the counter), as stockctl did by default before 27 November
+// 2026, instead of selling lazily (WithLazySegments). Every reader's
+// count of a segment is then its counter alone while no other process
+// sells it lazily. Processes of both kinds may sell one SKU side by side.
+func WithEagerSegments() Option {
+	return func(o *options) error {
+		o.eagerSegments = true
 		return nil
 	}
 }

@@ -43,6 +43,8 @@ func TestStaleProcessAfterDeleteAndRecreate(t *testing.T) {
 			var opts []coordinator.Option
 			if tc.lazy {
 				opts = append(opts, coordinator.WithLazySegments())
+			} else {
+				opts = append(opts, coordinator.WithEagerSegments())
 			}
 			stale := newCoordinators(t, etcd, 1, opts...)[0]
 			admin := newCoordinator(t, etcd)

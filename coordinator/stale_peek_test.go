@@ -27,6 +27,8 @@ func TestStaleRecordFirstOrderAfterRecreate(t *testing.T) {
 			var opts []coordinator.Option
 			if lazy {
 				opts = append(opts, coordinator.WithLazySegments())
+			} else {
+				opts = append(opts, coordinator.WithEagerSegments())
 			}
 			stale := newCoordinators(t, etcd, 1, opts...)[0]
 			admin := newCoordinator(t, etcd)

@@ -64,6 +64,8 @@ func TestRefusalsTrueWhileReleasesRace(t *testing.T) {
 			var opts []coordinator.Option
 			if lazy {
 				opts = append(opts, coordinator.WithLazySegments())
+			} else {
+				opts = append(opts, coordinator.WithEagerSegments())
 			}
 			refusalsTrueWhileReleasesRace(t, lazy, opts...)
 		})

@@ -22,12 +22,13 @@ func StockctlSale() SaleSpec {
 	return SaleSpec{Name: "stockctl", Title: "stockctl Allocate, no step", New: func() SaleStrategy { return &stockctlSale{} }}
 }
 
-// StockctlLazySale is StockctlSale with coordinator.WithLazySegments: the
-// direct orders of SKUs a process holds no segment of write only their
-// records.
-func StockctlLazySale() SaleSpec {
-	return SaleSpec{Name: "stockctl-lazy", Title: "stockctl Allocate, no step, lazy segments", New: func() SaleStrategy {
-		return &stockctlSale{fleet: fleet{opts: []coordinator.Option{coordinator.WithLazySegments()}}}
+// StockctlEagerSale is StockctlSale with coordinator.WithEagerSegments:
+// the direct orders of SKUs a process holds no segment of write their
+// segment's counter with their records, as stockctl's default did before
+// lazy segments (StockctlSale's rows) became it.
+func StockctlEagerSale() SaleSpec {
+	return SaleSpec{Name: "stockctl-eager", Title: "stockctl Allocate, no step, eager segments", New: func() SaleStrategy {
+		return &stockctlSale{fleet: fleet{opts: []coordinator.Option{coordinator.WithEagerSegments()}}}
 	}}
 }
 

@@ -26,7 +26,7 @@ import (
 func saleFlags() []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.BoolFlag{Name: "sale", EnvVars: []string{"STOCKCTL_BENCH_SALE"},
-			Usage: "run the sale shapes instead of the lock shapes: sell-out storms, releases racing them, many SKUs (pure allocation); strategies stockctl, stockctl-lazy (coordinator.WithLazySegments) and, with --redis, the Redis peers"},
+			Usage: "run the sale shapes instead of the lock shapes: sell-out storms, releases racing them, many SKUs (pure allocation); strategies stockctl (lazy segments, the default), stockctl-eager (coordinator.WithEagerSegments) and, with --redis, the Redis peers"},
 		&ucli.StringFlag{Name: "sale-shapes", EnvVars: []string{"STOCKCTL_BENCH_SALE_SHAPES"},
 			Usage: "with --sale: shapes to run, comma-separated (default: storm, zero, storm-release, one, many, many-skewed, many-10k, cart, limit-64; also limit-1, limit-4, limit-18, the physical limit at smaller batches)"},
 		&ucli.IntFlag{Name: "sale-skus", Value: bench.DefaultSaleSKUs, EnvVars: []string{"STOCKCTL_BENCH_SALE_SKUS"},
@@ -145,12 +145,12 @@ func benchSaleAction(c *ucli.Context, g *globals) error {
 			return usageError("--clusters starts embedded etcd clusters: it cannot be given with --endpoints")
 		}
 	}
-	specs := []bench.SaleSpec{bench.StockctlSale(), bench.StockctlLazySale()}
+	specs := []bench.SaleSpec{bench.StockctlSale(), bench.StockctlEagerSale()}
 	if cfg.Clusters > 0 {
 		// The one-cluster figures and the clusters' of the same run.
 		specs = []bench.SaleSpec{bench.StockctlSale(), bench.StockctlClustersSale(cfg.Clusters)}
 		if len(b.names) > 0 {
-			specs = append(specs, bench.StockctlLazySale())
+			specs = append(specs, bench.StockctlEagerSale())
 		}
 	}
 	if b.Redis != "" {

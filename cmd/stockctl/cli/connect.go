@@ -37,6 +37,9 @@ func connect(ctx context.Context, c *ucli.Context, g *globals, opts ...coordinat
 	cn := &conn{g: g, endpoints: g.endpoints}
 	opts = append([]coordinator.Option{coordinator.WithPrefix(g.prefix), coordinator.WithLogger(g.logger(c.App.ErrWriter)),
 		coordinator.WithIdentity(g.identity), coordinator.WithSpaceGuard(g.spaceGuard)}, opts...)
+	if g.eager {
+		opts = append(opts, coordinator.WithEagerSegments())
+	}
 	if len(g.clusters) > 0 {
 		if err := connectClusters(ctx, c, g, cn, opts); err != nil {
 			cn.Close()

@@ -77,6 +77,8 @@ func globalFlags() []ucli.Flag {
 		identityFlag(),
 		&ucli.Float64Flag{Name: "space-guard", Value: coordinator.DefaultSpaceGuard, EnvVars: []string{"STOCKCTL_SPACE_GUARD"},
 			Usage: "refuse new orders once etcd's database is over this share of its quota, keeping room for releases, confirms and prune (0: off; etcd 3.6 and later report the quota)"},
+		&ucli.BoolFlag{Name: "eager-segments", EnvVars: []string{"STOCKCTL_EAGER_SEGMENTS"},
+			Usage: "write a segment's counter with every direct order instead of selling segments lazily (coordinator.WithEagerSegments): for processes beside stockctl older than 26 November 2026, which refuse lazy counters"},
 	}
 }
 
@@ -95,6 +97,7 @@ type globals struct {
 	logLevel    slog.Level // of the coordinator's and rebalancer's loggers
 	identity    string     // the coordinator's and the rebalancer's name (identity.go)
 	spaceGuard  float64    // coordinator.WithSpaceGuard
+	eager       bool       // coordinator.WithEagerSegments
 }
 
 // readGlobals validates the global flags. Every problem is a usage error
@@ -175,6 +178,7 @@ func readGlobals(c *ucli.Context) (*globals, error) {
 	if g.spaceGuard = c.Float64("space-guard"); !(g.spaceGuard >= 0 && g.spaceGuard <= 1) {
 		return nil, usageError("invalid --space-guard %v: must be 0 (off), or more than 0 and at most 1", g.spaceGuard)
 	}
+	g.eager = c.Bool("eager-segments")
 	if g.dataDir == "" && len(g.endpoints) == 0 && len(g.clusters) == 0 {
 		return nil, usageError("--data-dir is empty: name a directory for the embedded etcd, or give --endpoints")
 	}
