@@ -95,7 +95,11 @@ func testDirectOrdersTakeNoLock(t *testing.T, opts ...coordinator.Option) {
 // A route key's home that another process sells lazily is not taken from
 // it: B's order for A's home sells from another segment, A's counter
 // still names A (no write moved it), and A's next order there sells on
-// without taking it back. Before, lazy orders ignored route keys.
+// without taking it back. Before, lazy orders ignored route keys. And
+// only an order without a route key takes a segment over (A's first, at
+// its direct home): B's routed orders sell their segment eagerly, its
+// counter exact and nobody's, so that homes spread by route keys never
+// leave lazy bases lagging behind the SKU's records (docs/hotpath.md).
 func TestRoutedLazyOrderLeavesAnotherOwnersHome(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	cs := newCoordinators(t, etcd, 2, coordinator.WithLazySegments())
@@ -103,42 +107,58 @@ func TestRoutedLazyOrderLeavesAnotherOwnersHome(t *testing.T) {
 	ctx := t.Context()
 	mustCreate(t, cs[0], "shared", coordinator.SKUConfig{Total: 40, Segments: 4, InitialFill: 40})
 	a, b := cs[0], cs[1]
-	counter := engines.Of(a).Keys.Segment("shared", 2)
-	read := func() (segments.SegmentCounter, int64) { return readSegmentCounter(t, raw, counter) }
-	home := routeKeyFor(t, 4, 2)
-	order := func(c *coordinator.Coordinator, id string) string {
+	first, err := a.Allocate(ctx, "shared", "a-first", 1, "")
+	if err != nil || len(first.Parts) != 1 || first.Parts[0].Place.IsPool() {
+		t.Fatalf("A's first order: %+v, %v", first, err)
+	}
+	h := first.Parts[0].Place.Index()
+	counter := engines.Of(a).Keys.Segment("shared", h)
+	read := func(key string) (segments.SegmentCounter, int64) { return readSegmentCounter(t, raw, key) }
+	owned, mod := read(counter)
+	if owned.Owner == 0 {
+		t.Fatalf("A's order without a route key left its segment's counter %+v, want it to name A", owned)
+	}
+	home := routeKeyFor(t, 4, h)
+	want := first.Parts[0].Place.String()
+	order := func(c *coordinator.Coordinator, id string) *coordinator.Allocation {
 		t.Helper()
 		al, err := c.Allocate(ctx, "shared", id, 1, home)
 		if err != nil || len(al.Parts) != 1 {
 			t.Fatalf("order %s: %+v, %v", id, al, err)
 		}
-		return al.Parts[0].Place.String()
+		return al
 	}
 	for i := range 3 {
-		if got := order(a, fmt.Sprintf("a%d", i)); got != "seg/2" {
-			t.Fatalf("A's order %d came from %s, want its home seg/2", i, got)
+		if got := order(a, fmt.Sprintf("a%d", i)).Parts[0].Place.String(); got != want {
+			t.Fatalf("A's order %d came from %s, want its home %s", i, got, want)
 		}
 	}
-	owned, mod := read()
-	if owned.Owner == 0 {
-		t.Fatalf("A's lazy orders left the counter %+v, want it to name A", owned)
+	if c, m := read(counter); c != owned || m != mod {
+		t.Fatalf("A's routed orders at its own lazy segment wrote its counter: %+v at %d, was %+v at %d", c, m, owned, mod)
 	}
 	for i := range 3 {
-		if got := order(b, fmt.Sprintf("b%d", i)); got == "seg/2" {
-			t.Fatalf("B's order %d took A's home seg/2", i)
+		al := order(b, fmt.Sprintf("b%d", i))
+		if got := al.Parts[0].Place.String(); got == want {
+			t.Fatalf("B's order %d took A's home %s", i, want)
+		}
+		if al.Parts[0].Place.IsPool() {
+			continue
+		}
+		if c, _ := read(engines.Of(b).Keys.Segment("shared", al.Parts[0].Place.Index())); c.Lazy() {
+			t.Fatalf("B's routed order %d left %s lazy (%+v): a routed order must sell a segment nobody owns eagerly", i, al.Parts[0].Place, c)
 		}
 	}
-	if c, m := read(); c != owned || m != mod {
+	if c, m := read(counter); c != owned || m != mod {
 		t.Fatalf("B's orders wrote A's counter: %+v at %d, was %+v at %d", c, m, owned, mod)
 	}
-	if got := order(a, "a3"); got != "seg/2" {
-		t.Fatalf("A's next order came from %s, want seg/2", got)
+	if got := order(a, "a3").Parts[0].Place.String(); got != want {
+		t.Fatalf("A's next order came from %s, want %s", got, want)
 	}
-	if c, m := read(); c != owned || m != mod {
+	if c, m := read(counter); c != owned || m != mod {
 		t.Fatalf("A took its own home again: %+v at %d, was %+v at %d", c, m, owned, mod)
 	}
-	if rep := mustAudit(t, b, "shared"); rep.Allocated != 7 {
-		t.Fatalf("audit allocates %d, want 7", rep.Allocated)
+	if rep := mustAudit(t, b, "shared"); rep.Allocated != 8 {
+		t.Fatalf("audit allocates %d, want 8", rep.Allocated)
 	}
 }
 

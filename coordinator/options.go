@@ -341,8 +341,14 @@ const MaxLockDelay = time.Minute
 // it absorbs its inbox). A commit that carries 8 or more orders of one
 // segment writes its counter exact and gives the ownership up instead: at
 // that rate the write costs at most 1/8 key an order, and an exact counter
-// spares every reader of the SKU the read of its records. Over many SKUs
-// this roughly halves the keys etcd writes per order. Every reader counts
+// spares every reader of the SKU the read of its records. Only an order
+// without a route key takes a segment over (they all go to this
+// coordinator's one direct home of the SKU); an order with a route key
+// sells lazily from a segment this coordinator owns already, and eagerly
+// elsewhere, so that buyers' homes spread over many segments never leave
+// a lazy counter's base far behind the SKU's records, which every reader
+// would read. Over many SKUs this roughly halves the keys etcd writes per
+// order. Every reader counts
 // such a segment as its counter less the records since its base (Status,
 // Audit, the refusal's look, a lock holder taking the segment), so the
 // books and every invariant stay as they are. Close writes the segments

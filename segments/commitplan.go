@@ -115,8 +115,11 @@ type placePlan struct {
 	lockPfx      string
 	owner        int64
 	lazy         bool
-	settle       bool
-	written      SegmentCounter
+	// unrouted: an order of the batch named no route key (only such
+	// orders take a place over for lazy sales: planDirect).
+	unrouted bool
+	settle   bool
+	written  SegmentCounter
 	// verified: the SKU incarnation the direct cache's mod was seen under
 	// (directState.verified), 0 if unknown.
 	verified int64
@@ -155,6 +158,7 @@ func (e *Engine) planPlaces(ctx context.Context, batch []*commitReq) (map[*place
 			}
 			pp.take += p.qty
 			pp.n++
+			pp.unrouted = pp.unrouted || !cr.req.routed
 		}
 	}
 	var now int64
@@ -415,9 +419,20 @@ func (pp *placePlan) planDirect(lazy bool, self, now int64) {
 	st.mu.Unlock()
 	pp.mod, pp.owner, pp.verified = d.mod, d.owner, d.verified
 	owned := d.known && d.owned && d.owner == self
-	claim := lazy && d.known && !owned && !d.raw.Lazy()
+	// A place that is nobody's (its counter exact) is taken over for lazy
+	// sales by a batch with an order that named no route key: such orders
+	// all go to the process's one direct home of the SKU, whose lazy base
+	// its own sales then keep recent. Orders with route keys spread over
+	// every home their buyers name: owned lazily, each would settle only
+	// every settleEvery of its own sales, and the oldest base of the SKU
+	// would lag thousands of the SKU's records behind, which every look
+	// reads (docs/hotpath.md, stop 45). They sell such a home eagerly (its
+	// counter written exact), and lazily only one this process owns.
+	plain := d.known && !d.raw.Lazy()
+	claim := lazy && plain && !owned && pp.unrouted
+	eager := lazy && plain && !owned && !pp.unrouted
 	switch {
-	case !d.known || (lazy && !owned && !claim):
+	case !d.known || (lazy && !owned && !claim && !eager):
 		pp.short = true
 	case d.value >= pp.take:
 		pp.value = d.value - pp.take

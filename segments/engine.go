@@ -28,7 +28,8 @@ type Config struct {
 	// LazySegments sells direct orders lazily (SegmentCounter): a process
 	// owns the segment it sells a SKU's direct orders from, and each
 	// order writes only its record. Off, every direct commit writes the
-	// segment's counter too. See coordinator.WithLazySegments.
+	// segment's counter too. The coordinator turns it on unless
+	// coordinator.WithEagerSegments (coordinator.WithLazySegments says how).
 	LazySegments bool
 	// SpaceGuard is the share of etcd's quota over which new orders are
 	// refused (SpaceLowError); 0 turns the guard off. See

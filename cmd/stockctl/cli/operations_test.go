@@ -182,7 +182,7 @@ func testNoSpaceAndRecovery(t *testing.T, lazy bool) {
 		t.Fatalf("init: %+v", r)
 	}
 	client := etcd.Client(t)
-	opts := []coordinator.Option{coordinator.WithSpaceGuard(0)}
+	opts := []coordinator.Option{coordinator.WithSpaceGuard(0), coordinator.WithEagerSegments()}
 	if lazy {
 		opts = append(opts, coordinator.WithLazySegments())
 	}
