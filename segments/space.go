@@ -208,8 +208,8 @@ func (e *Engine) guardNewOrder(ctx context.Context, sku, order string) error {
 // at its quota, and etcd refuses even prune's first write, so the space
 // guard's recovery cannot start when the guard was off or could not see
 // the quota (etcd before 3.6). The reserve is room set aside for that
-// moment: a key of SpaceReserveBytes that the first CreateSKU of a key
-// space writes (in its own transaction, if absent) and that reclaim
+// moment: a key of SpaceReserveBytes that each engine's first CreateSKU
+// writes if it is absent (in a transaction of its own) and that reclaim
 // deletes (a delete passes under NOSPACE) before it compacts and
 // defragments, so that the database comes out that much under its quota
 // and prune can start. Reclaim writes it again once the database has

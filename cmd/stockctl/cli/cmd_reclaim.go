@@ -138,9 +138,9 @@ func reclaimAction(c *ucli.Context) error {
 
 // roomForReserve reports whether every member, as read after a reclaim,
 // has room for the space reserve twice over below reserveLine of its
-// quota. A member that does not
-// report its quota (etcd before 3.6) cannot tell: the reserve is left
-// out, and the next process's first CreateSKU writes it.
+// quota. A member that does not report its quota (etcd before 3.6) cannot
+// tell: the reserve is left out, and the next process's first CreateSKU
+// writes it.
 func roomForReserve(after []etcdSpace) bool {
 	if len(after) == 0 {
 		return false
