@@ -121,8 +121,9 @@ const closeSettleTimeout = 5 * time.Second
 // Close releases every lock, revokes the session's lease and waits for the
 // coordinator's background goroutines to end. Locks held at Close are lost
 // (their cause is ErrClosed); waiters fail with ErrClosed. With lazy
-// segments (the default; not WithEagerSegments) it then writes the exact units of the segments it sold
-// lazily (one write per chunk of them, within a few seconds), so that the
+// segments (the default; not WithEagerSegments) it then writes the exact
+// units of the segments it sold lazily (one write per chunk of them,
+// within a few seconds), so that the
 // rebalancer, which reads counters, sees what they hold; an error there
 // is returned, and the books are right either way. Close is idempotent.
 // It does not close the etcd client.

@@ -51,8 +51,8 @@ type LineError = segments.LineError
 // places it needs in the global order (SKU name, then the pool, then
 // segments by index), waiting for each at most the fallback wait
 // (WithWaitBudgets), and commits fenced by every lock. Lazy segments
-// (the default, WithLazySegments) are only used through their locks. The orders of
-// several lines this process places at one moment are read together and
+// (the default, WithLazySegments) are only used through their locks. The
+// orders of several lines this process places at one moment are read together and
 // committed in one transaction when they can be (each still all or
 // nothing: a cart that cannot join goes on alone).
 //

@@ -430,9 +430,11 @@ func (pp *placePlan) planDirect(lazy bool, self, now int64) {
 	// counter written exact), and lazily only one this process owns.
 	plain := d.known && !d.raw.Lazy()
 	claim := lazy && plain && !owned && pp.unrouted
-	eager := lazy && plain && !owned && !pp.unrouted
 	switch {
-	case !d.known || (lazy && !owned && !claim && !eager):
+	case !d.known || (lazy && !owned && !plain):
+		// A lazy counter this process does not own (another's, or one
+		// a lock holder marked): its units are not its N, and only a
+		// takeover (takeDirects, before planning) makes them known.
 		pp.short = true
 	case d.value >= pp.take:
 		pp.value = d.value - pp.take

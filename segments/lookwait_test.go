@@ -20,14 +20,7 @@ func TestUntilLooksShort(t *testing.T) {
 	if _, err := e.CreateSKU(ctx, "w", SKUConfig{Total: 4, Segments: 2, InitialFill: 4}); err != nil {
 		t.Fatal(err)
 	}
-	info, err := e.sku(ctx, "w")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := e.seller(info)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := testSeller(t, e, "w")
 	defer s.release()
 	look := func(rev, total int64) *snapshot {
 		return &snapshot{rev: rev, pool: total, segs: make([]int64, 2), inbox: make([]int64, 2), inMod: make([]int64, 2)}

@@ -81,14 +81,7 @@ func TestSellerMakesLockQueuesOnUse(t *testing.T) {
 	if _, _, _, queues := e.footprint(); queues != 0 || len(e.HeldSegments("lazyq")) != 0 {
 		t.Fatalf("after a direct order: %d lock queues, held %v; want none", queues, e.HeldSegments("lazyq"))
 	}
-	info, err := e.sku(ctx, "lazyq")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := e.seller(info)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := testSeller(t, e, "lazyq")
 	q, err := s.queue(2)
 	if err != nil || q == nil {
 		t.Fatalf("queue 2: %v, %v", q, err)
@@ -110,4 +103,18 @@ func TestSellerMakesLockQueuesOnUse(t *testing.T) {
 	if _, _, _, queues := e.footprint(); queues != 0 {
 		t.Fatalf("%d lock queues made by a forgotten seller; want 0", queues)
 	}
+}
+
+// testSeller is e's seller of sku (the caller releases it).
+func testSeller(t *testing.T, e *Engine, sku string) *seller {
+	t.Helper()
+	info, err := e.sku(t.Context(), sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := e.seller(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

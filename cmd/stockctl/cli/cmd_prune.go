@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	ucli "github.com/urfave/cli/v2"
@@ -107,16 +108,19 @@ func pruneAction(c *ucli.Context) error {
 	return withConn(c, g, func(ctx context.Context, cn *conn) error {
 		p, err := cn.coord.Prune(ctx, sku, before, coordinator.KeepPrunedIDs(keep))
 		if err != nil {
-			switch {
-			case p == nil:
-			case p.Orders > 0 && p.Forgotten > 0:
+			if p != nil {
 				// Each batch committed whole: the books balance, and a
 				// second run goes on where this one stopped.
-				err = fmt.Errorf("%w (after archiving %d orders and forgetting %d kept IDs: run it again to go on)", err, p.Orders, p.Forgotten)
-			case p.Orders > 0:
-				err = fmt.Errorf("%w (after archiving %d orders: run it again to go on)", err, p.Orders)
-			case p.Forgotten > 0:
-				err = fmt.Errorf("%w (after forgetting %d kept IDs: run it again to go on)", err, p.Forgotten)
+				var done []string
+				if p.Orders > 0 {
+					done = append(done, fmt.Sprintf("archiving %d orders", p.Orders))
+				}
+				if p.Forgotten > 0 {
+					done = append(done, fmt.Sprintf("forgetting %d kept IDs", p.Forgotten))
+				}
+				if len(done) > 0 {
+					err = fmt.Errorf("%w (after %s: run it again to go on)", err, strings.Join(done, " and "))
+				}
 			}
 			return opFailed(ctx, err)
 		}

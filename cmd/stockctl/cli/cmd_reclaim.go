@@ -127,7 +127,7 @@ func reclaimAction(c *ucli.Context) error {
 		}
 		v.After = readSpace(ctx, cn.client, cn.endpoints)
 		if roomForReserve(v.After) {
-			if v.ReserveRestored, err = stock.RestoreSpaceReserve(ctx); err != nil {
+			if _, err := stock.RestoreSpaceReserve(ctx); err != nil {
 				return failed(ctx, "restore the space reserve", err)
 			}
 			v.ReserveRestored = true // written now, or already there
