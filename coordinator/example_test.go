@@ -95,6 +95,51 @@ func ExampleCoordinator_Allocate() {
 	// remaining 7 allocated 3
 }
 
+// A sale of many SKUs that opens at a set time: each process prepares for
+// them shortly before, so that its first order of each SKU writes only
+// its record (without Prepare it also writes the SKU's counter, and
+// reads first).
+func ExampleCoordinator_Prepare() {
+	client, err := clientv3.New(clientv3.Config{Endpoints: etcd(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	c, err := coordinator.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+
+	skus := []string{"tee-s", "tee-m", "tee-l"}
+	for _, sku := range skus {
+		if _, err := c.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: 100, Segments: 4, InitialFill: 100}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Seconds before the sale opens (what it prepares is kept while in
+	// use, and for 20 s of idleness by default):
+	p, err := c.Prepare(ctx, skus...)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("prepared", p.Ready, "of", p.SKUs, "SKUs, skipped", p.Skipped)
+
+	_, err = c.Prepare(ctx, "tee-xl")
+	fmt.Println("unknown SKU:", errors.Is(err, coordinator.ErrUnknownSKU))
+
+	a, err := c.Allocate(ctx, "tee-m", "order-1", 1, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("allocated", a.Qty)
+	// Output:
+	// prepared 3 of 3 SKUs, skipped 0
+	// unknown SKU: true
+	// allocated 1
+}
+
 // A checkout: the units are held by a reservation until the payment
 // confirms it; a buyer may hold at most 2 units of this SKU.
 func ExampleCoordinator_Reserve() {

@@ -427,3 +427,71 @@ const (
 	MetricsMaxSKUs = segments.MetricsMaxSKUs
 	MetricsSKUIdle = segments.MetricsSKUIdle
 )
+
+// Prepared is what Prepare did: the SKUs asked for, those whose first
+// order here will sell without a read first (Ready), the segments this
+// process owns for lazy sales (Owned) and the SKUs left to their first
+// order (Skipped).
+type Prepared = segments.Prepared
+
+// Prepare readies this process to sell skus before their sale opens, so
+// that their first orders here cost what later ones do. A process's first
+// order of a SKU otherwise reads the segment it sells from and (with lazy
+// segments, the default) writes its counter beside the order's record;
+// in a sale of thousands of SKUs that opens at once nearly every early
+// order is such a first one. Prepare does those reads and writes for many
+// SKUs a transaction: it claims the process's seat, peeks at each SKU's
+// segment for this process and takes it over (its counter rewritten with
+// the same units, naming this process). No stock moves.
+//
+// Call it shortly before the sale opens, in every process that will sell:
+// what it prepares is kept while the SKU is in use, and forgotten once it
+// has been idle for twice the tenure idle time (WithTenureLimits; 20 s by
+// default). Prepare again to renew it. A SKU this process holds a segment
+// lock of, or whose segment for it is locked, owned by another process or
+// empty, is skipped: its first order takes the usual path. Invalid or
+// unknown SKUs are an error naming them, and nothing is prepared.
+func (c *Coordinator) Prepare(ctx context.Context, skus ...string) (*Prepared, error) {
+	if c.fleet == nil {
+		return c.stock.Prepare(ctx, skus)
+	}
+	for _, sku := range skus {
+		if err := segments.ValidateSKU(sku); err != nil {
+			return nil, fmt.Errorf("prepare: %w", err)
+		}
+	}
+	byMember := map[*member][]string{}
+	var members []*member
+	for _, sku := range skus {
+		m, _, err := c.fleet.route(ctx, sku)
+		if err != nil {
+			return nil, fmt.Errorf("prepare: %w", err)
+		}
+		if byMember[m] == nil {
+			members = append(members, m)
+		}
+		byMember[m] = append(byMember[m], sku)
+	}
+	for _, m := range members {
+		if err := m.connected(ctx); err != nil {
+			return nil, err
+		}
+		if err := m.c.stock.CheckSKUs(ctx, byMember[m]); err != nil {
+			return nil, m.wrap(err) // before any cluster prepares
+		}
+	}
+	out := &Prepared{}
+	for _, m := range members {
+		p, err := m.c.stock.Prepare(ctx, byMember[m])
+		if p != nil {
+			out.SKUs += p.SKUs
+			out.Ready += p.Ready
+			out.Owned += p.Owned
+			out.Skipped += p.Skipped
+		}
+		if err != nil {
+			return out, m.wrap(err)
+		}
+	}
+	return out, nil
+}

@@ -290,8 +290,38 @@ func (e *Engine) takeDirects(ctx context.Context, batch []*commitReq) (again []*
 			}
 		}
 	}
-	// The takeovers go together, in transactions of up to MaxTxnOps
-	// compares and ops; a refused one is tried place by place.
+	for st, err := range e.takeOver(ctx, todo) {
+		lost[st] = err
+	}
+	if len(lost) == 0 {
+		return batch, true
+	}
+	for _, cr := range batch {
+		var hit bool
+		var err error
+		for _, p := range cr.parts {
+			if e2, ok := lost[p.st]; ok {
+				hit, err = true, cmp.Or(err, e2)
+			}
+		}
+		switch {
+		case hit && err != nil:
+			cr.finish(failed(err))
+		case hit:
+			cr.finish(placeResult{kind: resShort, raced: true})
+		default:
+			again = append(again, cr)
+		}
+	}
+	return again, false
+}
+
+// takeOver runs takeovers together, in transactions of up to MaxTxnOps
+// compares and ops (a refused one is tried place by place, takeDirect),
+// and returns the places it could not take: with the error that stopped
+// it, or nil where another writer got there first.
+func (e *Engine) takeOver(ctx context.Context, todo []*takeover) map[*placeState]error {
+	lost := map[*placeState]error{}
 	per := max(1, e.cfg.MaxTxnOps/4)
 	for len(todo) > 0 {
 		chunk := todo[:min(per, len(todo))]
@@ -326,25 +356,5 @@ func (e *Engine) takeDirects(ctx context.Context, batch []*commitReq) (again []*
 			}
 		}
 	}
-	if len(lost) == 0 {
-		return batch, true
-	}
-	for _, cr := range batch {
-		var hit bool
-		var err error
-		for _, p := range cr.parts {
-			if e2, ok := lost[p.st]; ok {
-				hit, err = true, cmp.Or(err, e2)
-			}
-		}
-		switch {
-		case hit && err != nil:
-			cr.finish(failed(err))
-		case hit:
-			cr.finish(placeResult{kind: resShort, raced: true})
-		default:
-			again = append(again, cr)
-		}
-	}
-	return again, false
+	return lost
 }

@@ -530,6 +530,48 @@ func TestRunSaleCosts(t *testing.T) {
 	}
 }
 
+// A prepared shape (SaleShape.Prepare) runs only the strategies that can
+// prepare (the clusters' strategy cannot: it is skipped), each process
+// prepares every SKU before the window, and the row says how long that
+// took. Run beside the same shape unprepared, over 1,000 SKUs and 2
+// processes: unprepared, each process's first order of a SKU writes the
+// SKU's counter beside its record (up to 2,000 keys more than orders);
+// prepared, those writes were made before the window. The keys beyond one
+// an order (etcd's count: also the rebalancer's moves, ~500 to 1,000 in
+// either run here) must be fewer by a fifth of the SKUs at least: a
+// process's first orders of 1,000 SKUs are its first ~1,500 (in 400
+// orders over 2 processes, ~360 are firsts), and where Prepare did
+// nothing the two counts differ by the rebalancer's noise alone.
+func TestRunSalePrepared(t *testing.T) {
+	counter := &EtcdCounter{}
+	cs := startEtcd(t, 2, grpc.WithChainUnaryInterceptor(counter.Interceptor()))
+	const skus = 1000
+	shapes := []SaleShape{{Name: "many", SKUs: skus, Stock: Plenty}, {Name: "many-prepared", SKUs: skus, Stock: Plenty, Prepare: true}}
+	rows, err := RunSale(t.Context(), SaleConfig{Specs: []SaleSpec{StockctlSale(), StockctlClustersSale(2)}, Shapes: shapes, Buyers: 8, Processes: 2, Segments: 4,
+		Duration: 2 * time.Second, Etcd: cs, Prefix: "/bench-sale-prepared/", Counter: counter,
+		Server: &EtcdServerMetrics{Gatherer: prometheus.DefaultGatherer, Members: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var extra []int64
+	for _, r := range rows {
+		if r.Strategy != nameStockctl {
+			continue // the clusters' strategy ran the unprepared shape only
+		}
+		if !r.OK || r.Orders == 0 || r.EtcdServer == nil || (r.PrepareSeconds > 0) != r.Shape.Prepare {
+			t.Fatalf("%s: %+v", r.Shape.Name, r)
+		}
+		extra = append(extra, r.EtcdServer.Puts-r.Orders)
+		t.Logf("%s: %d orders, prepared in %.2f s, %d keys beyond one an order", r.Shape.Name, r.Orders, r.PrepareSeconds, r.EtcdServer.Puts-r.Orders)
+	}
+	if len(rows) != 3 || len(extra) != 2 {
+		t.Fatalf("%d rows, %d of stockctl; want the clusters' strategy to skip the prepared shape", len(rows), len(extra))
+	}
+	if extra[1] > extra[0]-skus/5 {
+		t.Fatalf("prepared, %d keys beyond one an order; unprepared %d: want %d fewer at least", extra[1], extra[0], skus/5)
+	}
+}
+
 // The client's refused count: a write transaction whose compare fails is
 // refused (its Else branch ran), one whose compare holds is not, one with
 // a nested transaction refused is (the committer's groups), and reads and

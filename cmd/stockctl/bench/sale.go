@@ -43,6 +43,10 @@ type SaleShape struct {
 	// of a sale: no SKUs, no strategy, etcd driven with order-sized puts
 	// of new keys, Batch puts a transaction (see runLimitOne).
 	Batch int `json:"batch,omitempty"`
+	// Prepare readies every process for every SKU before the window
+	// opens (a SalePreparer's Prepare: stockctl's Coordinator.Prepare);
+	// strategies that cannot do not run the shape.
+	Prepare bool `json:"prepare,omitempty"`
 }
 
 // Plenty is the stock of a SKU that no run sells out: more than a run of
@@ -80,7 +84,8 @@ const (
 // the sell-out storm, a SKU created empty, the storm with releases racing
 // it, then one SKU, many SKUs, many skewed SKUs and ten times as many SKUs
 // with plenty of stock (the many-SKU ratios compare the last three with
-// "one"), and last the physical limit at 64 puts a transaction (last, so
+// "one"), the last two again with every process prepared for every SKU
+// before the sale opens (Coordinator.Prepare), and last the physical limit at 64 puts a transaction (last, so
 // that its million keys at most do not weigh on the sale rows' etcd).
 func DefaultSaleShapes() []SaleShape {
 	return []SaleShape{
@@ -91,6 +96,8 @@ func DefaultSaleShapes() []SaleShape {
 		{Name: "many", SKUs: DefaultSaleSKUs, Stock: Plenty},
 		{Name: "many-skewed", SKUs: DefaultSaleSKUs, Stock: Plenty, Skew: DefaultSaleSkew},
 		{Name: "many-10k", SKUs: DefaultSaleSKUsLarge, Stock: Plenty},
+		{Name: "many-prepared", SKUs: DefaultSaleSKUs, Stock: Plenty, Prepare: true},
+		{Name: "many-10k-prepared", SKUs: DefaultSaleSKUsLarge, Stock: Plenty, Prepare: true},
 		{Name: "cart", SKUs: DefaultSaleSKUs, Stock: Plenty, Lines: DefaultCartLines},
 		LimitShape(DefaultLimitBatch),
 	}
@@ -161,6 +168,13 @@ type OrderOutcome struct {
 // SKU held; a retry under the same order ID must not take again.
 type CartStrategy interface {
 	OrderCart(ctx context.Context, process int, skus []int, order string) (OrderOutcome, error)
+}
+
+// SalePreparer is a SaleStrategy that can ready its processes for every
+// SKU before a sale opens (the shapes with Prepare): stockctl's
+// Coordinator.Prepare in each process.
+type SalePreparer interface {
+	Prepare(ctx context.Context) error
 }
 
 // truthChecker is a SaleStrategy that can say at which revision an order

@@ -53,6 +53,9 @@ type SaleRow struct {
 	Shape    SaleShape `json:"shape"`
 	Buyers   int       `json:"buyers"`
 	Seconds  float64   `json:"seconds"`
+	// PrepareSeconds is how long the processes took to prepare every SKU
+	// before the window (shapes with Prepare), outside Seconds.
+	PrepareSeconds float64 `json:"prepareSeconds,omitempty"`
 	// Orders were served; OrdersPerSec over the whole run.
 	Orders       int64   `json:"orders"`
 	OrdersPerSec float64 `json:"ordersPerSec"`
@@ -139,6 +142,9 @@ func RunSale(ctx context.Context, cfg SaleConfig) ([]SaleRow, error) {
 			if _, carts := spec.New().(CartStrategy); sh.Lines > 1 && !carts {
 				continue // a strategy without carts does not run the cart shape
 			}
+			if _, ok := spec.New().(SalePreparer); sh.Prepare && !ok {
+				continue // nor one that cannot prepare a prepared shape
+			}
 			rows = append(rows, runSaleOne(ctx, &cfg, spec, sh))
 		}
 	}
@@ -190,6 +196,16 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	cancel()
 	if err != nil {
 		return fail("setup: %v", err)
+	}
+	if sp, ok := s.(SalePreparer); ok && sh.Prepare {
+		sctx, cancel := context.WithTimeout(ctx, cfg.SetupTimeout)
+		began := time.Now()
+		err := sp.Prepare(sctx)
+		cancel()
+		if err != nil {
+			return fail("prepare: %v", err)
+		}
+		row.PrepareSeconds = time.Since(began).Seconds()
 	}
 	tc, _ := s.(truthChecker)
 	// The truth check: the revision an order starts at, and what its SKU

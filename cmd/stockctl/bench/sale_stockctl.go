@@ -56,6 +56,24 @@ func (s *stockctlSale) Setup(ctx context.Context, p SaleParams) error {
 	return err
 }
 
+// Prepare readies every process for every SKU (Coordinator.Prepare), the
+// processes at once.
+func (s *stockctlSale) Prepare(ctx context.Context) error {
+	names := make([]string, s.p.Shape.SKUs)
+	for i := range names {
+		names[i] = SKUName(i)
+	}
+	errs := make([]error, len(s.coords))
+	var wg sync.WaitGroup
+	for i, c := range s.coords {
+		wg.Go(func() {
+			_, errs[i] = c.Prepare(ctx, names...)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // forEachSKU calls f for SKUs 0 to n-1, setupWorkers at a time; the first
 // error stops it.
 func forEachSKU(ctx context.Context, n int, f func(i int) error) error {

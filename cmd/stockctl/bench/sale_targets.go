@@ -31,10 +31,11 @@ const (
 //   - no sampled refusal is untrue in the storm-release shape;
 //   - no order fails with anything but a refusal, in any stockctl row;
 //   - orders/s over many SKUs (uniform and skewed) ÷ orders/s on one SKU
-//     is at least 0.8, and over 10,000 SKUs at least 0.7;
+//     is at least 0.8, and over 10,000 SKUs at least 0.7, prepared before
+//     the sale (Coordinator.Prepare) or not;
 //
 // and issue 27's (one key per order), on the stockctl rows with plenty of
-// stock (one, many, many-skewed, many-10k):
+// stock (one, many, many-skewed, many-10k and the prepared two):
 //
 //   - etcd keys written per served order, by etcd's own count, at most 1.1
 //     on one SKU and 1.3 over many SKUs;
@@ -99,10 +100,10 @@ func SaleTargets(rows []SaleRow) []Target {
 	}
 	one := find(nameStockctl, "one")
 	if one != nil && one.OrdersPerSec > 0 {
-		for _, shape := range []string{"many", "many-skewed", "many-10k"} {
+		for _, shape := range []string{"many", "many-skewed", "many-10k", "many-prepared", "many-10k-prepared"} {
 			if m := find(nameStockctl, shape); m != nil {
 				want := targetManySKURatio
-				if shape == "many-10k" {
+				if m.Shape.SKUs >= DefaultSaleSKUsLarge {
 					want = targetManySKURatioLarge
 				}
 				ratio := m.OrdersPerSec / one.OrdersPerSec
@@ -114,7 +115,7 @@ func SaleTargets(rows []SaleRow) []Target {
 	// Issue 27's: what a served order costs etcd.
 	var keys, cmps, refused []string
 	keysMet, cmpsMet, refusedMet := true, true, true
-	for _, shape := range []string{"one", "many", "many-skewed", "many-10k"} {
+	for _, shape := range []string{"one", "many", "many-skewed", "many-10k", "many-prepared", "many-10k-prepared"} {
 		r := find(nameStockctl, shape)
 		if r == nil {
 			continue
