@@ -337,3 +337,23 @@ func decodePageToken(t string) (string, error) {
 	}
 	return string(b), nil
 }
+
+// PrepareMaxSKUs is the most SKU names one Prepare call takes (1,000 of
+// up to 64 bytes fit the API's 64 KiB request).
+const PrepareMaxSKUs = 1000
+
+// Prepare readies this server's coordinator for a sale of the SKUs
+// (Coordinator.Prepare): their first orders here then write one key each.
+func (h stockService) Prepare(ctx context.Context, req *connect.Request[stockctlv1.PrepareRequest]) (*connect.Response[stockctlv1.PrepareResponse], error) {
+	m := req.Msg
+	return unary(ctx, h.s, opRead, stockctlv1connect.StockServicePrepareProcedure, func(ctx context.Context) (*stockctlv1.PrepareResponse, error) {
+		if n := len(m.Skus); n == 0 || n > PrepareMaxSKUs {
+			return nil, badField("skus", "must name 1 to "+itoa(PrepareMaxSKUs)+" SKUs, got "+itoa(int64(n)))
+		}
+		p, err := h.s.c.Prepare(ctx, m.Skus...)
+		if err != nil {
+			return nil, err
+		}
+		return &stockctlv1.PrepareResponse{Skus: int32(p.SKUs), Ready: int32(p.Ready), Owned: int32(p.Owned), Skipped: int32(p.Skipped)}, nil
+	})
+}

@@ -3403,6 +3403,127 @@ func (x *ListSKUsResponse) GetClusters() []string {
 	return nil
 }
 
+type PrepareRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The SKUs to prepare, 1 to 1000 names (repeats count once); more in
+	// further calls (a request is at most 64 KiB).
+	Skus          []string `protobuf:"bytes,1,rep,name=skus,proto3" json:"skus,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareRequest) Reset() {
+	*x = PrepareRequest{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareRequest) ProtoMessage() {}
+
+func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
+func (*PrepareRequest) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *PrepareRequest) GetSkus() []string {
+	if x != nil {
+		return x.Skus
+	}
+	return nil
+}
+
+type PrepareResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The distinct SKUs asked for.
+	Skus int32 `protobuf:"varint,1,opt,name=skus,proto3" json:"skus,omitempty"`
+	// The SKUs whose next order on this server sells without a read first.
+	Ready int32 `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
+	// The segments this server owns for lazy sales (taken over now, or
+	// before); 0 on a server started with --eager-segments.
+	Owned int32 `protobuf:"varint,3,opt,name=owned,proto3" json:"owned,omitempty"`
+	// The SKUs left to their first order: this server holds one of their
+	// segment locks, or the segment it would sell from is locked, sold by
+	// another process or empty.
+	Skipped       int32 `protobuf:"varint,4,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareResponse) Reset() {
+	*x = PrepareResponse{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareResponse) ProtoMessage() {}
+
+func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
+func (*PrepareResponse) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *PrepareResponse) GetSkus() int32 {
+	if x != nil {
+		return x.Skus
+	}
+	return 0
+}
+
+func (x *PrepareResponse) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *PrepareResponse) GetOwned() int32 {
+	if x != nil {
+		return x.Owned
+	}
+	return 0
+}
+
+func (x *PrepareResponse) GetSkipped() int32 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
+
 var File_stockctl_v1_stock_service_proto protoreflect.FileDescriptor
 
 const file_stockctl_v1_stock_service_proto_rawDesc = "" +
@@ -3668,7 +3789,14 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x10ListSKUsResponse\x12\x12\n" +
 	"\x04skus\x18\x01 \x03(\tR\x04skus\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
-	"\bclusters\x18\x03 \x03(\tR\bclusters*\x92\x01\n" +
+	"\bclusters\x18\x03 \x03(\tR\bclusters\"$\n" +
+	"\x0ePrepareRequest\x12\x12\n" +
+	"\x04skus\x18\x01 \x03(\tR\x04skus\"k\n" +
+	"\x0fPrepareResponse\x12\x12\n" +
+	"\x04skus\x18\x01 \x01(\x05R\x04skus\x12\x14\n" +
+	"\x05ready\x18\x02 \x01(\x05R\x05ready\x12\x14\n" +
+	"\x05owned\x18\x03 \x01(\x05R\x05owned\x12\x18\n" +
+	"\askipped\x18\x04 \x01(\x05R\askipped*\x92\x01\n" +
 	"\n" +
 	"OrderState\x12\x1b\n" +
 	"\x17ORDER_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -3683,7 +3811,7 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x1aORDER_EVENT_KIND_CONFIRMED\x10\x03\x12\x1e\n" +
 	"\x1aORDER_EVENT_KIND_CANCELLED\x10\x04\x12\x1d\n" +
 	"\x19ORDER_EVENT_KIND_RELEASED\x10\x05\x12\x1c\n" +
-	"\x18ORDER_EVENT_KIND_EXPIRED\x10\x062\xf5\b\n" +
+	"\x18ORDER_EVENT_KIND_EXPIRED\x10\x062\xbb\t\n" +
 	"\fStockService\x12J\n" +
 	"\tCreateSKU\x12\x1d.stockctl.v1.CreateSKURequest\x1a\x1e.stockctl.v1.CreateSKUResponse\x12G\n" +
 	"\bAllocate\x12\x1c.stockctl.v1.AllocateRequest\x1a\x1d.stockctl.v1.AllocateResponse\x12D\n" +
@@ -3699,7 +3827,8 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\vWatchStatus\x12\x1f.stockctl.v1.WatchStatusRequest\x1a .stockctl.v1.WatchStatusResponse0\x01\x12R\n" +
 	"\vWatchOrders\x12\x1f.stockctl.v1.WatchOrdersRequest\x1a .stockctl.v1.WatchOrdersResponse0\x01\x12T\n" +
 	"\vOrderStream\x12\x1f.stockctl.v1.OrderStreamRequest\x1a .stockctl.v1.OrderStreamResponse(\x010\x01\x12G\n" +
-	"\bListSKUs\x12\x1c.stockctl.v1.ListSKUsRequest\x1a\x1d.stockctl.v1.ListSKUsResponseBS\n" +
+	"\bListSKUs\x12\x1c.stockctl.v1.ListSKUsRequest\x1a\x1d.stockctl.v1.ListSKUsResponse\x12D\n" +
+	"\aPrepare\x12\x1b.stockctl.v1.PrepareRequest\x1a\x1c.stockctl.v1.PrepareResponseBS\n" +
 	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
@@ -3715,7 +3844,7 @@ func file_stockctl_v1_stock_service_proto_rawDescGZIP() []byte {
 }
 
 var file_stockctl_v1_stock_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_stockctl_v1_stock_service_proto_goTypes = []any{
 	(OrderState)(0),               // 0: stockctl.v1.OrderState
 	(OrderEventKind)(0),           // 1: stockctl.v1.OrderEventKind
@@ -3756,43 +3885,45 @@ var file_stockctl_v1_stock_service_proto_goTypes = []any{
 	(*OrderError)(nil),            // 36: stockctl.v1.OrderError
 	(*ListSKUsRequest)(nil),       // 37: stockctl.v1.ListSKUsRequest
 	(*ListSKUsResponse)(nil),      // 38: stockctl.v1.ListSKUsResponse
-	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 40: google.protobuf.Duration
-	(ErrorReason)(0),              // 41: stockctl.v1.ErrorReason
-	(*anypb.Any)(nil),             // 42: google.protobuf.Any
+	(*PrepareRequest)(nil),        // 39: stockctl.v1.PrepareRequest
+	(*PrepareResponse)(nil),       // 40: stockctl.v1.PrepareResponse
+	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
+	(ErrorReason)(0),              // 43: stockctl.v1.ErrorReason
+	(*anypb.Any)(nil),             // 44: google.protobuf.Any
 }
 var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
-	39, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
+	41, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
 	4,  // 1: stockctl.v1.AllocateResponse.parts:type_name -> stockctl.v1.Part
-	40, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	42, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
 	4,  // 3: stockctl.v1.ReserveResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 4: stockctl.v1.ReserveResponse.state:type_name -> stockctl.v1.OrderState
-	39, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
+	41, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
 	9,  // 6: stockctl.v1.AllocateOrderRequest.lines:type_name -> stockctl.v1.OrderLine
 	6,  // 7: stockctl.v1.AllocateOrderResponse.lines:type_name -> stockctl.v1.AllocateResponse
 	9,  // 8: stockctl.v1.ReserveOrderRequest.lines:type_name -> stockctl.v1.OrderLine
-	40, // 9: stockctl.v1.ReserveOrderRequest.ttl:type_name -> google.protobuf.Duration
+	42, // 9: stockctl.v1.ReserveOrderRequest.ttl:type_name -> google.protobuf.Duration
 	8,  // 10: stockctl.v1.ReserveOrderResponse.lines:type_name -> stockctl.v1.ReserveResponse
 	0,  // 11: stockctl.v1.ReserveOrderResponse.state:type_name -> stockctl.v1.OrderState
-	39, // 12: stockctl.v1.ReserveOrderResponse.deadline:type_name -> google.protobuf.Timestamp
+	41, // 12: stockctl.v1.ReserveOrderResponse.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 13: stockctl.v1.ConfirmResponse.parts:type_name -> stockctl.v1.Part
-	39, // 14: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
+	41, // 14: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 15: stockctl.v1.CancelResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 16: stockctl.v1.CancelResponse.state:type_name -> stockctl.v1.OrderState
 	4,  // 17: stockctl.v1.ReleaseResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 18: stockctl.v1.ReleaseResponse.state:type_name -> stockctl.v1.OrderState
 	29, // 19: stockctl.v1.StatusResponse.status:type_name -> stockctl.v1.StockStatus
-	40, // 20: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
+	42, // 20: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
 	29, // 21: stockctl.v1.WatchStatusResponse.status:type_name -> stockctl.v1.StockStatus
 	28, // 22: stockctl.v1.WatchOrdersResponse.events:type_name -> stockctl.v1.OrderEvent
 	1,  // 23: stockctl.v1.OrderEvent.event:type_name -> stockctl.v1.OrderEventKind
 	4,  // 24: stockctl.v1.OrderEvent.parts:type_name -> stockctl.v1.Part
-	39, // 25: stockctl.v1.OrderEvent.deadline:type_name -> google.protobuf.Timestamp
-	39, // 26: stockctl.v1.OrderEvent.create_time:type_name -> google.protobuf.Timestamp
+	41, // 25: stockctl.v1.OrderEvent.deadline:type_name -> google.protobuf.Timestamp
+	41, // 26: stockctl.v1.OrderEvent.create_time:type_name -> google.protobuf.Timestamp
 	30, // 27: stockctl.v1.StockStatus.segments:type_name -> stockctl.v1.SegmentStatus
-	39, // 28: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
+	41, // 28: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
 	31, // 29: stockctl.v1.StockStatus.rebalancer:type_name -> stockctl.v1.RebalancerPass
-	39, // 30: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
+	41, // 30: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
 	5,  // 31: stockctl.v1.OrderStreamRequest.allocate:type_name -> stockctl.v1.AllocateRequest
 	7,  // 32: stockctl.v1.OrderStreamRequest.reserve:type_name -> stockctl.v1.ReserveRequest
 	10, // 33: stockctl.v1.OrderStreamRequest.allocate_order:type_name -> stockctl.v1.AllocateOrderRequest
@@ -3804,8 +3935,8 @@ var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
 	11, // 39: stockctl.v1.OrderStreamResponse.allocated_order:type_name -> stockctl.v1.AllocateOrderResponse
 	13, // 40: stockctl.v1.OrderStreamResponse.reserved_order:type_name -> stockctl.v1.ReserveOrderResponse
 	35, // 41: stockctl.v1.OrderStreamResponse.more:type_name -> stockctl.v1.OrderStreamResponse
-	41, // 42: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
-	42, // 43: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
+	43, // 42: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
+	44, // 43: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
 	2,  // 44: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
 	5,  // 45: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
 	7,  // 46: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
@@ -3821,23 +3952,25 @@ var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
 	26, // 56: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
 	34, // 57: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
 	37, // 58: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
-	3,  // 59: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
-	6,  // 60: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
-	8,  // 61: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
-	11, // 62: stockctl.v1.StockService.AllocateOrder:output_type -> stockctl.v1.AllocateOrderResponse
-	13, // 63: stockctl.v1.StockService.ReserveOrder:output_type -> stockctl.v1.ReserveOrderResponse
-	15, // 64: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
-	17, // 65: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
-	19, // 66: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
-	21, // 67: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
-	23, // 68: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
-	33, // 69: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
-	25, // 70: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
-	27, // 71: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
-	35, // 72: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
-	38, // 73: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
-	59, // [59:74] is the sub-list for method output_type
-	44, // [44:59] is the sub-list for method input_type
+	39, // 59: stockctl.v1.StockService.Prepare:input_type -> stockctl.v1.PrepareRequest
+	3,  // 60: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
+	6,  // 61: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
+	8,  // 62: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
+	11, // 63: stockctl.v1.StockService.AllocateOrder:output_type -> stockctl.v1.AllocateOrderResponse
+	13, // 64: stockctl.v1.StockService.ReserveOrder:output_type -> stockctl.v1.ReserveOrderResponse
+	15, // 65: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
+	17, // 66: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
+	19, // 67: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
+	21, // 68: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
+	23, // 69: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
+	33, // 70: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
+	25, // 71: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
+	27, // 72: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
+	35, // 73: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
+	38, // 74: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
+	40, // 75: stockctl.v1.StockService.Prepare:output_type -> stockctl.v1.PrepareResponse
+	60, // [60:76] is the sub-list for method output_type
+	44, // [44:60] is the sub-list for method input_type
 	44, // [44:44] is the sub-list for extension type_name
 	44, // [44:44] is the sub-list for extension extendee
 	0,  // [0:44] is the sub-list for field type_name
@@ -3868,7 +4001,7 @@ func file_stockctl_v1_stock_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_stock_service_proto_rawDesc), len(file_stockctl_v1_stock_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

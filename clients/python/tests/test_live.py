@@ -190,6 +190,23 @@ class OrderStreams(unittest.TestCase):
             self.assertEqual(len(listed), len(set(listed)))
 
 
+    def test_prepare(self):
+        with client() as c:
+            prefix = env.name("py-prep")
+            skus = [prefix + "-" + n for n in ("a", "b", "c")]
+            for sku in skus:
+                c.create_sku(sku, total=10, segments=2, initial_fill=10)
+            p = c.prepare(skus + skus[:1])
+            self.assertEqual((p.skus, p.skipped), (3, 0))
+            self.assertEqual(p.ready, 3)
+            with self.assertRaises(sc.SKUNotFound) as cm:
+                c.prepare([skus[0], prefix + "-nope"])
+            self.assertIn(prefix + "-nope", str(cm.exception))
+            with self.assertRaises(sc.InvalidArgument):
+                c.prepare([])
+            self.assertFalse(c.allocate(skus[1], "o-1", 1).replayed)
+
+
 class ErrorReasonsLive(unittest.TestCase):
     """Each reason a test can cause on a real serve comes back as its class."""
 

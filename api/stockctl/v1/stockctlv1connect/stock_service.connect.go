@@ -78,6 +78,8 @@ const (
 	StockServiceOrderStreamProcedure = "/stockctl.v1.StockService/OrderStream"
 	// StockServiceListSKUsProcedure is the fully-qualified name of the StockService's ListSKUs RPC.
 	StockServiceListSKUsProcedure = "/stockctl.v1.StockService/ListSKUs"
+	// StockServicePrepareProcedure is the fully-qualified name of the StockService's Prepare RPC.
+	StockServicePrepareProcedure = "/stockctl.v1.StockService/Prepare"
 )
 
 // StockServiceClient is a client for the stockctl.v1.StockService service.
@@ -157,6 +159,17 @@ type StockServiceClient interface {
 	// page at a time. On a server over several etcd clusters it lists every
 	// cluster's SKUs and says which cluster holds each (clusters).
 	ListSKUs(context.Context, *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error)
+	// Prepare readies this server to sell skus shortly before their sale
+	// opens, so that its first order of each costs what later ones do: one
+	// key, its record (otherwise a read first, and the SKU's counter written
+	// beside the record). It peeks at each SKU's segment for this server and
+	// takes it over, many SKUs an etcd transaction; no stock moves. It
+	// prepares the server it reaches only: call it on every serve process
+	// that will sell (each one's own address). What it prepares is kept
+	// while the SKU is in use and for 20 s of idleness (twice the tenure idle
+	// time). Every name is checked first: an invalid or unknown SKU fails the
+	// call (INVALID_ARGUMENT, SKU_NOT_FOUND), naming it, and nothing is done.
+	Prepare(context.Context, *connect.Request[v1.PrepareRequest]) (*connect.Response[v1.PrepareResponse], error)
 }
 
 // NewStockServiceClient constructs a client for the stockctl.v1.StockService service. By default,
@@ -260,6 +273,12 @@ func NewStockServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(stockServiceMethods.ByName("ListSKUs")),
 			connect.WithClientOptions(opts...),
 		),
+		prepare: connect.NewClient[v1.PrepareRequest, v1.PrepareResponse](
+			httpClient,
+			baseURL+StockServicePrepareProcedure,
+			connect.WithSchema(stockServiceMethods.ByName("Prepare")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -280,6 +299,7 @@ type stockServiceClient struct {
 	watchOrders   *connect.Client[v1.WatchOrdersRequest, v1.WatchOrdersResponse]
 	orderStream   *connect.Client[v1.OrderStreamRequest, v1.OrderStreamResponse]
 	listSKUs      *connect.Client[v1.ListSKUsRequest, v1.ListSKUsResponse]
+	prepare       *connect.Client[v1.PrepareRequest, v1.PrepareResponse]
 }
 
 // CreateSKU calls stockctl.v1.StockService.CreateSKU.
@@ -355,6 +375,11 @@ func (c *stockServiceClient) OrderStream(ctx context.Context) *connect.BidiStrea
 // ListSKUs calls stockctl.v1.StockService.ListSKUs.
 func (c *stockServiceClient) ListSKUs(ctx context.Context, req *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error) {
 	return c.listSKUs.CallUnary(ctx, req)
+}
+
+// Prepare calls stockctl.v1.StockService.Prepare.
+func (c *stockServiceClient) Prepare(ctx context.Context, req *connect.Request[v1.PrepareRequest]) (*connect.Response[v1.PrepareResponse], error) {
+	return c.prepare.CallUnary(ctx, req)
 }
 
 // StockServiceHandler is an implementation of the stockctl.v1.StockService service.
@@ -434,6 +459,17 @@ type StockServiceHandler interface {
 	// page at a time. On a server over several etcd clusters it lists every
 	// cluster's SKUs and says which cluster holds each (clusters).
 	ListSKUs(context.Context, *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error)
+	// Prepare readies this server to sell skus shortly before their sale
+	// opens, so that its first order of each costs what later ones do: one
+	// key, its record (otherwise a read first, and the SKU's counter written
+	// beside the record). It peeks at each SKU's segment for this server and
+	// takes it over, many SKUs an etcd transaction; no stock moves. It
+	// prepares the server it reaches only: call it on every serve process
+	// that will sell (each one's own address). What it prepares is kept
+	// while the SKU is in use and for 20 s of idleness (twice the tenure idle
+	// time). Every name is checked first: an invalid or unknown SKU fails the
+	// call (INVALID_ARGUMENT, SKU_NOT_FOUND), naming it, and nothing is done.
+	Prepare(context.Context, *connect.Request[v1.PrepareRequest]) (*connect.Response[v1.PrepareResponse], error)
 }
 
 // NewStockServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -533,6 +569,12 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(stockServiceMethods.ByName("ListSKUs")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stockServicePrepareHandler := connect.NewUnaryHandler(
+		StockServicePrepareProcedure,
+		svc.Prepare,
+		connect.WithSchema(stockServiceMethods.ByName("Prepare")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/stockctl.v1.StockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case StockServiceCreateSKUProcedure:
@@ -565,6 +607,8 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 			stockServiceOrderStreamHandler.ServeHTTP(w, r)
 		case StockServiceListSKUsProcedure:
 			stockServiceListSKUsHandler.ServeHTTP(w, r)
+		case StockServicePrepareProcedure:
+			stockServicePrepareHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -632,4 +676,8 @@ func (UnimplementedStockServiceHandler) OrderStream(context.Context, *connect.Bi
 
 func (UnimplementedStockServiceHandler) ListSKUs(context.Context, *connect.Request[v1.ListSKUsRequest]) (*connect.Response[v1.ListSKUsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.ListSKUs is not implemented"))
+}
+
+func (UnimplementedStockServiceHandler) Prepare(context.Context, *connect.Request[v1.PrepareRequest]) (*connect.Response[v1.PrepareResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.Prepare is not implemented"))
 }

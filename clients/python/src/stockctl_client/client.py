@@ -249,6 +249,15 @@ class Client:
             if not token:
                 return
 
+    def prepare(self, skus: Sequence[str]) -> st.PrepareResponse:
+        """Readies the server this client reaches to sell skus shortly before their sale opens.
+
+        Its first order of each then writes one key, its record (PrepareResponse: skus, ready,
+        owned, skipped). It prepares that one serve process: call it on each that will sell.
+        An invalid name raises InvalidArgument, an unknown SKU SKUNotFound, and nothing is done.
+        """
+        return self._unary("stock", "Prepare", st.PrepareRequest(skus=list(skus)))
+
     def order_stream(self) -> "OrderStream":
         """Many Allocate and Reserve orders on one stream, each answered on its own (a Future)::
 

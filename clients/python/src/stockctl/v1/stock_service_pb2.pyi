@@ -334,6 +334,24 @@ class Part(_message.Message):
     qty: int
     def __init__(self, place: _Optional[str] = ..., qty: _Optional[int] = ...) -> None: ...
 
+class PrepareRequest(_message.Message):
+    __slots__ = ["skus"]
+    SKUS_FIELD_NUMBER: _ClassVar[int]
+    skus: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, skus: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class PrepareResponse(_message.Message):
+    __slots__ = ["owned", "ready", "skipped", "skus"]
+    OWNED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    SKUS_FIELD_NUMBER: _ClassVar[int]
+    owned: int
+    ready: int
+    skipped: int
+    skus: int
+    def __init__(self, skus: _Optional[int] = ..., ready: _Optional[int] = ..., owned: _Optional[int] = ..., skipped: _Optional[int] = ...) -> None: ...
+
 class RebalancerPass(_message.Message):
     __slots__ = ["leader", "moved", "moves", "revision", "time", "total_moved", "total_moves"]
     LEADER_FIELD_NUMBER: _ClassVar[int]

@@ -24,6 +24,8 @@ import com.github.stockctl.v1.LockServiceGrpc;
 import com.github.stockctl.v1.LockServiceReleaseRequest;
 import com.github.stockctl.v1.LockServiceReleaseResponse;
 import com.github.stockctl.v1.OrderLine;
+import com.github.stockctl.v1.PrepareRequest;
+import com.github.stockctl.v1.PrepareResponse;
 import com.github.stockctl.v1.ReleaseRequest;
 import com.github.stockctl.v1.ReleaseResponse;
 import com.github.stockctl.v1.ReserveOrderRequest;
@@ -404,6 +406,16 @@ public final class StockctlClient implements AutoCloseable {
       closed = true;
       call.cancel("closed by the caller", null);
     }
+  }
+
+  /**
+   * Readies the server this client reaches to sell skus shortly before their sale opens: its first
+   * order of each then writes one key, its record. It prepares that one serve process (call it on
+   * each that will sell). An invalid name throws InvalidArgument, an unknown SKU SkuNotFound, and
+   * nothing is done.
+   */
+  public PrepareResponse prepare(List<String> skus) {
+    return unary(StockServiceGrpc.getPrepareMethod(), PrepareRequest.newBuilder().addAllSkus(skus).build(), true, null);
   }
 
   /** Every SKU whose creation has completed, in name order, read pageSize at a time (0: the server's 100). */

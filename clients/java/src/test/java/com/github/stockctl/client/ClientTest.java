@@ -17,6 +17,7 @@ import com.github.stockctl.v1.LockKind;
 import com.github.stockctl.v1.OrderEvent;
 import com.github.stockctl.v1.OrderState;
 import com.github.stockctl.v1.OrderStreamResponse;
+import com.github.stockctl.v1.PrepareResponse;
 import com.github.stockctl.v1.ReserveResponse;
 import com.github.stockctl.v1.StockStatus;
 import com.github.stockctl.v1.WatchOrdersRequest;
@@ -298,6 +299,26 @@ public class ClientTest {
       List<String> sorted = new ArrayList<>(listed);
       java.util.Collections.sort(sorted);
       assertEquals(sorted, listed);
+    }
+  }
+
+  @Test
+  public void prepare() throws Exception {
+    try (StockctlClient c = client().build()) {
+      String prefix = name("j-prep");
+      List<String> skus = List.of(prefix + "-a", prefix + "-b", prefix + "-c");
+      for (String s : skus) {
+        c.createSku(s, 10, 2, 10);
+      }
+      PrepareResponse p = c.prepare(List.of(skus.get(0), skus.get(1), skus.get(2), skus.get(0)));
+      assertEquals(3, p.getSkus());
+      assertEquals(3, p.getReady());
+      assertEquals(0, p.getSkipped());
+      StockctlException.SkuNotFound e =
+          expect(StockctlException.SkuNotFound.class, () -> c.prepare(List.of(skus.get(0), prefix + "-nope")));
+      assertTrue(e.getMessage(), e.getMessage().contains(prefix + "-nope"));
+      expect(StockctlException.InvalidArgument.class, () -> c.prepare(List.of()));
+      assertFalse(c.allocate(skus.get(1), "o-1", 1).getReplayed());
     }
   }
 
