@@ -502,8 +502,9 @@ func (e *Engine) elseReads(g *txnGroup, rev int64) []clientv3.Op {
 	return diag
 }
 
-// sendGroups sends groups in one transaction: flat when there is one,
-// else one nested transaction per group. It returns the revision of the
+// sendGroups sends groups in one transaction: flat when there is one or
+// when no commit of several was refused lately (nestAfterRefusal), else
+// one nested transaction per group. It returns the revision of the
 // answer and each group's outcome; a refused group's gone are filled in
 // (the SKUs found deleted or replaced, forgotten).
 //
@@ -522,23 +523,40 @@ func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64,
 	}
 	sent := time.Now()
 	var resp *clientv3.TxnResponse
-	if len(groups) == 1 {
+	switch {
+	case len(groups) == 1:
 		g := groups[0]
 		resp, err = e.kv.Txn(ctx).If(g.cmps...).Then(g.ops...).Commit()
 		if err == nil {
 			results = []*pb.TxnResponse{(*pb.TxnResponse)(resp)}
 		}
-	} else {
-		nested := make([]clientv3.Op, len(groups))
-		for i, g := range groups {
-			nested[i] = clientv3.OpTxn(g.cmps, g.ops, nil)
+	case sent.UnixNano() >= e.nestUntil.Load():
+		// No group refused lately: the groups go flat, as one, which
+		// etcd applies for less than the same groups nested (over 1,000
+		// SKUs a group is about an order, and a nested transaction each
+		// cost 1.2x the orders/s: docs/benchmarks.md, stop 46). One refused
+		// compare refuses them all, and nothing was applied: they go again
+		// nested, for each group's own outcome, and stay nested a while.
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		for _, g := range groups {
+			cmps, ops = append(cmps, g.cmps...), append(ops, g.ops...)
 		}
-		resp, err = e.kv.Txn(ctx).Then(nested...).Commit()
-		if err == nil {
-			for _, r := range resp.Responses {
-				results = append(results, r.GetResponseTxn())
+		resp, err = e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err == nil && resp.Succeeded {
+			next := 0
+			for _, g := range groups {
+				results = append(results, &pb.TxnResponse{Header: resp.Header, Succeeded: true, Responses: resp.Responses[next : next+len(g.ops)]})
+				next += len(g.ops)
 			}
+			break
 		}
+		if err == nil {
+			e.nestUntil.Store(time.Now().Add(nestAfterRefusal).UnixNano())
+			resp, results, err = e.sendNested(ctx, groups)
+		}
+	default:
+		resp, results, err = e.sendNested(ctx, groups)
 	}
 	if err != nil {
 		e.metrics.committed(n, time.Since(sent), "error")
@@ -585,6 +603,29 @@ func (e *Engine) sendGroups(ctx context.Context, groups []*txnGroup) (rev int64,
 	}
 	e.metrics.committed(n, time.Since(sent), outcome)
 	return rev, results, nil
+}
+
+// nestAfterRefusal is how long a refused commit of several groups keeps
+// the engine's commits nested (sendGroups): where commits race, a flat one
+// refused would cost every group of it a second round trip.
+const nestAfterRefusal = time.Second
+
+// sendNested sends groups as one transaction of nested ones, a group each,
+// and returns each group's answer.
+func (e *Engine) sendNested(ctx context.Context, groups []*txnGroup) (*clientv3.TxnResponse, []*pb.TxnResponse, error) {
+	nested := make([]clientv3.Op, len(groups))
+	for i, g := range groups {
+		nested[i] = clientv3.OpTxn(g.cmps, g.ops, nil)
+	}
+	resp, err := e.kv.Txn(ctx).Then(nested...).Commit()
+	if err != nil {
+		return nil, nil, err
+	}
+	results := make([]*pb.TxnResponse, 0, len(groups))
+	for _, r := range resp.Responses {
+		results = append(results, r.GetResponseTxn())
+	}
+	return resp, results, nil
 }
 
 // readRefused reads the Else reads of the groups refused (their indexes)
