@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
@@ -179,4 +182,109 @@ func TestPrepareSkipsLockedAndOwned(t *testing.T) {
 			t.Fatalf("%s: %+v", sku, rep)
 		}
 	}
+}
+
+// A prepared process that dies mid-sale leaves every SKU's home segment
+// of it owned lazily, by nobody alive: the others sell on and take them
+// over when their own run dry. Three processes prepare 20 SKUs of 60
+// units (4 segments each: every process owns a different one of each) and
+// sell; one's etcd client is closed under it (no Close, nothing settled)
+// once 300 units are sold. The two others sell until every SKU refuses.
+// Every SKU then sold exactly its 60 units (records counted by Audit,
+// whatever the dead one's last commits came to), its books balance, every
+// order acknowledged is recorded, and the last refusals saw 0 left.
+func TestPreparedProcessKilledMidSale(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	victimClient := etcd.Client(t)
+	victim, err := coordinator.New(victimClient, coordinator.WithSessionTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Close() })
+	cs := append([]*coordinator.Coordinator{victim}, newCoordinators(t, etcd, 2, coordinator.WithSessionTTL(2*time.Second))...)
+	ctx := t.Context()
+	const skus, total = 20, 60
+	var names []string
+	for i := range skus {
+		names = append(names, fmt.Sprint("k", i))
+		mustCreate(t, cs[1], names[i], coordinator.SKUConfig{Total: total, Segments: 4, InitialFill: total, LowWatermark: 1})
+	}
+	for i, c := range cs {
+		p, err := c.Prepare(ctx, names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Ready != skus || p.Owned != skus {
+			t.Fatalf("process %d: Prepare = %+v, want every SKU ready and owned", i, *p)
+		}
+	}
+
+	var (
+		sold      atomic.Int64
+		killed    atomic.Bool
+		acked     sync.Map // order ID → SKU, every order answered served
+		lastEmpty sync.Map // SKU → true once a survivor was refused with 0 left
+		wg        sync.WaitGroup
+	)
+	for p, c := range cs {
+		for b := range 5 {
+			wg.Go(func() {
+				for n := 0; n < 2000; n++ {
+					if p == 0 && killed.Load() {
+						return
+					}
+					done := 0
+					lastEmpty.Range(func(any, any) bool { done++; return true })
+					if done == skus {
+						return
+					}
+					sku := names[(n*7+b*3+p)%skus]
+					order := fmt.Sprintf("p%d-b%d-%d", p, b, n)
+					actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					_, err := c.Allocate(actx, sku, order, 1, "")
+					cancel()
+					var refused *coordinator.InsufficientStockError
+					switch {
+					case err == nil:
+						acked.Store(sku+"/"+order, true)
+						if sold.Add(1) == 300 {
+							killed.Store(true)
+							victimClient.Close() // dies: no Close, nothing settled
+						}
+					case p == 0 && killed.Load():
+						return // its own death
+					case errors.As(err, &refused):
+						if refused.Remaining != 0 {
+							t.Errorf("%s refused with %d left", sku, refused.Remaining)
+						}
+						if p != 0 {
+							lastEmpty.Store(sku, true)
+						}
+					default:
+						t.Errorf("process %d order %s: %v", p, order, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if !killed.Load() {
+		t.Fatal("the sale ended before the victim was killed")
+	}
+	survivor := cs[1]
+	for _, sku := range names {
+		rep := mustAudit(t, survivor, sku)
+		if !rep.OK || rep.Allocated != total {
+			t.Fatalf("%s: audit %+v; want the books balanced and all %d units allocated", sku, rep, total)
+		}
+	}
+	acked.Range(func(k, _ any) bool {
+		sku, order, _ := strings.Cut(k.(string), "/")
+		resp, err := etcd.Client(t).Get(ctx, engines.Of(survivor).Keys.Order(sku, order), clientv3.WithCountOnly())
+		if err != nil || resp.Count != 1 {
+			t.Errorf("acknowledged order %s of %s: %d records, %v", order, sku, resp.Count, err)
+		}
+		return true
+	})
 }
