@@ -446,7 +446,7 @@ type Prepared = segments.Prepared
 //
 // Call it shortly before the sale opens, in every process that will sell:
 // what it prepares is kept while the SKU is in use, and forgotten once it
-// has been idle for twice the tenure idle time (WithTenureLimits; 20 s by
+// has been idle for twice the tenure idle time (WithTenure; 20 s by
 // default). Prepare again to renew it. A SKU this process holds a segment
 // lock of, or whose segment for it is locked, owned by another process or
 // empty, is skipped: its first order takes the usual path. Invalid or

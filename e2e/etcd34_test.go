@@ -103,6 +103,80 @@ func TestSaleOnEtcd34(t *testing.T) {
 	}
 }
 
+// A prepared sale on etcd 3.4: three coordinators prepare 30 SKUs
+// (Coordinator.Prepare: a peek and a takeover of each SKU's segment for
+// each process, many SKUs a transaction, with a prefix compare on each
+// segment's lock range), then sell them out together, commits flat while
+// none is refused and nested after. Every SKU is prepared and owned in
+// every process, every unit is sold exactly once, nothing fails, and each
+// SKU's books balance.
+func TestPreparedSaleOnEtcd34(t *testing.T) {
+	etcd := etcdtest.NewExternal(t)
+	const skus, total, processes = 30, 20, 3
+	cs := make([]*coordinator.Coordinator, processes)
+	for i := range cs {
+		cs[i] = newCoord(t, etcd.Endpoints())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute) // a hang guard
+	defer cancel()
+	var names []string
+	for i := range skus {
+		names = append(names, fmt.Sprint("p34-", i))
+		if _, err := cs[0].CreateSKU(ctx, names[i], coordinator.SKUConfig{Total: total, Segments: 4, InitialFill: total}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, c := range cs {
+		p, err := c.Prepare(ctx, names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Ready != skus || p.Owned != skus {
+			t.Fatalf("process %d: Prepare = %+v, want all %d SKUs ready and owned", i, *p, skus)
+		}
+	}
+	var mu sync.Mutex
+	served := map[string]int{}
+	var failures []error
+	var wg sync.WaitGroup
+	for p, c := range cs {
+		for b := range 4 {
+			wg.Go(func() {
+				for n := 0; ; n++ {
+					sku := names[(n*5+b+p*7)%skus]
+					_, err := c.Allocate(ctx, sku, fmt.Sprintf("p%d-b%d-%d", p, b, n), 1, "")
+					mu.Lock()
+					switch {
+					case err == nil:
+						served[sku]++
+					case errors.Is(err, coordinator.ErrInsufficientStock):
+					default:
+						failures = append(failures, err)
+					}
+					sold := 0
+					for _, v := range served {
+						sold += v
+					}
+					mu.Unlock()
+					if err != nil && !errors.Is(err, coordinator.ErrInsufficientStock) || sold == skus*total {
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, err := range failures {
+		t.Errorf("allocation failed: %v", err)
+	}
+	for _, sku := range names {
+		rep := mustAudit(t, cs[1], sku)
+		if served[sku] != total || rep.Allocated != total || !rep.OK {
+			t.Fatalf("%s: served %d, audit %+v; want all %d units sold once", sku, served[sku], rep, total)
+		}
+	}
+}
+
 // A commit refused by a compare, on etcd 3.4: the committer reads what
 // refused it afterwards, in a read-only transaction of ranges at the
 // refused answer's revision (no Else branch travels with a commit), and
