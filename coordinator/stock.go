@@ -174,8 +174,9 @@ func (c *Coordinator) AllocateFunc(ctx context.Context, sku, order string, qty i
 // routing, fallback and refusal rules, same idempotency by order ID), and
 // records the order as a reservation that expires ttl after its commit
 // unless Confirm is called first. An expired reservation's units go back to
-// the places they came from, by the elected rebalancer's sweep
-// (rebalance), normally well within a second of the deadline.
+// the SKU (the inbox of the segment its order ID routes to), by the elected
+// rebalancer's sweep (rebalance), normally well within a second of the
+// deadline.
 //
 // ttl must be more than 0 and at most segments.MaxReservationTTL. A retry
 // with the same order, SKU, qty and buyer returns the first result with
@@ -231,10 +232,10 @@ func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released,
 }
 
 // Release returns an order's stock and marks the order released, in one
-// transaction: every part goes to a segment's inbox (which counts as the
-// segment's stock at once): a segment's part to that segment, a part that
-// came from the pool to the segment the order's ID routes to (stock is
-// fungible; the rebalancer drains back what a segment does not sell). It
+// transaction: its units go to the inbox of the segment the order's ID
+// routes to (which counts as the segment's stock at once), whichever places
+// they came from (stock is fungible; the rebalancer drains back what a
+// segment does not sell). It
 // takes no lock, so it never waits for, nor disturbs, the processes selling
 // or pulling. Releasing again reports Released false and returns nothing;
 // an order that was never allocated is ErrOrderNotFound. The order ID stays

@@ -676,3 +676,48 @@ func stateDigest(t *testing.T, raw *clientv3.Client, c *coordinator.Coordinator)
 	}
 	return b.String()
 }
+
+// A release puts the order's units in the inbox of the segment its order
+// ID routes to, whichever segment they were sold from (stock is fungible):
+// the released units of a sold-out SKU, sold again from the few segments
+// that sell, would otherwise all come back to those few inboxes, and
+// concurrent releases refuse each other's compared writes there. Orders
+// sold and released: each unit is in its own order ID's segment's inbox
+// (some of them not the segment it was sold from, or the test proves
+// nothing), and the books balance.
+func TestReleaseGoesToTheOrderIDsSegment(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	c := newCoordinators(t, etcd, 1)[0]
+	raw := etcd.Client(t)
+	ctx := t.Context()
+	const segs = 4
+	mustCreate(t, c, "rel", coordinator.SKUConfig{Total: 40, Segments: segs, InitialFill: 40})
+	want := make([]int64, segs)
+	elsewhere := 0
+	for i := range 8 {
+		order := fmt.Sprint("o-", i)
+		a, err := c.Allocate(ctx, "rel", order, 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := c.Release(ctx, "rel", order); err != nil || !r.Released {
+			t.Fatalf("release %s: %+v %v", order, r, err)
+		}
+		to := segments.Route(order, segs)
+		want[to]++
+		if len(a.Parts) != 1 || a.Parts[0].Place.IsPool() || a.Parts[0].Place.Index() != to {
+			elsewhere++
+		}
+	}
+	if elsewhere == 0 {
+		t.Fatal("every order was sold from the segment its ID routes to: the test proves nothing")
+	}
+	for i := range segs {
+		if got := readCounter(t, raw, engines.Of(c).Keys.Inbox("rel", i)); got != want[i] {
+			t.Errorf("inbox %d holds %d, want %d (the released orders whose IDs route there)", i, got, want[i])
+		}
+	}
+	if rep := mustAudit(t, c, "rel"); !rep.OK || rep.Allocated != 0 {
+		t.Fatalf("audit: %+v", rep)
+	}
+}

@@ -61,8 +61,9 @@ type Event struct {
 	SKU   string
 	Order string
 	Qty   int64
-	// Parts says where the units came from (and, for an event that gives
-	// them back, where they went back to).
+	// Parts says where the units came from. An event that gives them back
+	// puts them in the inbox of the SKU's segment the order's ID routes
+	// to, whichever places they came from (stock is fungible).
 	Parts []segments.Part
 	// Buyer is who the order is for, when the caller said so.
 	Buyer string

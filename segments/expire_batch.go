@@ -18,7 +18,7 @@ import (
 // counter it adds to or takes from), one commit for all. If any compare
 // fails (a Confirm won a race, a seller absorbed an inbox meanwhile), the
 // chunk falls back to one transaction per reservation, which sorts out who
-// won. Units that came from the pool go back to a segment's inbox
+// won. Units go back to the inbox of the segment the order's ID routes to
 // (returnSegment), as with one at a time.
 
 // dueOrder is a due reservation read for a batched expiry.

@@ -13,11 +13,10 @@ import (
 )
 
 // Release returns an order's stock and marks the order released, in one
-// transaction: every part goes to a segment's inbox (which counts as the
-// segment's stock at once, see Refill): a segment's part to that segment's
-// inbox, a part that came from the pool to the inbox of the segment the
-// order's ID routes to (stock is fungible; the rebalancer drains into the
-// pool what a segment does not sell). It takes no lock at all (only a
+// transaction: its units go to the inbox of the segment the order's ID
+// routes to (which counts as the segment's stock at once, see Refill),
+// whichever places they came from (stock is fungible; the rebalancer
+// drains into the pool what a segment does not sell; returnSegment). It takes no lock at all (only a
 // segment's lock holder writes its counter, and anyone may add to its
 // inbox), so it never waits for, nor disturbs, the processes selling from
 // those segments or pulling from the pool. The transaction commits only if
@@ -189,16 +188,18 @@ type returnTo struct {
 func (t returnTo) has(key string) bool { _, ok := t.give[key]; return ok }
 
 // returnSegment is the segment whose inbox a returned part goes to: the one
-// it came from; a part that came from the pool goes to a segment picked by
-// the order's ID. Stock is fungible, and an inbox takes a deposit without
-// a lock, so that returns never wait for (nor make a storm of orders wait
-// for) the pool's lock; the rebalancer drains what a segment does not
-// sell.
-func returnSegment(p Place, order string, segments int) int {
-	if p.IsPool() {
-		return Route(order, segments)
-	}
-	return p.Index()
+// the order's ID routes to, whichever place the part came from. Stock is
+// fungible, and an inbox takes a deposit without a lock, so that returns
+// never wait for (nor make a storm of orders wait for) the pool's lock;
+// the rebalancer drains what a segment does not sell. Not the segment the
+// part came from: a sold-out SKU's released units are sold again from the
+// few segments that sell, and their releases came back to those few
+// inboxes, each a read and a compared write, so that concurrent releases
+// refused each other's writes (73 % of them in bench --sale's
+// storm-release: docs/benchmarks.md, stop 46). Spread by order ID, they
+// meet far less.
+func returnSegment(_ Place, order string, segments int) int {
+	return Route(order, segments)
 }
 
 // returnTargets works out where o's parts go back to (returnSegment).

@@ -2184,8 +2184,9 @@ type OrderEvent struct {
 	Sku      string         `protobuf:"bytes,3,opt,name=sku,proto3" json:"sku,omitempty"`
 	Order    string         `protobuf:"bytes,4,opt,name=order,proto3" json:"order,omitempty"`
 	Qty      int64          `protobuf:"varint,5,opt,name=qty,proto3" json:"qty,omitempty"`
-	// Where the units came from (and, for an event that gives them back,
-	// where they went back to).
+	// Where the units came from. An event that gives them back puts them in
+	// the inbox of the SKU's segment the order's ID routes to, whichever
+	// places they came from (stock is fungible).
 	Parts []*Part `protobuf:"bytes,6,rep,name=parts,proto3" json:"parts,omitempty"`
 	Buyer string  `protobuf:"bytes,7,opt,name=buyer,proto3" json:"buyer,omitempty"`
 	// True for an order placed with Reserve, whatever became of it.

@@ -12,7 +12,7 @@ import (
 func releaseCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "release",
-		Usage:     "return an order's stock to where it came from (idempotent)",
+		Usage:     "return an order's stock to its SKU (idempotent)",
 		ArgsUsage: "SKU --order ID",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "order", Usage: "the order ID given to allocate (required)"},
