@@ -132,36 +132,32 @@ func (e *Engine) Prepare(ctx context.Context, skus []string) (*Prepared, error) 
 		wg.Go(func() {
 			for info := range work {
 				s, err := e.seller(info)
+				var t *takeover
+				var ready, own bool
 				if err == nil {
-					mu.Lock()
-					sellers = append(sellers, s)
-					mu.Unlock()
-					var t *takeover
-					var ready, own bool
 					t, ready, own, err = s.prepare(ctx)
-					mu.Lock()
-					switch {
-					case err != nil:
-					case !ready:
-						out.Skipped++
-					default:
-						out.Ready++
-						if own {
-							owned[s.directPlace()] = true
-						}
-						if t != nil {
-							todo = append(todo, t)
-						}
-					}
-					mu.Unlock()
 				}
-				if err != nil {
-					mu.Lock()
+				mu.Lock()
+				if s != nil {
+					sellers = append(sellers, s)
+				}
+				switch {
+				case err != nil:
 					if first == nil {
 						first = fmt.Errorf("prepare %s: %w", info.name, err)
 					}
-					mu.Unlock()
+				case !ready:
+					out.Skipped++
+				default:
+					out.Ready++
+					if own {
+						owned[s.directPlace()] = true
+					}
+					if t != nil {
+						todo = append(todo, t)
+					}
 				}
+				mu.Unlock()
 			}
 		})
 	}
@@ -193,10 +189,7 @@ func (e *Engine) Prepare(ctx context.Context, skus []string) (*Prepared, error) 
 		owned[t.st] = true
 	}
 	out.Owned = len(owned)
-	if first != nil {
-		return out, first
-	}
-	return out, nil
+	return out, first
 }
 
 // prepareSeatWait bounds Prepare's wait for the process's seat (three
