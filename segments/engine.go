@@ -63,17 +63,17 @@ type Config struct {
 // coordinator.Coordinator, which builds one per process; the rebalance
 // package reaches the moves and expiry through the coordinator too.
 type Engine struct {
+	client  *clientv3.Client
+	kv      clientv3.KV // through etcdcall: no caller's deadline reaches etcd
+	keys    keys.Space
+	locks   *lock.Engine
+	bg      *background.Group
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
 	// nestUntil: until then (unix nanoseconds) commits of several groups
 	// go nested (sendGroups), after one sent flat was refused.
 	nestUntil atomic.Int64
-	client    *clientv3.Client
-	kv        clientv3.KV // through etcdcall: no caller's deadline reaches etcd
-	keys      keys.Space
-	locks     *lock.Engine
-	bg        *background.Group
-	cfg       Config
-	log       *slog.Logger
-	metrics   *Metrics
 	// space is the space guard's last reading (space.go).
 	space spaceGuard
 	// reserveChecked: the space reserve was looked for (space.go).

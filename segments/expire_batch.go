@@ -86,12 +86,9 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 			o := batch[n].o
 			dc, do, dr := 1, 2, 1 // its record: compared, written, read again
 			fresh := map[string]bool{}
-			for _, p := range o.Parts {
-				k := e.keys.Inbox(info.name, returnSegment(p.Place, o.ID, info.segments))
-				if !seen[k] && !fresh[k] {
-					fresh[k] = true
-					dc, do, dr = dc+1, do+1, dr+1
-				}
+			if k := e.keys.Inbox(info.name, returnSegment(o.ID, info.segments)); len(o.Parts) > 0 && !seen[k] {
+				fresh[k] = true // its parts all go back to one inbox
+				dc, do, dr = dc+1, do+1, dr+1
 			}
 			if o.UserCounted {
 				if k := e.keys.User(info.name, o.Buyer); !seen[k] && !fresh[k] {
@@ -131,8 +128,8 @@ func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrde
 	take := map[string]int64{}
 	var counters []string // inboxes, then buyers
 	for _, d := range chunk {
+		k := e.keys.Inbox(info.name, returnSegment(d.o.ID, info.segments))
 		for _, p := range d.o.Parts {
-			k := e.keys.Inbox(info.name, returnSegment(p.Place, d.o.ID, info.segments))
 			if _, ok := give[k]; !ok {
 				counters = append(counters, k)
 			}

@@ -218,7 +218,7 @@ func (s *seller) prepare(ctx context.Context) (t *takeover, ready, own bool, err
 			own = d.owned && d.owner == s.e.owner
 			switch {
 			case !lazy || own:
-			case d.raw.Owner != 0 && d.raw.Owner != s.e.owner:
+			case !s.ownableLocked(&d):
 				return nil, false, false, nil // another process's: not taken from it here
 			default:
 				t = s.e.newTakeover(s.sku, st, d)
@@ -226,29 +226,16 @@ func (s *seller) prepare(ctx context.Context) (t *takeover, ready, own bool, err
 			return t, true, own, nil
 		}
 	}
-	i := s.directHome()
-	if s.freeSegment(i) != i {
-		return nil, false, false, nil
-	}
-	p, err := s.e.peekAt(ctx, s.sku, i)
-	if err != nil {
+	// Otherwise as a first order's peek (peekDirect), but a segment this
+	// process owned lazily before its seller was forgotten is taken back.
+	st, err := s.peekInto(ctx, s.directHome(), 1, lazy)
+	if st == nil || err != nil {
 		return nil, false, false, err
 	}
-	if p.locked || p.cntMod == 0 || p.ctr.N+p.inbox <= 0 {
-		return nil, false, false, nil
-	}
-	if p.ctr.Lazy() && (!lazy || p.ctr.Owner != s.e.owner) {
-		// Another process sells it lazily (or, eagerly, its units are not
-		// its N): the first order looks, as without Prepare.
-		return nil, false, false, nil
-	}
-	st := s.st(i)
-	st.mu.Lock()
-	st.seeDirectLocked(p.ctr.N, p.cntMod, p.ctr, p.inbox, p.inMod, 0) // a peek reads no meta record
-	d := st.direct
-	st.mu.Unlock()
-	s.directIdx.CompareAndSwap(-1, int32(i))
 	if lazy {
+		st.mu.Lock()
+		d := st.direct
+		st.mu.Unlock()
 		t = s.e.newTakeover(s.sku, st, d)
 	}
 	return t, true, false, nil

@@ -198,19 +198,19 @@ func (t returnTo) has(key string) bool { _, ok := t.give[key]; return ok }
 // refused each other's writes (73 % of them in bench --sale's
 // storm-release: docs/benchmarks.md, stop 46). Spread by order ID, they
 // meet far less.
-func returnSegment(_ Place, order string, segments int) int {
+func returnSegment(order string, segments int) int {
 	return Route(order, segments)
 }
 
 // returnTargets works out where o's parts go back to (returnSegment).
 func (e *Engine) returnTargets(info *skuInfo, o Order, kv *mvccpb.KeyValue) (returnTo, error) {
 	t := returnTo{give: map[string]int64{}}
+	key := e.keys.Inbox(info.name, returnSegment(o.ID, info.segments))
 	for _, p := range o.Parts {
 		if p.Place.Index() >= info.segments {
 			return t, &CorruptError{Key: string(kv.Key), Value: kv.Value,
 				Err: fmt.Errorf("part from %v of a SKU with %d segments", p.Place, info.segments)}
 		}
-		key := e.keys.Inbox(info.name, returnSegment(p.Place, o.ID, info.segments))
 		if !t.has(key) {
 			t.keys = append(t.keys, key)
 		}

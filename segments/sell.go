@@ -694,19 +694,36 @@ func (s *seller) peekDirect(ctx context.Context, req *allocReq, home int) {
 		return
 	}
 	s.awaitSeat(ctx)
-	i := s.directStart(req, home)
+	_, _ = s.peekInto(ctx, s.directStart(req, home), req.qty, false)
+}
+
+// peekInto peeks at segment i for direct sales (peekAt) and, when nobody
+// holds or waits for its lock (as the lock watch has it, and as the peek
+// read), it has a counter holding at least qty with its inbox, and that
+// counter is exact (or, with ownLazy, lazily this process's own: a
+// takeover then counts its records), records it in the place's direct
+// cache and makes it the direct segment if there is none. It returns the
+// place, or nil when the segment cannot be sold from so (or the peek
+// failed: its error).
+func (s *seller) peekInto(ctx context.Context, i int, qty int64, ownLazy bool) (*placeState, error) {
 	if s.freeSegment(i) != i {
-		return
+		return nil, nil
 	}
 	p, err := s.e.peekAt(ctx, s.sku, i)
-	if err != nil || p.locked || p.cntMod == 0 || p.ctr.Lazy() || p.ctr.N+p.inbox < req.qty {
-		return
+	if err != nil || p.locked || p.cntMod == 0 || p.ctr.N+p.inbox < qty {
+		return nil, err
+	}
+	if p.ctr.Lazy() && (!ownLazy || p.ctr.Owner != s.e.owner) {
+		// Another process sells it lazily (its units are not its N), or
+		// a lock holder marked it.
+		return nil, nil
 	}
 	st := s.st(i)
 	st.mu.Lock()
 	st.seeDirectLocked(p.ctr.N, p.cntMod, p.ctr, p.inbox, p.inMod, 0) // a peek reads no meta record
 	st.mu.Unlock()
 	s.directIdx.CompareAndSwap(-1, int32(i))
+	return st, nil
 }
 
 // rung names the dry rungs (2 to 4) for dryRungs.

@@ -22,6 +22,10 @@ const (
 	targetOfLimit           = 0.5  // one SKU ÷ the physical limit (limit-64)
 )
 
+// manySKUShapes are the sale shapes over many SKUs with plenty of stock,
+// judged against "one".
+var manySKUShapes = []string{"many", "many-skewed", "many-10k", "many-prepared", "many-10k-prepared"}
+
 // SaleTargets judges the rows of bench --sale:
 //
 //   - refusals/s on a sold-out SKU (the storm shape) is at least 50,000
@@ -100,7 +104,7 @@ func SaleTargets(rows []SaleRow) []Target {
 	}
 	one := find(nameStockctl, "one")
 	if one != nil && one.OrdersPerSec > 0 {
-		for _, shape := range []string{"many", "many-skewed", "many-10k", "many-prepared", "many-10k-prepared"} {
+		for _, shape := range manySKUShapes {
 			if m := find(nameStockctl, shape); m != nil {
 				want := targetManySKURatio
 				if m.Shape.SKUs >= DefaultSaleSKUsLarge {
@@ -115,7 +119,7 @@ func SaleTargets(rows []SaleRow) []Target {
 	// Issue 27's: what a served order costs etcd.
 	var keys, cmps, refused []string
 	keysMet, cmpsMet, refusedMet := true, true, true
-	for _, shape := range []string{"one", "many", "many-skewed", "many-10k", "many-prepared", "many-10k-prepared"} {
+	for _, shape := range append([]string{"one"}, manySKUShapes...) {
 		r := find(nameStockctl, shape)
 		if r == nil {
 			continue
