@@ -16,6 +16,9 @@ import (
 type EtcdCounter struct {
 	reads, writes, puts, cmps, refused atomic.Int64
 	groups, refusedGroups              atomic.Int64
+	// writesAnswered are the counted writes answered without an error:
+	// each was applied by etcd before its answer came (see writeEdges).
+	writesAnswered atomic.Int64
 }
 
 // EtcdCounts are the requests counted, from a Snapshot to another.
@@ -78,6 +81,9 @@ func (c *EtcdCounter) Interceptor() grpc.UnaryClientInterceptor {
 			writeTxn = c.count(req)
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
+		if counted && err == nil && isWrite(req) {
+			c.writesAnswered.Add(1)
+		}
 		if writeTxn && err == nil {
 			if r, ok := reply.(*pb.TxnResponse); ok {
 				if refused(r) {
@@ -90,6 +96,33 @@ func (c *EtcdCounter) Interceptor() grpc.UnaryClientInterceptor {
 		}
 		return err
 	}
+}
+
+// writeEdges returns the counted writes sent so far and those answered
+// without an error so far. Taken just before and just after a snapshot of
+// etcd's own counters at each edge of a window, they bound the writes
+// etcd can have applied between its two snapshots, however many were in
+// flight at the edges (writeBounds).
+func (c *EtcdCounter) writeEdges() (sent, answered int64) {
+	if c == nil {
+		return 0, 0
+	}
+	answered = c.writesAnswered.Load()
+	return c.writes.Load(), answered
+}
+
+// isWrite says whether req is one of the requests count counts as a
+// write.
+func isWrite(req any) bool {
+	switch r := req.(type) {
+	case *pb.PutRequest, *pb.DeleteRangeRequest:
+		return true
+	case *pb.TxnRequest:
+		puts, _ := writeOps(r.Success)
+		other, _ := writeOps(r.Failure)
+		return puts > 0 || other > 0
+	}
+	return false
 }
 
 // count counts req; it says whether req is a write transaction.

@@ -97,6 +97,12 @@ type SaleRow struct {
 	// window when etcd runs in it (its buyers, coordinators and etcd:
 	// everything the sale ran on), else 0.
 	CPUSeconds float64 `json:"cpuSeconds,omitempty"`
+	// writeBounds are the fewest and the most writes etcd can have
+	// applied over the window for the clients' counts (EtcdServer.Writes
+	// lies between them when only the counted clients write): the tests'
+	// check that the two counts are of the same thing, exact however
+	// many writes were in flight at the window's edges.
+	writeBounds [2]int64
 	// Costs are the figures per served order made from Etcd, EtcdServer
 	// and CPUSeconds.
 	Costs OrderCosts `json:"costs"`
@@ -443,6 +449,9 @@ type window struct {
 	server   EtcdServerCounts
 	serverOK bool
 	err      error
+	// edges are the clients' write counts (EtcdCounter.writeEdges) just
+	// before and just after the server's snapshot at the start.
+	edges [2][2]int64
 }
 
 // startWindow snapshots the counters at a window's start; counted is
@@ -454,7 +463,9 @@ func startWindow(cfg *SaleConfig, counted bool) *window {
 	}
 	w.client = cfg.Counter.Snapshot()
 	if cfg.Server != nil {
+		w.edges[0][0], w.edges[0][1] = cfg.Counter.writeEdges()
 		w.server, w.err = cfg.Server.Snapshot()
+		w.edges[1][0], w.edges[1][1] = cfg.Counter.writeEdges()
 		w.serverOK = w.err == nil
 		w.cpu = selfCPU()
 	}
@@ -475,10 +486,17 @@ func (w *window) end(row *SaleRow) {
 		if cpu := selfCPU(); w.cpu > 0 && cpu > w.cpu {
 			row.CPUSeconds = (cpu - w.cpu).Seconds()
 		}
+		_, answeredBefore := w.cfg.Counter.writeEdges()
 		now, err := w.cfg.Server.Snapshot()
+		sentAfter, _ := w.cfg.Counter.writeEdges()
 		if err == nil {
 			c := now.Sub(w.server)
 			row.EtcdServer = &c
+			// Every write etcd applied between its snapshots was sent
+			// before the second ended and not answered before the first
+			// began; every write sent after the first ended and
+			// answered before the second began was applied between them.
+			row.writeBounds = [2]int64{answeredBefore - w.edges[1][0], sentAfter - w.edges[0][1]}
 		}
 		w.err = err
 	}
