@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 )
 
 // asciiFields are the request fields whose values become etcd keys or
@@ -27,8 +29,21 @@ var asciiFields = map[protoreflect.Name]string{
 // coordinator's own check names a byte, which shows as mojibake ('Ã' for
 // the first byte of 'é').
 func checkASCII(m proto.Message) error {
-	if m == nil {
+	// The orders' requests first, without reflection (a fifth of an
+	// OrderStream order's handling in a serve process's profile): when
+	// every string field is ASCII there is nothing to refuse; otherwise
+	// the reflective walk below says which field and character.
+	switch r := m.(type) {
+	case nil:
 		return nil
+	case *stockctlv1.AllocateRequest:
+		if r == nil || allASCII(r.Sku, r.Order, r.RouteKey, r.Buyer) {
+			return nil
+		}
+	case *stockctlv1.ReserveRequest:
+		if r == nil || allASCII(r.Sku, r.Order, r.RouteKey, r.Buyer) {
+			return nil
+		}
 	}
 	var err error
 	r := m.ProtoReflect()
@@ -41,6 +56,18 @@ func checkASCII(m proto.Message) error {
 		return err == nil
 	})
 	return err
+}
+
+// allASCII reports whether every byte of vs is ASCII.
+func allASCII(vs ...string) bool {
+	for _, v := range vs {
+		for i := 0; i < len(v); i++ {
+			if v[i] >= utf8.RuneSelf {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func asciiValue(field, v, allowed string) error {
