@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -718,6 +719,54 @@ func TestReleaseGoesToTheOrderIDsSegment(t *testing.T) {
 		}
 	}
 	if rep := mustAudit(t, c, "rel"); !rep.OK || rep.Allocated != 0 {
+		t.Fatalf("audit: %+v", rep)
+	}
+}
+
+// A sweep's batched expiry sends every unit of a chunk to one inbox: the
+// one the chunk's first order's ID routes to (not each order's own, which
+// made a chunk compare many inboxes, and in a busy sale fail when a seller
+// absorbed any of them). The chunk is one transaction; the books balance.
+func TestBatchedExpiryReturnsToOneInbox(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	c := newCoordinators(t, etcd, 1)[0]
+	raw := etcd.Client(t)
+	ctx := t.Context()
+	const segs = 4
+	mustCreate(t, c, "exp", coordinator.SKUConfig{Total: 40, Segments: segs, InitialFill: 40})
+	routes := map[int]bool{}
+	const n = 8
+	for i := range n {
+		order := fmt.Sprint("r-", i)
+		if _, err := c.Reserve(ctx, "exp", order, 1, "", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		routes[segments.Route(order, segs)] = true
+	}
+	if len(routes) < 2 {
+		t.Fatal("every order's ID routes to one segment: the test proves nothing")
+	}
+	// Due in two hours; the first due is the first reserved (r-0).
+	xs, err := engines.Of(c).Stock.ExpireDue(ctx, "exp", time.Now().Add(2*time.Hour), 100)
+	if err != nil || len(xs) != n {
+		t.Fatalf("ExpireDue: %d expired, %v", len(xs), err)
+	}
+	for _, x := range xs {
+		if x.Revision != xs[0].Revision {
+			t.Fatalf("expiries at revisions %d and %d: not one transaction", xs[0].Revision, x.Revision)
+		}
+	}
+	to := segments.Route("r-0", segs)
+	for i := range segs {
+		want := int64(0)
+		if i == to {
+			want = n
+		}
+		if got := readCounter(t, raw, engines.Of(c).Keys.Inbox("exp", i)); got != want {
+			t.Errorf("inbox %d holds %d, want %d (every unit of the chunk to inbox %d, r-0's)", i, got, want, to)
+		}
+	}
+	if rep := mustAudit(t, c, "exp"); !rep.OK || rep.Allocated != 0 {
 		t.Fatalf("audit: %+v", rep)
 	}
 }

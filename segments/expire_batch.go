@@ -18,8 +18,15 @@ import (
 // counter it adds to or takes from), one commit for all. If any compare
 // fails (a Confirm won a race, a seller absorbed an inbox meanwhile), the
 // chunk falls back to one transaction per reservation, which sorts out who
-// won. Units go back to the inbox of the segment the order's ID routes to
-// (returnSegment), as with one at a time.
+// won. A chunk's units all go back to one inbox: the one its first order's
+// ID routes to (returnSegment; one at a time, each order's own). Sent to
+// each order's own inbox, a chunk of ~37 orders compared ~20 inboxes, and
+// in a busy sale a seller absorbed one of them between the chunk's read and
+// its commit more often than not: in demo --checkout most chunks failed
+// twice and went one at a time, and reservations expired 0.4-0.9 s after
+// their deadline (p50) instead of 46 ms (docs/benchmarks.md, stop 47).
+// Stock is fungible, chunks start at different orders, and the rebalancer
+// drains what a segment does not sell.
 
 // dueOrder is a due reservation read for a batched expiry.
 type dueOrder struct {
@@ -81,13 +88,14 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 		// and the reads of the counters they touch fit.
 		cmps, ops, reads := len(fence), 0, 0
 		seen := map[string]bool{}
+		inbox := e.chunkInbox(info, batch)
 		n := 0
 		for ; n < len(batch); n++ {
 			o := batch[n].o
 			dc, do, dr := 1, 2, 1 // its record: compared, written, read again
 			fresh := map[string]bool{}
-			if k := e.keys.Inbox(info.name, returnSegment(o.ID, info.segments)); len(o.Parts) > 0 && !seen[k] {
-				fresh[k] = true // its parts all go back to one inbox
+			if len(o.Parts) > 0 && !seen[inbox] {
+				fresh[inbox] = true // the chunk's parts all go back to one inbox
 				dc, do, dr = dc+1, do+1, dr+1
 			}
 			if o.UserCounted {
@@ -120,15 +128,21 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 	return out, left, nil
 }
 
+// chunkInbox is the inbox every unit of a chunk of expiries starting at
+// chunk[0] goes back to: the one its first order's ID routes to.
+func (e *Engine) chunkInbox(info *skuInfo, chunk []dueOrder) string {
+	return e.keys.Inbox(info.name, returnSegment(chunk[0].o.ID, info.segments))
+}
+
 // expireChunk expires chunk in one transaction; ok false means a record
 // changed since it was read or a compare failed (nothing changed), and the
 // fence still holds.
 func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrder, fence []clientv3.Cmp) ([]Expiry, bool, error) {
 	give := map[string]int64{}
 	take := map[string]int64{}
-	var counters []string // inboxes, then buyers
+	var counters []string // the inbox, then buyers
+	k := e.chunkInbox(info, chunk)
 	for _, d := range chunk {
-		k := e.keys.Inbox(info.name, returnSegment(d.o.ID, info.segments))
 		for _, p := range d.o.Parts {
 			if _, ok := give[k]; !ok {
 				counters = append(counters, k)

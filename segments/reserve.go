@@ -36,9 +36,10 @@ import (
 // routing, fallback and refusal rules, same idempotency by order ID), and
 // records the order as a reservation that expires ttl after its commit
 // unless Confirm is called first. An expired reservation's units go back to
-// the SKU (the inbox of the segment its order ID routes to), by the elected
-// rebalancer's sweep (rebalance), normally well within a second of the
-// deadline.
+// the SKU (the inbox of the segment its order ID routes to, or, when the
+// sweep expires many in one transaction, the one the first of them routes
+// to), by the elected rebalancer's sweep (rebalance), normally well within
+// a second of the deadline.
 //
 // ttl must be more than 0 and at most MaxReservationTTL. A retry
 // with the same order, SKU, qty and buyer returns the first result with

@@ -2186,7 +2186,9 @@ type OrderEvent struct {
 	Qty      int64          `protobuf:"varint,5,opt,name=qty,proto3" json:"qty,omitempty"`
 	// Where the units came from. An event that gives them back puts them in
 	// the inbox of the SKU's segment the order's ID routes to, whichever
-	// places they came from (stock is fungible).
+	// places they came from (stock is fungible); reservations the sweep
+	// expires together in one transaction, in the inbox the first of them
+	// routes to.
 	Parts []*Part `protobuf:"bytes,6,rep,name=parts,proto3" json:"parts,omitempty"`
 	Buyer string  `protobuf:"bytes,7,opt,name=buyer,proto3" json:"buyer,omitempty"`
 	// True for an order placed with Reserve, whatever became of it.
