@@ -168,11 +168,23 @@ func ExampleCoordinator_Reserve() {
 	_, err = c.Reserve(ctx, "tee", "order-2", 1, "", 15*time.Minute, coordinator.WithBuyer("amy"))
 	fmt.Println("limit:", errors.Is(err, coordinator.ErrLimitExceeded))
 
+	// A buyer refused for want of stock can be told when units held by
+	// unpaid reservations may come back: order-1's deadline.
+	at, live, err := c.NextExpiry(ctx, "tee")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("may come back:", live, time.Until(at) > 14*time.Minute)
+
 	// The payment arrived: final. (Unconfirmed, it would have expired after
 	// 15 minutes and its units gone back.)
 	if _, err := c.Confirm(ctx, "tee", "order-1"); err != nil {
 		log.Fatal(err)
 	}
+	if _, live, err = c.NextExpiry(ctx, "tee"); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("live reservations:", live)
 	st, err := c.Status(ctx, "tee")
 	if err != nil {
 		log.Fatal(err)
@@ -181,6 +193,8 @@ func ExampleCoordinator_Reserve() {
 	// Output:
 	// reserved: 2 reserved
 	// limit: true
+	// may come back: true true
+	// live reservations: false
 	// allocated: 2 reserved: 0
 }
 

@@ -491,3 +491,81 @@ func TestConcurrentConfirms(t *testing.T) {
 		t.Fatalf("audit: confirmed %d reserved %d released %d", rep.Confirmed, rep.Reserved, rep.ReleasedOrders)
 	}
 }
+
+// NextExpiry names the earliest deadline of a SKU's live reservations,
+// and none once they are confirmed or expired; bad names are errors that
+// change nothing.
+func TestNextExpiry(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	c := newCoordinators(t, etcd, 1)[0]
+	ctx := t.Context()
+	mustCreate(t, c, "nx", coordinator.SKUConfig{Total: 10, Segments: 2, InitialFill: 10})
+	if at, ok, err := c.NextExpiry(ctx, "nx"); err != nil || ok {
+		t.Fatalf("no reservation: %v %v %v, want none", at, ok, err)
+	}
+	if _, err := c.Allocate(ctx, "nx", "plain", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := c.NextExpiry(ctx, "nx"); err != nil || ok {
+		t.Fatalf("a plain allocation is no reservation: %v %v", ok, err)
+	}
+	before := time.Now()
+	late, err := c.Reserve(ctx, "nx", "r-late", 1, "", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	soon, err := c.Reserve(ctx, "nx", "r-soon", 1, "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, ok, err := c.NextExpiry(ctx, "nx")
+	if err != nil || !ok || !at.Equal(soon.Deadline) || at.Before(before.Add(time.Minute)) {
+		t.Fatalf("two reservations: %v %v %v, want r-soon's deadline %v", at, ok, err, soon.Deadline)
+	}
+	if _, err := c.Confirm(ctx, "nx", "r-soon"); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok, err := c.NextExpiry(ctx, "nx"); err != nil || !ok || !at.Equal(late.Deadline) {
+		t.Fatalf("r-soon confirmed: %v %v %v, want r-late's deadline %v", at, ok, err, late.Deadline)
+	}
+	if _, err := c.Cancel(ctx, "nx", "r-late"); err != nil {
+		t.Fatal(err)
+	}
+	if at, ok, err := c.NextExpiry(ctx, "nx"); err != nil || ok {
+		t.Fatalf("none live: %v %v %v", at, ok, err)
+	}
+	for _, tc := range []struct{ sku, want string }{{"no/such", "not"}, {"absent", "absent"}} {
+		if _, _, err := c.NextExpiry(ctx, tc.sku); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NextExpiry(%q): %v, want an error naming it", tc.sku, err)
+		}
+	}
+	if _, _, err := c.NextExpiry(ctx, "absent"); !errors.Is(err, coordinator.ErrUnknownSKU) {
+		t.Errorf("NextExpiry of an unknown SKU: %v, want ErrUnknownSKU", err)
+	}
+}
+
+// Over several clusters NextExpiry asks the cluster that holds the SKU.
+func TestNextExpiryOverClusters(t *testing.T) {
+	ctx := t.Context()
+	c := mustFleet(t, newTestClusters(t, "a", "b", "c"))
+	skus := []string{"nx-0", "nx-1", "nx-2", "nx-3", "nx-4", "nx-5"}
+	where := map[string]bool{}
+	for _, sku := range skus {
+		mustCreate(t, c, sku, coordinator.SKUConfig{Total: 4, Segments: 1, InitialFill: 4})
+		cl, err := c.ClusterOf(ctx, sku)
+		if err != nil {
+			t.Fatal(err)
+		}
+		where[cl] = true
+		r, err := c.Reserve(ctx, sku, "r-"+sku, 1, "", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at, ok, err := c.NextExpiry(ctx, sku); err != nil || !ok || !at.Equal(r.Deadline) {
+			t.Fatalf("%s (cluster %s): %v %v %v, want %v", sku, cl, at, ok, err, r.Deadline)
+		}
+	}
+	if len(where) < 2 {
+		t.Fatalf("every SKU in one cluster (%v): the test proves nothing", where)
+	}
+}

@@ -275,6 +275,26 @@ func (c *Coordinator) Restock(ctx context.Context, sku, delivery string, qty int
 	return onSKU(ctx, c, sku, func(e *segments.Engine) (*Restocked, error) { return e.Restock(ctx, sku, delivery, qty) })
 }
 
+// NextExpiry returns the earliest deadline among sku's live reservations,
+// and false when none is live: the soonest that units held by unpaid
+// reservations may come back to the SKU (the rebalancer's sweep expires a
+// reservation normally well within a second of its deadline). A shop can
+// tell a buyer refused with ErrInsufficientStock whether stock may come
+// back, and when, without the full read of Status: this is one read of
+// etcd's reservation index, keys only, one key. An invalid or unknown SKU
+// is an error.
+func (c *Coordinator) NextExpiry(ctx context.Context, sku string) (time.Time, bool, error) {
+	type next struct {
+		at time.Time
+		ok bool
+	}
+	n, err := onSKU(ctx, c, sku, func(e *segments.Engine) (next, error) {
+		at, ok, err := e.NextExpiry(ctx, sku)
+		return next{at, ok}, err
+	})
+	return n.at, n.ok, err
+}
+
 // Status reads sku's stock in one transaction, so every figure is from the
 // same revision.
 func (c *Coordinator) Status(ctx context.Context, sku string) (*Status, error) {

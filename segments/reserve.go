@@ -335,6 +335,18 @@ func (e *Engine) dropStrayIndex(ctx context.Context, info *skuInfo, indexKey, or
 	return nil
 }
 
+// NextExpiry is NextDeadline for a caller: sku must be a valid name of a
+// SKU that exists (an error says which it is not).
+func (e *Engine) NextExpiry(ctx context.Context, sku string) (time.Time, bool, error) {
+	if err := ValidateSKU(sku); err != nil {
+		return time.Time{}, false, fmt.Errorf("next expiry of %s: %w", sku, err)
+	}
+	if _, err := e.sku(ctx, sku); err != nil {
+		return time.Time{}, false, fmt.Errorf("next expiry of %s: %w", sku, err)
+	}
+	return e.NextDeadline(ctx, sku)
+}
+
 // NextDeadline returns the earliest deadline of sku's live reservations,
 // and false when it has none.
 func (e *Engine) NextDeadline(ctx context.Context, sku string) (time.Time, bool, error) {
