@@ -5,9 +5,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/internal/engines"
@@ -92,5 +94,52 @@ func TestPrepare(t *testing.T) {
 	}
 	if _, err := c.Allocate(ctx(t), connect.NewRequest(&stockctlv1.AllocateRequest{Sku: "tee-3", Order: "o-1", Qty: 1})); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// NextExpiry over gRPC and JSON: none live, then the earliest deadline of
+// two reservations; bad and unknown names are their reasons.
+func TestNextExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.grpcStock(t)
+	createSKU(t, c, &stockctlv1.CreateSKURequest{Sku: "cap", Total: 10, Segments: 2, InitialFill: 10})
+	next := func() *stockctlv1.NextExpiryResponse {
+		t.Helper()
+		res, err := c.NextExpiry(ctx(t), connect.NewRequest(&stockctlv1.NextExpiryRequest{Sku: "cap"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Msg
+	}
+	if m := next(); m.Live || m.Deadline != nil {
+		t.Fatalf("no reservation: %v", m)
+	}
+	var soon *stockctlv1.ReserveResponse
+	for _, r := range []struct {
+		order string
+		ttl   time.Duration
+	}{{"r-late", time.Hour}, {"r-soon", time.Minute}} {
+		res, err := c.Reserve(ctx(t), connect.NewRequest(&stockctlv1.ReserveRequest{Sku: "cap", Order: r.order, Qty: 1, Ttl: durationpb.New(r.ttl)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		soon = res.Msg
+	}
+	if m := next(); !m.Live || !m.Deadline.AsTime().Equal(soon.Deadline.AsTime()) {
+		t.Fatalf("two reservations: %v, want r-soon's deadline %v", m, soon.Deadline.AsTime())
+	}
+	code, _, body := post(t, e, "/stockctl.v1.StockService/NextExpiry", "application/json", "", []byte(`{"sku":"cap"}`))
+	if code != http.StatusOK || !strings.Contains(string(body), `"live":true`) || !strings.Contains(string(body), soon.Deadline.AsTime().UTC().Format("2006-01-02T15:04:05")) {
+		t.Fatalf("JSON NextExpiry: %d %s", code, body)
+	}
+	for _, tc := range []struct{ sku, reason, says string }{
+		{"a b", "INVALID_ARGUMENT", `"a b"`},
+		{"hoodie", "SKU_NOT_FOUND", "hoodie"},
+	} {
+		_, err := c.NextExpiry(ctx(t), connect.NewRequest(&stockctlv1.NextExpiryRequest{Sku: tc.sku}))
+		if _, got := errorInfo(t, err); got != tc.reason || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("NextExpiry(%q) = %v (%s); want %s saying %s", tc.sku, err, got, tc.reason, tc.says)
+		}
 	}
 }

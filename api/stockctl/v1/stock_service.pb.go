@@ -3406,6 +3406,105 @@ func (x *ListSKUsResponse) GetClusters() []string {
 	return nil
 }
 
+type NextExpiryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sku           string                 `protobuf:"bytes,1,opt,name=sku,proto3" json:"sku,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextExpiryRequest) Reset() {
+	*x = NextExpiryRequest{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextExpiryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextExpiryRequest) ProtoMessage() {}
+
+func (x *NextExpiryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextExpiryRequest.ProtoReflect.Descriptor instead.
+func (*NextExpiryRequest) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *NextExpiryRequest) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+type NextExpiryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether sku has a live reservation.
+	Live bool `protobuf:"varint,1,opt,name=live,proto3" json:"live,omitempty"`
+	// The earliest deadline among its live reservations; unset when none is
+	// live. In JSON, an RFC 3339 string.
+	Deadline      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NextExpiryResponse) Reset() {
+	*x = NextExpiryResponse{}
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NextExpiryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NextExpiryResponse) ProtoMessage() {}
+
+func (x *NextExpiryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NextExpiryResponse.ProtoReflect.Descriptor instead.
+func (*NextExpiryResponse) Descriptor() ([]byte, []int) {
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *NextExpiryResponse) GetLive() bool {
+	if x != nil {
+		return x.Live
+	}
+	return false
+}
+
+func (x *NextExpiryResponse) GetDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
 type PrepareRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The SKUs to prepare, 1 to 1000 names (repeats count once); more in
@@ -3417,7 +3516,7 @@ type PrepareRequest struct {
 
 func (x *PrepareRequest) Reset() {
 	*x = PrepareRequest{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[37]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3429,7 +3528,7 @@ func (x *PrepareRequest) String() string {
 func (*PrepareRequest) ProtoMessage() {}
 
 func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[37]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3442,7 +3541,7 @@ func (x *PrepareRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareRequest.ProtoReflect.Descriptor instead.
 func (*PrepareRequest) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{37}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PrepareRequest) GetSkus() []string {
@@ -3471,7 +3570,7 @@ type PrepareResponse struct {
 
 func (x *PrepareResponse) Reset() {
 	*x = PrepareResponse{}
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[38]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3483,7 +3582,7 @@ func (x *PrepareResponse) String() string {
 func (*PrepareResponse) ProtoMessage() {}
 
 func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_stockctl_v1_stock_service_proto_msgTypes[38]
+	mi := &file_stockctl_v1_stock_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3496,7 +3595,7 @@ func (x *PrepareResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareResponse.ProtoReflect.Descriptor instead.
 func (*PrepareResponse) Descriptor() ([]byte, []int) {
-	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{38}
+	return file_stockctl_v1_stock_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PrepareResponse) GetSkus() int32 {
@@ -3792,7 +3891,12 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x10ListSKUsResponse\x12\x12\n" +
 	"\x04skus\x18\x01 \x03(\tR\x04skus\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1a\n" +
-	"\bclusters\x18\x03 \x03(\tR\bclusters\"$\n" +
+	"\bclusters\x18\x03 \x03(\tR\bclusters\"%\n" +
+	"\x11NextExpiryRequest\x12\x10\n" +
+	"\x03sku\x18\x01 \x01(\tR\x03sku\"`\n" +
+	"\x12NextExpiryResponse\x12\x12\n" +
+	"\x04live\x18\x01 \x01(\bR\x04live\x126\n" +
+	"\bdeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\"$\n" +
 	"\x0ePrepareRequest\x12\x12\n" +
 	"\x04skus\x18\x01 \x03(\tR\x04skus\"k\n" +
 	"\x0fPrepareResponse\x12\x12\n" +
@@ -3814,7 +3918,8 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\x1aORDER_EVENT_KIND_CONFIRMED\x10\x03\x12\x1e\n" +
 	"\x1aORDER_EVENT_KIND_CANCELLED\x10\x04\x12\x1d\n" +
 	"\x19ORDER_EVENT_KIND_RELEASED\x10\x05\x12\x1c\n" +
-	"\x18ORDER_EVENT_KIND_EXPIRED\x10\x062\xbb\t\n" +
+	"\x18ORDER_EVENT_KIND_EXPIRED\x10\x062\x8a\n" +
+	"\n" +
 	"\fStockService\x12J\n" +
 	"\tCreateSKU\x12\x1d.stockctl.v1.CreateSKURequest\x1a\x1e.stockctl.v1.CreateSKUResponse\x12G\n" +
 	"\bAllocate\x12\x1c.stockctl.v1.AllocateRequest\x1a\x1d.stockctl.v1.AllocateResponse\x12D\n" +
@@ -3831,7 +3936,9 @@ const file_stockctl_v1_stock_service_proto_rawDesc = "" +
 	"\vWatchOrders\x12\x1f.stockctl.v1.WatchOrdersRequest\x1a .stockctl.v1.WatchOrdersResponse0\x01\x12T\n" +
 	"\vOrderStream\x12\x1f.stockctl.v1.OrderStreamRequest\x1a .stockctl.v1.OrderStreamResponse(\x010\x01\x12G\n" +
 	"\bListSKUs\x12\x1c.stockctl.v1.ListSKUsRequest\x1a\x1d.stockctl.v1.ListSKUsResponse\x12D\n" +
-	"\aPrepare\x12\x1b.stockctl.v1.PrepareRequest\x1a\x1c.stockctl.v1.PrepareResponseBS\n" +
+	"\aPrepare\x12\x1b.stockctl.v1.PrepareRequest\x1a\x1c.stockctl.v1.PrepareResponse\x12M\n" +
+	"\n" +
+	"NextExpiry\x12\x1e.stockctl.v1.NextExpiryRequest\x1a\x1f.stockctl.v1.NextExpiryResponseBS\n" +
 	"\x16com.github.stockctl.v1P\x01Z7github.com/stockctl/stockctl/api/stockctl/v1;stockctlv1b\x06proto3"
 
 var (
@@ -3847,7 +3954,7 @@ func file_stockctl_v1_stock_service_proto_rawDescGZIP() []byte {
 }
 
 var file_stockctl_v1_stock_service_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_stockctl_v1_stock_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_stockctl_v1_stock_service_proto_goTypes = []any{
 	(OrderState)(0),               // 0: stockctl.v1.OrderState
 	(OrderEventKind)(0),           // 1: stockctl.v1.OrderEventKind
@@ -3888,45 +3995,47 @@ var file_stockctl_v1_stock_service_proto_goTypes = []any{
 	(*OrderError)(nil),            // 36: stockctl.v1.OrderError
 	(*ListSKUsRequest)(nil),       // 37: stockctl.v1.ListSKUsRequest
 	(*ListSKUsResponse)(nil),      // 38: stockctl.v1.ListSKUsResponse
-	(*PrepareRequest)(nil),        // 39: stockctl.v1.PrepareRequest
-	(*PrepareResponse)(nil),       // 40: stockctl.v1.PrepareResponse
-	(*timestamppb.Timestamp)(nil), // 41: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
-	(ErrorReason)(0),              // 43: stockctl.v1.ErrorReason
-	(*anypb.Any)(nil),             // 44: google.protobuf.Any
+	(*NextExpiryRequest)(nil),     // 39: stockctl.v1.NextExpiryRequest
+	(*NextExpiryResponse)(nil),    // 40: stockctl.v1.NextExpiryResponse
+	(*PrepareRequest)(nil),        // 41: stockctl.v1.PrepareRequest
+	(*PrepareResponse)(nil),       // 42: stockctl.v1.PrepareResponse
+	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
+	(ErrorReason)(0),              // 45: stockctl.v1.ErrorReason
+	(*anypb.Any)(nil),             // 46: google.protobuf.Any
 }
 var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
-	41, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
+	43, // 0: stockctl.v1.CreateSKUResponse.create_time:type_name -> google.protobuf.Timestamp
 	4,  // 1: stockctl.v1.AllocateResponse.parts:type_name -> stockctl.v1.Part
-	42, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
+	44, // 2: stockctl.v1.ReserveRequest.ttl:type_name -> google.protobuf.Duration
 	4,  // 3: stockctl.v1.ReserveResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 4: stockctl.v1.ReserveResponse.state:type_name -> stockctl.v1.OrderState
-	41, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
+	43, // 5: stockctl.v1.ReserveResponse.deadline:type_name -> google.protobuf.Timestamp
 	9,  // 6: stockctl.v1.AllocateOrderRequest.lines:type_name -> stockctl.v1.OrderLine
 	6,  // 7: stockctl.v1.AllocateOrderResponse.lines:type_name -> stockctl.v1.AllocateResponse
 	9,  // 8: stockctl.v1.ReserveOrderRequest.lines:type_name -> stockctl.v1.OrderLine
-	42, // 9: stockctl.v1.ReserveOrderRequest.ttl:type_name -> google.protobuf.Duration
+	44, // 9: stockctl.v1.ReserveOrderRequest.ttl:type_name -> google.protobuf.Duration
 	8,  // 10: stockctl.v1.ReserveOrderResponse.lines:type_name -> stockctl.v1.ReserveResponse
 	0,  // 11: stockctl.v1.ReserveOrderResponse.state:type_name -> stockctl.v1.OrderState
-	41, // 12: stockctl.v1.ReserveOrderResponse.deadline:type_name -> google.protobuf.Timestamp
+	43, // 12: stockctl.v1.ReserveOrderResponse.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 13: stockctl.v1.ConfirmResponse.parts:type_name -> stockctl.v1.Part
-	41, // 14: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
+	43, // 14: stockctl.v1.ConfirmResponse.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 15: stockctl.v1.CancelResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 16: stockctl.v1.CancelResponse.state:type_name -> stockctl.v1.OrderState
 	4,  // 17: stockctl.v1.ReleaseResponse.parts:type_name -> stockctl.v1.Part
 	0,  // 18: stockctl.v1.ReleaseResponse.state:type_name -> stockctl.v1.OrderState
 	29, // 19: stockctl.v1.StatusResponse.status:type_name -> stockctl.v1.StockStatus
-	42, // 20: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
+	44, // 20: stockctl.v1.WatchStatusRequest.min_interval:type_name -> google.protobuf.Duration
 	29, // 21: stockctl.v1.WatchStatusResponse.status:type_name -> stockctl.v1.StockStatus
 	28, // 22: stockctl.v1.WatchOrdersResponse.events:type_name -> stockctl.v1.OrderEvent
 	1,  // 23: stockctl.v1.OrderEvent.event:type_name -> stockctl.v1.OrderEventKind
 	4,  // 24: stockctl.v1.OrderEvent.parts:type_name -> stockctl.v1.Part
-	41, // 25: stockctl.v1.OrderEvent.deadline:type_name -> google.protobuf.Timestamp
-	41, // 26: stockctl.v1.OrderEvent.create_time:type_name -> google.protobuf.Timestamp
+	43, // 25: stockctl.v1.OrderEvent.deadline:type_name -> google.protobuf.Timestamp
+	43, // 26: stockctl.v1.OrderEvent.create_time:type_name -> google.protobuf.Timestamp
 	30, // 27: stockctl.v1.StockStatus.segments:type_name -> stockctl.v1.SegmentStatus
-	41, // 28: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
+	43, // 28: stockctl.v1.StockStatus.create_time:type_name -> google.protobuf.Timestamp
 	31, // 29: stockctl.v1.StockStatus.rebalancer:type_name -> stockctl.v1.RebalancerPass
-	41, // 30: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
+	43, // 30: stockctl.v1.RebalancerPass.time:type_name -> google.protobuf.Timestamp
 	5,  // 31: stockctl.v1.OrderStreamRequest.allocate:type_name -> stockctl.v1.AllocateRequest
 	7,  // 32: stockctl.v1.OrderStreamRequest.reserve:type_name -> stockctl.v1.ReserveRequest
 	10, // 33: stockctl.v1.OrderStreamRequest.allocate_order:type_name -> stockctl.v1.AllocateOrderRequest
@@ -3938,45 +4047,48 @@ var file_stockctl_v1_stock_service_proto_depIdxs = []int32{
 	11, // 39: stockctl.v1.OrderStreamResponse.allocated_order:type_name -> stockctl.v1.AllocateOrderResponse
 	13, // 40: stockctl.v1.OrderStreamResponse.reserved_order:type_name -> stockctl.v1.ReserveOrderResponse
 	35, // 41: stockctl.v1.OrderStreamResponse.more:type_name -> stockctl.v1.OrderStreamResponse
-	43, // 42: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
-	44, // 43: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
-	2,  // 44: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
-	5,  // 45: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
-	7,  // 46: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
-	10, // 47: stockctl.v1.StockService.AllocateOrder:input_type -> stockctl.v1.AllocateOrderRequest
-	12, // 48: stockctl.v1.StockService.ReserveOrder:input_type -> stockctl.v1.ReserveOrderRequest
-	14, // 49: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
-	16, // 50: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
-	18, // 51: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
-	20, // 52: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
-	22, // 53: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
-	32, // 54: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
-	24, // 55: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
-	26, // 56: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
-	34, // 57: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
-	37, // 58: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
-	39, // 59: stockctl.v1.StockService.Prepare:input_type -> stockctl.v1.PrepareRequest
-	3,  // 60: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
-	6,  // 61: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
-	8,  // 62: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
-	11, // 63: stockctl.v1.StockService.AllocateOrder:output_type -> stockctl.v1.AllocateOrderResponse
-	13, // 64: stockctl.v1.StockService.ReserveOrder:output_type -> stockctl.v1.ReserveOrderResponse
-	15, // 65: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
-	17, // 66: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
-	19, // 67: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
-	21, // 68: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
-	23, // 69: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
-	33, // 70: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
-	25, // 71: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
-	27, // 72: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
-	35, // 73: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
-	38, // 74: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
-	40, // 75: stockctl.v1.StockService.Prepare:output_type -> stockctl.v1.PrepareResponse
-	60, // [60:76] is the sub-list for method output_type
-	44, // [44:60] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	45, // 42: stockctl.v1.OrderError.reason:type_name -> stockctl.v1.ErrorReason
+	46, // 43: stockctl.v1.OrderError.details:type_name -> google.protobuf.Any
+	43, // 44: stockctl.v1.NextExpiryResponse.deadline:type_name -> google.protobuf.Timestamp
+	2,  // 45: stockctl.v1.StockService.CreateSKU:input_type -> stockctl.v1.CreateSKURequest
+	5,  // 46: stockctl.v1.StockService.Allocate:input_type -> stockctl.v1.AllocateRequest
+	7,  // 47: stockctl.v1.StockService.Reserve:input_type -> stockctl.v1.ReserveRequest
+	10, // 48: stockctl.v1.StockService.AllocateOrder:input_type -> stockctl.v1.AllocateOrderRequest
+	12, // 49: stockctl.v1.StockService.ReserveOrder:input_type -> stockctl.v1.ReserveOrderRequest
+	14, // 50: stockctl.v1.StockService.Confirm:input_type -> stockctl.v1.ConfirmRequest
+	16, // 51: stockctl.v1.StockService.Cancel:input_type -> stockctl.v1.CancelRequest
+	18, // 52: stockctl.v1.StockService.Release:input_type -> stockctl.v1.ReleaseRequest
+	20, // 53: stockctl.v1.StockService.Restock:input_type -> stockctl.v1.RestockRequest
+	22, // 54: stockctl.v1.StockService.Status:input_type -> stockctl.v1.StatusRequest
+	32, // 55: stockctl.v1.StockService.Audit:input_type -> stockctl.v1.AuditRequest
+	24, // 56: stockctl.v1.StockService.WatchStatus:input_type -> stockctl.v1.WatchStatusRequest
+	26, // 57: stockctl.v1.StockService.WatchOrders:input_type -> stockctl.v1.WatchOrdersRequest
+	34, // 58: stockctl.v1.StockService.OrderStream:input_type -> stockctl.v1.OrderStreamRequest
+	37, // 59: stockctl.v1.StockService.ListSKUs:input_type -> stockctl.v1.ListSKUsRequest
+	41, // 60: stockctl.v1.StockService.Prepare:input_type -> stockctl.v1.PrepareRequest
+	39, // 61: stockctl.v1.StockService.NextExpiry:input_type -> stockctl.v1.NextExpiryRequest
+	3,  // 62: stockctl.v1.StockService.CreateSKU:output_type -> stockctl.v1.CreateSKUResponse
+	6,  // 63: stockctl.v1.StockService.Allocate:output_type -> stockctl.v1.AllocateResponse
+	8,  // 64: stockctl.v1.StockService.Reserve:output_type -> stockctl.v1.ReserveResponse
+	11, // 65: stockctl.v1.StockService.AllocateOrder:output_type -> stockctl.v1.AllocateOrderResponse
+	13, // 66: stockctl.v1.StockService.ReserveOrder:output_type -> stockctl.v1.ReserveOrderResponse
+	15, // 67: stockctl.v1.StockService.Confirm:output_type -> stockctl.v1.ConfirmResponse
+	17, // 68: stockctl.v1.StockService.Cancel:output_type -> stockctl.v1.CancelResponse
+	19, // 69: stockctl.v1.StockService.Release:output_type -> stockctl.v1.ReleaseResponse
+	21, // 70: stockctl.v1.StockService.Restock:output_type -> stockctl.v1.RestockResponse
+	23, // 71: stockctl.v1.StockService.Status:output_type -> stockctl.v1.StatusResponse
+	33, // 72: stockctl.v1.StockService.Audit:output_type -> stockctl.v1.AuditResponse
+	25, // 73: stockctl.v1.StockService.WatchStatus:output_type -> stockctl.v1.WatchStatusResponse
+	27, // 74: stockctl.v1.StockService.WatchOrders:output_type -> stockctl.v1.WatchOrdersResponse
+	35, // 75: stockctl.v1.StockService.OrderStream:output_type -> stockctl.v1.OrderStreamResponse
+	38, // 76: stockctl.v1.StockService.ListSKUs:output_type -> stockctl.v1.ListSKUsResponse
+	42, // 77: stockctl.v1.StockService.Prepare:output_type -> stockctl.v1.PrepareResponse
+	40, // 78: stockctl.v1.StockService.NextExpiry:output_type -> stockctl.v1.NextExpiryResponse
+	62, // [62:79] is the sub-list for method output_type
+	45, // [45:62] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_stockctl_v1_stock_service_proto_init() }
@@ -4004,7 +4116,7 @@ func file_stockctl_v1_stock_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockctl_v1_stock_service_proto_rawDesc), len(file_stockctl_v1_stock_service_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -207,6 +207,23 @@ class OrderStreams(unittest.TestCase):
             self.assertFalse(c.allocate(skus[1], "o-1", 1).replayed)
 
 
+    def test_next_expiry(self):
+        with client() as c:
+            sku = env.name("py-nx")
+            c.create_sku(sku, total=10, segments=2, initial_fill=10)
+            self.assertIsNone(c.next_expiry(sku))
+            c.reserve(sku, "r-late", 1, ttl=datetime.timedelta(hours=1))
+            soon = c.reserve(sku, "r-soon", 1, ttl=datetime.timedelta(minutes=1))
+            self.assertEqual(c.next_expiry(sku), soon.deadline.ToDatetime())
+            c.confirm(sku, "r-soon")
+            c.cancel(sku, "r-late")
+            self.assertIsNone(c.next_expiry(sku))
+            with self.assertRaises(sc.SKUNotFound):
+                c.next_expiry(env.name("py-nx-none"))
+            with self.assertRaises(sc.InvalidArgument):
+                c.next_expiry("a b")
+
+
 class ErrorReasonsLive(unittest.TestCase):
     """Each reason a test can cause on a real serve comes back as its class."""
 

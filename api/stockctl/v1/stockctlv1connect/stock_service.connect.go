@@ -80,6 +80,8 @@ const (
 	StockServiceListSKUsProcedure = "/stockctl.v1.StockService/ListSKUs"
 	// StockServicePrepareProcedure is the fully-qualified name of the StockService's Prepare RPC.
 	StockServicePrepareProcedure = "/stockctl.v1.StockService/Prepare"
+	// StockServiceNextExpiryProcedure is the fully-qualified name of the StockService's NextExpiry RPC.
+	StockServiceNextExpiryProcedure = "/stockctl.v1.StockService/NextExpiry"
 )
 
 // StockServiceClient is a client for the stockctl.v1.StockService service.
@@ -170,6 +172,14 @@ type StockServiceClient interface {
 	// time). Every name is checked first: an invalid or unknown SKU fails the
 	// call (INVALID_ARGUMENT, SKU_NOT_FOUND), naming it, and nothing is done.
 	Prepare(context.Context, *connect.Request[v1.PrepareRequest]) (*connect.Response[v1.PrepareResponse], error)
+	// NextExpiry says whether units held by live (unconfirmed) reservations
+	// of sku may come back, and when: the earliest deadline among them
+	// (the rebalancer expires a reservation normally well within a second of
+	// it). A buyer refused as SOLD_OUT can be told whether to look again, and
+	// when, without the full read of Status: one read of the reservation
+	// index. An invalid or unknown SKU fails (INVALID_ARGUMENT,
+	// SKU_NOT_FOUND).
+	NextExpiry(context.Context, *connect.Request[v1.NextExpiryRequest]) (*connect.Response[v1.NextExpiryResponse], error)
 }
 
 // NewStockServiceClient constructs a client for the stockctl.v1.StockService service. By default,
@@ -279,6 +289,12 @@ func NewStockServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(stockServiceMethods.ByName("Prepare")),
 			connect.WithClientOptions(opts...),
 		),
+		nextExpiry: connect.NewClient[v1.NextExpiryRequest, v1.NextExpiryResponse](
+			httpClient,
+			baseURL+StockServiceNextExpiryProcedure,
+			connect.WithSchema(stockServiceMethods.ByName("NextExpiry")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -300,6 +316,7 @@ type stockServiceClient struct {
 	orderStream   *connect.Client[v1.OrderStreamRequest, v1.OrderStreamResponse]
 	listSKUs      *connect.Client[v1.ListSKUsRequest, v1.ListSKUsResponse]
 	prepare       *connect.Client[v1.PrepareRequest, v1.PrepareResponse]
+	nextExpiry    *connect.Client[v1.NextExpiryRequest, v1.NextExpiryResponse]
 }
 
 // CreateSKU calls stockctl.v1.StockService.CreateSKU.
@@ -380,6 +397,11 @@ func (c *stockServiceClient) ListSKUs(ctx context.Context, req *connect.Request[
 // Prepare calls stockctl.v1.StockService.Prepare.
 func (c *stockServiceClient) Prepare(ctx context.Context, req *connect.Request[v1.PrepareRequest]) (*connect.Response[v1.PrepareResponse], error) {
 	return c.prepare.CallUnary(ctx, req)
+}
+
+// NextExpiry calls stockctl.v1.StockService.NextExpiry.
+func (c *stockServiceClient) NextExpiry(ctx context.Context, req *connect.Request[v1.NextExpiryRequest]) (*connect.Response[v1.NextExpiryResponse], error) {
+	return c.nextExpiry.CallUnary(ctx, req)
 }
 
 // StockServiceHandler is an implementation of the stockctl.v1.StockService service.
@@ -470,6 +492,14 @@ type StockServiceHandler interface {
 	// time). Every name is checked first: an invalid or unknown SKU fails the
 	// call (INVALID_ARGUMENT, SKU_NOT_FOUND), naming it, and nothing is done.
 	Prepare(context.Context, *connect.Request[v1.PrepareRequest]) (*connect.Response[v1.PrepareResponse], error)
+	// NextExpiry says whether units held by live (unconfirmed) reservations
+	// of sku may come back, and when: the earliest deadline among them
+	// (the rebalancer expires a reservation normally well within a second of
+	// it). A buyer refused as SOLD_OUT can be told whether to look again, and
+	// when, without the full read of Status: one read of the reservation
+	// index. An invalid or unknown SKU fails (INVALID_ARGUMENT,
+	// SKU_NOT_FOUND).
+	NextExpiry(context.Context, *connect.Request[v1.NextExpiryRequest]) (*connect.Response[v1.NextExpiryResponse], error)
 }
 
 // NewStockServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -575,6 +605,12 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(stockServiceMethods.ByName("Prepare")),
 		connect.WithHandlerOptions(opts...),
 	)
+	stockServiceNextExpiryHandler := connect.NewUnaryHandler(
+		StockServiceNextExpiryProcedure,
+		svc.NextExpiry,
+		connect.WithSchema(stockServiceMethods.ByName("NextExpiry")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/stockctl.v1.StockService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case StockServiceCreateSKUProcedure:
@@ -609,6 +645,8 @@ func NewStockServiceHandler(svc StockServiceHandler, opts ...connect.HandlerOpti
 			stockServiceListSKUsHandler.ServeHTTP(w, r)
 		case StockServicePrepareProcedure:
 			stockServicePrepareHandler.ServeHTTP(w, r)
+		case StockServiceNextExpiryProcedure:
+			stockServiceNextExpiryHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -680,4 +718,8 @@ func (UnimplementedStockServiceHandler) ListSKUs(context.Context, *connect.Reque
 
 func (UnimplementedStockServiceHandler) Prepare(context.Context, *connect.Request[v1.PrepareRequest]) (*connect.Response[v1.PrepareResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.Prepare is not implemented"))
+}
+
+func (UnimplementedStockServiceHandler) NextExpiry(context.Context, *connect.Request[v1.NextExpiryRequest]) (*connect.Response[v1.NextExpiryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("stockctl.v1.StockService.NextExpiry is not implemented"))
 }

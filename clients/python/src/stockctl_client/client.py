@@ -258,6 +258,18 @@ class Client:
         """
         return self._unary("stock", "Prepare", st.PrepareRequest(skus=list(skus)))
 
+    def next_expiry(self, sku: str) -> Optional[datetime.datetime]:
+        """The earliest deadline among sku's live (unconfirmed) reservations, or None.
+
+        Units those reservations hold may come back to the SKU then (the rebalancer expires a
+        reservation normally well within a second of its deadline): a buyer refused with
+        SoldOut can be told whether to look again, and when. One read of the reservation index,
+        not a Status. The deadline is a naive datetime in UTC, as the errors' are. An invalid
+        name raises InvalidArgument, an unknown SKU SKUNotFound.
+        """
+        r = self._unary("stock", "NextExpiry", st.NextExpiryRequest(sku=sku))
+        return r.deadline.ToDatetime() if r.live else None
+
     def order_stream(self) -> "OrderStream":
         """Many Allocate and Reserve orders on one stream, each answered on its own (a Future)::
 

@@ -244,6 +244,20 @@ class ListSKUsResponse(_message.Message):
     skus: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, skus: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ..., clusters: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class NextExpiryRequest(_message.Message):
+    __slots__ = ["sku"]
+    SKU_FIELD_NUMBER: _ClassVar[int]
+    sku: str
+    def __init__(self, sku: _Optional[str] = ...) -> None: ...
+
+class NextExpiryResponse(_message.Message):
+    __slots__ = ["deadline", "live"]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    deadline: _timestamp_pb2.Timestamp
+    live: bool
+    def __init__(self, live: bool = ..., deadline: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class OrderError(_message.Message):
     __slots__ = ["code", "details", "message", "reason"]
     CODE_FIELD_NUMBER: _ClassVar[int]

@@ -98,6 +98,11 @@ class StockServiceStub(object):
         request_serializer=stockctl_dot_v1_dot_stock__service__pb2.PrepareRequest.SerializeToString,
         response_deserializer=stockctl_dot_v1_dot_stock__service__pb2.PrepareResponse.FromString,
         )
+    self.NextExpiry = channel.unary_unary(
+        '/stockctl.v1.StockService/NextExpiry',
+        request_serializer=stockctl_dot_v1_dot_stock__service__pb2.NextExpiryRequest.SerializeToString,
+        response_deserializer=stockctl_dot_v1_dot_stock__service__pb2.NextExpiryResponse.FromString,
+        )
 
 
 class StockServiceServicer(object):
@@ -274,6 +279,19 @@ class StockServiceServicer(object):
     context.set_details('Method not implemented!')
     raise NotImplementedError('Method not implemented!')
 
+  def NextExpiry(self, request, context):
+    """NextExpiry says whether units held by live (unconfirmed) reservations
+    of sku may come back, and when: the earliest deadline among them
+    (the rebalancer expires a reservation normally well within a second of
+    it). A buyer refused as SOLD_OUT can be told whether to look again, and
+    when, without the full read of Status: one read of the reservation
+    index. An invalid or unknown SKU fails (INVALID_ARGUMENT,
+    SKU_NOT_FOUND).
+    """
+    context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+    context.set_details('Method not implemented!')
+    raise NotImplementedError('Method not implemented!')
+
 
 def add_StockServiceServicer_to_server(servicer, server):
   rpc_method_handlers = {
@@ -356,6 +374,11 @@ def add_StockServiceServicer_to_server(servicer, server):
           servicer.Prepare,
           request_deserializer=stockctl_dot_v1_dot_stock__service__pb2.PrepareRequest.FromString,
           response_serializer=stockctl_dot_v1_dot_stock__service__pb2.PrepareResponse.SerializeToString,
+      ),
+      'NextExpiry': grpc.unary_unary_rpc_method_handler(
+          servicer.NextExpiry,
+          request_deserializer=stockctl_dot_v1_dot_stock__service__pb2.NextExpiryRequest.FromString,
+          response_serializer=stockctl_dot_v1_dot_stock__service__pb2.NextExpiryResponse.SerializeToString,
       ),
   }
   generic_handler = grpc.method_handlers_generic_handler(

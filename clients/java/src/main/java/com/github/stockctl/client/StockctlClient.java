@@ -23,6 +23,8 @@ import com.github.stockctl.v1.LockKind;
 import com.github.stockctl.v1.LockServiceGrpc;
 import com.github.stockctl.v1.LockServiceReleaseRequest;
 import com.github.stockctl.v1.LockServiceReleaseResponse;
+import com.github.stockctl.v1.NextExpiryRequest;
+import com.github.stockctl.v1.NextExpiryResponse;
 import com.github.stockctl.v1.OrderLine;
 import com.github.stockctl.v1.PrepareRequest;
 import com.github.stockctl.v1.PrepareResponse;
@@ -54,10 +56,12 @@ import io.grpc.StatusRuntimeException;
 import io.grpc.stub.ClientCalls;
 import io.grpc.stub.MetadataUtils;
 import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
+import java.util.Optional;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
@@ -416,6 +420,21 @@ public final class StockctlClient implements AutoCloseable {
    */
   public PrepareResponse prepare(List<String> skus) {
     return unary(StockServiceGrpc.getPrepareMethod(), PrepareRequest.newBuilder().addAllSkus(skus).build(), true, null);
+  }
+
+  /**
+   * The earliest deadline among sku's live (unconfirmed) reservations, or empty when none is live:
+   * when units they hold may come back to the SKU (the rebalancer expires a reservation normally
+   * well within a second of its deadline), so that a buyer refused with SoldOut can be told whether
+   * to look again, and when. One read of the reservation index, not a status(). An invalid name
+   * throws InvalidArgument, an unknown SKU SkuNotFound.
+   */
+  public Optional<Instant> nextExpiry(String sku) {
+    NextExpiryResponse r = unary(StockServiceGrpc.getNextExpiryMethod(), NextExpiryRequest.newBuilder().setSku(sku).build(), true, null);
+    if (!r.getLive()) {
+      return Optional.empty();
+    }
+    return Optional.of(Instant.ofEpochSecond(r.getDeadline().getSeconds(), r.getDeadline().getNanos()));
   }
 
   /** Every SKU whose creation has completed, in name order, read pageSize at a time (0: the server's 100). */

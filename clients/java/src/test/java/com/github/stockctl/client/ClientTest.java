@@ -323,6 +323,23 @@ public class ClientTest {
   }
 
   @Test
+  public void nextExpiry() throws Exception {
+    try (StockctlClient c = client().build()) {
+      String sku = name("j-nx");
+      c.createSku(sku, 10, 2, 10);
+      assertFalse(c.nextExpiry(sku).isPresent());
+      c.reserve(sku, "r-late", 1, Duration.ofHours(1));
+      ReserveResponse soon = c.reserve(sku, "r-soon", 1, Duration.ofMinutes(1));
+      assertEquals(Instant.ofEpochSecond(soon.getDeadline().getSeconds(), soon.getDeadline().getNanos()), c.nextExpiry(sku).get());
+      c.confirm(sku, "r-soon");
+      c.cancel(sku, "r-late");
+      assertFalse(c.nextExpiry(sku).isPresent());
+      expect(StockctlException.SkuNotFound.class, () -> c.nextExpiry(name("j-nx-none")));
+      expect(StockctlException.InvalidArgument.class, () -> c.nextExpiry("a b"));
+    }
+  }
+
+  @Test
   public void refusals() throws Exception {
     try (StockctlClient c = client().build()) {
       String sku = name("j-err");
