@@ -87,20 +87,20 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 		// Greedy: orders in deadline order while the compares, the writes
 		// and the reads of the counters they touch fit.
 		cmps, ops, reads := len(fence), 0, 0
-		seen := map[string]bool{}
-		inbox := e.chunkInbox(info, batch)
+		users := map[string]bool{}
+		inboxCounted := false // the chunk's parts all go back to one inbox
 		n := 0
 		for ; n < len(batch); n++ {
 			o := batch[n].o
 			dc, do, dr := 1, 2, 1 // its record: compared, written, read again
-			fresh := map[string]bool{}
-			if len(o.Parts) > 0 && !seen[inbox] {
-				fresh[inbox] = true // the chunk's parts all go back to one inbox
+			newInbox := len(o.Parts) > 0 && !inboxCounted
+			if newInbox {
 				dc, do, dr = dc+1, do+1, dr+1
 			}
+			user := ""
 			if o.UserCounted {
-				if k := e.keys.User(info.name, o.Buyer); !seen[k] && !fresh[k] {
-					fresh[k] = true
+				if k := e.keys.User(info.name, o.Buyer); !users[k] {
+					user = k
 					dc, do, dr = dc+1, do+1, dr+1
 				}
 			}
@@ -108,8 +108,9 @@ func (e *Engine) expireBatch(ctx context.Context, info *skuInfo, batch []dueOrde
 				break
 			}
 			cmps, ops, reads = cmps+dc, ops+do, reads+dr
-			for k := range fresh {
-				seen[k] = true
+			inboxCounted = inboxCounted || newInbox
+			if user != "" {
+				users[user] = true
 			}
 		}
 		chunk := batch[:n]
@@ -141,14 +142,14 @@ func (e *Engine) expireChunk(ctx context.Context, info *skuInfo, chunk []dueOrde
 	give := map[string]int64{}
 	take := map[string]int64{}
 	var counters []string // the inbox, then buyers
-	k := e.chunkInbox(info, chunk)
+	inbox := e.chunkInbox(info, chunk)
 	for _, d := range chunk {
 		for _, p := range d.o.Parts {
-			if _, ok := give[k]; !ok {
-				counters = append(counters, k)
-			}
-			give[k] += p.Qty
+			give[inbox] += p.Qty
 		}
+	}
+	if _, ok := give[inbox]; ok {
+		counters = append(counters, inbox)
 	}
 	for _, d := range chunk {
 		if d.o.UserCounted {

@@ -13,7 +13,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	stockctlv1 "github.com/stockctl/stockctl/api/stockctl/v1"
 	"github.com/stockctl/stockctl/api/stockctl/v1/stockctlv1connect"
@@ -356,22 +355,5 @@ func (h stockService) Prepare(ctx context.Context, req *connect.Request[stockctl
 			return nil, err
 		}
 		return &stockctlv1.PrepareResponse{Skus: int32(p.SKUs), Ready: int32(p.Ready), Owned: int32(p.Owned), Skipped: int32(p.Skipped)}, nil
-	})
-}
-
-// NextExpiry answers the earliest deadline of sku's live reservations
-// (Coordinator.NextExpiry).
-func (h stockService) NextExpiry(ctx context.Context, req *connect.Request[stockctlv1.NextExpiryRequest]) (*connect.Response[stockctlv1.NextExpiryResponse], error) {
-	m := req.Msg
-	return unary(ctx, h.s, opRead, stockctlv1connect.StockServiceNextExpiryProcedure, func(ctx context.Context) (*stockctlv1.NextExpiryResponse, error) {
-		at, live, err := h.s.c.NextExpiry(ctx, m.Sku)
-		if err != nil {
-			return nil, err
-		}
-		res := &stockctlv1.NextExpiryResponse{Live: live}
-		if live {
-			res.Deadline = timestamppb.New(at)
-		}
-		return res, nil
 	})
 }

@@ -128,6 +128,19 @@ func (h stockService) Cancel(ctx context.Context, req *connect.Request[stockctlv
 	})
 }
 
+// NextExpiry answers the earliest deadline of sku's live reservations
+// (Coordinator.NextExpiry); none when none is live.
+func (h stockService) NextExpiry(ctx context.Context, req *connect.Request[stockctlv1.NextExpiryRequest]) (*connect.Response[stockctlv1.NextExpiryResponse], error) {
+	m := req.Msg
+	return unary(ctx, h.s, opRead, stockctlv1connect.StockServiceNextExpiryProcedure, func(ctx context.Context) (*stockctlv1.NextExpiryResponse, error) {
+		at, live, err := h.s.c.NextExpiry(ctx, m.Sku)
+		if err != nil {
+			return nil, err
+		}
+		return &stockctlv1.NextExpiryResponse{Live: live, Deadline: timestamp(at)}, nil
+	})
+}
+
 func (h stockService) Release(ctx context.Context, req *connect.Request[stockctlv1.ReleaseRequest]) (*connect.Response[stockctlv1.ReleaseResponse], error) {
 	m := req.Msg
 	return unary(ctx, h.s, opStep, stockctlv1connect.StockServiceReleaseProcedure, func(ctx context.Context) (*stockctlv1.ReleaseResponse, error) {

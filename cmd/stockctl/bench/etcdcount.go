@@ -75,13 +75,12 @@ func Uncounted(ctx context.Context) context.Context {
 // is not counted: it does not grow with the orders).
 func (c *EtcdCounter) Interceptor() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		counted := ctx.Value(uncountedKey{}) == nil
-		writeTxn := false
-		if counted {
-			writeTxn = c.count(req)
+		write, writeTxn := false, false
+		if ctx.Value(uncountedKey{}) == nil {
+			write, writeTxn = c.count(req)
 		}
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if counted && err == nil && isWrite(req) {
+		if write && err == nil {
 			c.writesAnswered.Add(1)
 		}
 		if writeTxn && err == nil {
@@ -107,44 +106,31 @@ func (c *EtcdCounter) writeEdges() (sent, answered int64) {
 	if c == nil {
 		return 0, 0
 	}
-	answered = c.writesAnswered.Load()
-	return c.writes.Load(), answered
+	return c.writes.Load(), c.writesAnswered.Load()
 }
 
-// isWrite says whether req is one of the requests count counts as a
-// write.
-func isWrite(req any) bool {
-	switch r := req.(type) {
-	case *pb.PutRequest, *pb.DeleteRangeRequest:
-		return true
-	case *pb.TxnRequest:
-		puts, _ := writeOps(r.Success)
-		other, _ := writeOps(r.Failure)
-		return puts > 0 || other > 0
-	}
-	return false
-}
-
-// count counts req; it says whether req is a write transaction.
-func (c *EtcdCounter) count(req any) (writeTxn bool) {
+// count counts req; it says whether req is a write, and a write
+// transaction.
+func (c *EtcdCounter) count(req any) (write, writeTxn bool) {
 	switch r := req.(type) {
 	case *pb.RangeRequest:
 		c.reads.Add(1)
 	case *pb.PutRequest, *pb.DeleteRangeRequest:
 		c.writes.Add(1)
 		c.puts.Add(1)
+		return true, false
 	case *pb.TxnRequest:
 		puts, cmps := writeOps(r.Success)
 		if other, _ := writeOps(r.Failure); puts == 0 && other == 0 {
 			c.reads.Add(1)
-			return false
+			return false, false
 		}
 		c.writes.Add(1)
 		c.puts.Add(int64(puts))
 		c.cmps.Add(int64(len(r.Compare) + cmps))
-		return true
+		return true, true
 	}
-	return false
+	return false, false
 }
 
 // writeOps counts the puts and deletes of a transaction branch, and the

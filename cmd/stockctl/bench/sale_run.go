@@ -449,9 +449,10 @@ type window struct {
 	server   EtcdServerCounts
 	serverOK bool
 	err      error
-	// edges are the clients' write counts (EtcdCounter.writeEdges) just
-	// before and just after the server's snapshot at the start.
-	edges [2][2]int64
+	// answeredBefore and sentAfter are the clients' writes answered just
+	// before, and sent just after, the server's snapshot at the start
+	// (EtcdCounter.writeEdges; SaleRow.writeBounds).
+	answeredBefore, sentAfter int64
 }
 
 // startWindow snapshots the counters at a window's start; counted is
@@ -463,9 +464,9 @@ func startWindow(cfg *SaleConfig, counted bool) *window {
 	}
 	w.client = cfg.Counter.Snapshot()
 	if cfg.Server != nil {
-		w.edges[0][0], w.edges[0][1] = cfg.Counter.writeEdges()
+		_, w.answeredBefore = cfg.Counter.writeEdges()
 		w.server, w.err = cfg.Server.Snapshot()
-		w.edges[1][0], w.edges[1][1] = cfg.Counter.writeEdges()
+		w.sentAfter, _ = cfg.Counter.writeEdges()
 		w.serverOK = w.err == nil
 		w.cpu = selfCPU()
 	}
@@ -496,7 +497,7 @@ func (w *window) end(row *SaleRow) {
 			// before the second ended and not answered before the first
 			// began; every write sent after the first ended and
 			// answered before the second began was applied between them.
-			row.writeBounds = [2]int64{answeredBefore - w.edges[1][0], sentAfter - w.edges[0][1]}
+			row.writeBounds = [2]int64{answeredBefore - w.sentAfter, sentAfter - w.answeredBefore}
 		}
 		w.err = err
 	}
