@@ -246,3 +246,45 @@ func refusedCommits(t *testing.T, reg *prometheus.Registry) uint64 {
 	}
 	return n
 }
+
+// Reservations expire on etcd 3.4: 40 reservations of orders whose IDs
+// route to every segment, due at once, are expired by the sweep (batched,
+// each chunk's units into one inbox), NextExpiry says when the first is
+// due and then that none is live, and the books balance with every unit
+// back in the SKU.
+func TestExpiryOnEtcd34(t *testing.T) {
+	etcd := etcdtest.NewExternal(t)
+	t.Logf("etcd %s at %s", etcd.Version(), etcd.Endpoints()[0])
+	const sku, total, segs, n = "x34", 100, 4, 40
+	c := newCoord(t, etcd.Endpoints())
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a hang guard
+	defer cancel()
+	if _, err := c.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: total, Segments: segs, InitialFill: total}); err != nil {
+		t.Fatal(err)
+	}
+	var first time.Time
+	for i := range n {
+		r, err := c.Reserve(ctx, sku, fmt.Sprint("r-", i), 1, "", time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = r.Deadline
+		}
+	}
+	if at, live, err := c.NextExpiry(ctx, sku); err != nil || !live || !at.Equal(first) {
+		t.Fatalf("NextExpiry: %v %v %v, want the first reservation's deadline %v", at, live, err, first)
+	}
+	reb := newCoord(t, etcd.Endpoints())
+	_, stopReb := startRebalancer(t, reb, rebalance.Config{Identity: "x34"})
+	defer stopReb()
+	etcdtest.WaitFor(t, "every reservation expired", time.Minute, func() bool {
+		_, live, err := c.NextExpiry(ctx, sku)
+		return err == nil && !live
+	})
+	stopReb()
+	rep := mustAudit(t, c, sku)
+	if !rep.OK || rep.Allocated != 0 || rep.Pool+rep.Segments != total {
+		t.Fatalf("audit %+v: want every unit back, none allocated", rep)
+	}
+}
