@@ -35,6 +35,11 @@ class AsyncClientLive(unittest.TestCase):
                 skus = [s async for s in c.list_skus(page_size=2)]
                 self.assertIn(sku, skus)
                 self.assertEqual(skus, sorted(skus))
+                self.assertIsNone(await c.next_expiry(sku))
+                r = await c.reserve(sku, sku + "-r", 1, ttl=300)
+                self.assertEqual(await c.next_expiry(sku), r.deadline.ToDatetime())
+                await c.cancel(sku, sku + "-r")
+                self.assertIsNone(await c.next_expiry(sku))
             if env.MERGED:  # a serve over two clusters names each SKU's
                 async with sc.AsyncClient(env.MERGED, env.TOKEN) as c:
                     where = {s: cl async for s, cl in c.list_sku_clusters(page_size=1)}

@@ -267,8 +267,9 @@ class Client:
         not a Status. The deadline is a naive datetime in UTC, as the errors' are. An invalid
         name raises InvalidArgument, an unknown SKU SKUNotFound.
         """
-        r = self._unary("stock", "NextExpiry", st.NextExpiryRequest(sku=sku))
-        return r.deadline.ToDatetime() if r.live else None
+        # post, not a statement after the call: AsyncClient's _unary is a coroutine.
+        return self._unary("stock", "NextExpiry", st.NextExpiryRequest(sku=sku),
+                           post=lambda r: r.deadline.ToDatetime() if r.live else None)
 
     def order_stream(self) -> "OrderStream":
         """Many Allocate and Reserve orders on one stream, each answered on its own (a Future)::
