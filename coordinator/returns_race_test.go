@@ -72,10 +72,17 @@ func (b *beforeRead) take(txn *etcdserverpb.TxnRequest) func() {
 // hookedCoordinator is a coordinator whose client goes through hook.
 func hookedCoordinator(t *testing.T, etcd *etcdtest.Single, hook *beforeRead) *coordinator.Coordinator {
 	t.Helper()
+	return interceptedCoordinator(t, etcd, hook.intercept)
+}
+
+// interceptedCoordinator is a coordinator whose client's unary calls go
+// through intercept.
+func interceptedCoordinator(t *testing.T, etcd *etcdtest.Single, intercept grpc.UnaryClientInterceptor) *coordinator.Coordinator {
+	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   etcd.Endpoints(),
 		DialTimeout: 10 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(hook.intercept)},
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(intercept)},
 	})
 	if err != nil {
 		t.Fatal(err)

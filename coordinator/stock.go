@@ -236,9 +236,11 @@ func (c *Coordinator) Cancel(ctx context.Context, sku, order string) (*Released,
 // transaction: its units go to the inbox of the segment the order's ID
 // routes to (which counts as the segment's stock at once), whichever places
 // they came from (stock is fungible; the rebalancer drains back what a
-// segment does not sell). It
-// takes no lock, so it never waits for, nor disturbs, the processes selling
-// or pulling. Releasing again reports Released false and returns nothing;
+// segment does not sell). The Releases and Cancels of this process waiting
+// at one moment share that transaction (its compares are each order's and
+// each counter's own), and a SKU's units in it go to the inbox the first of
+// them routes to. It takes no lock, so it never waits for, nor disturbs,
+// the processes selling or pulling. Releasing again reports Released false and returns nothing;
 // an order that was never allocated is ErrOrderNotFound. The order ID stays
 // used: allocating it again replays the (released) first result.
 //

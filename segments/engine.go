@@ -113,6 +113,7 @@ type Engine struct {
 	held, direct *committer
 	users        userCache // buyers' counters (per-user limits), as the committer knows them
 	confirms     batch.Batcher[*confirmReq]
+	returns      batch.Batcher[*returnReq] // Releases and Cancels (return_batch.go)
 	looks        batch.Batcher[*lookReq]
 	// lookRereads counts the SKUs whose look needed a second transaction
 	// to count their lazy segments (settleLooks).
@@ -161,6 +162,8 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 	e.direct = newCommitter(e, directPlaceCost)
 	e.confirms = batch.Batcher[*confirmReq]{Go: bg.Go, Select: e.selectConfirms, Commit: e.commitConfirms,
 		Fail: func(r *confirmReq) { r.answer(0, lock.ErrClosed) }}
+	e.returns = batch.Batcher[*returnReq]{Go: bg.Go, Select: e.selectReturns, Commit: e.commitReturns,
+		Fail: func(r *returnReq) { r.answer(nil, false, lock.ErrClosed) }}
 	e.looks = batch.Batcher[*lookReq]{Parallel: lookParallel, Go: bg.Go, Select: e.selectLooks, Commit: e.readLooks,
 		Fail: func(r *lookReq) { r.err = lock.ErrClosed; close(r.done) }}
 	e.carts = batch.Batcher[*cartReq]{Go: bg.Go, Select: e.selectCarts, Commit: e.commitCarts,

@@ -16,11 +16,14 @@ import (
 // transaction: its units go to the inbox of the segment the order's ID
 // routes to (which counts as the segment's stock at once, see Refill),
 // whichever places they came from (stock is fungible; the rebalancer
-// drains into the pool what a segment does not sell; returnSegment). It takes no lock at all (only a
-// segment's lock holder writes its counter, and anyone may add to its
-// inbox), so it never waits for, nor disturbs, the processes selling from
-// those segments or pulling from the pool. The transaction commits only if
-// the order record and every key it adds to are as read. Releasing again
+// drains into the pool what a segment does not sell; returnSegment). The
+// transaction is shared with the other Releases and Cancels of this
+// process at that moment, and then a SKU's units in it all go to the inbox
+// the first of them routes to (return_batch.go). It takes no lock at all
+// (only a segment's lock holder writes its counter, and anyone may add to
+// its inbox), so it never waits for, nor disturbs, the processes selling
+// from those segments or pulling from the pool. The transaction commits
+// only if the order record and every key it adds to are as read. Releasing again
 // reports Released false and returns nothing; an order that was never
 // allocated is ErrOrderNotFound. The order ID stays used: allocating it
 // again replays the (released) first result.
@@ -72,11 +75,14 @@ var errNotDue = errors.New("coordinator: not a reservation due for expiry")
 
 // returnOnce reads order and, if kind allows it (returnVerdict), returns
 // its units and marks it (released, or expired) in one transaction that
-// compares the order record's revision, every counter it adds to, and
-// fence: so two callers (a sweep and a Confirm, two sweeping leaders) can
-// never both return it. The same transaction deletes a live reservation's
-// index key and takes the units off the buyer's counter when they were
-// counted there. retry means a compare failed: read again.
+// compares the order record's revision and every counter it adds to or
+// takes from: so two callers (a Release and a Cancel, a sweep and a
+// Confirm) can never both return it. The same transaction deletes a live
+// reservation's index key and takes the units off the buyer's counter when
+// they were counted there. A Release or a Cancel shares its transaction
+// with the others of the moment (return_batch.go); an expiry has one of
+// its own, which also compares fence (the sweeping leader's). retry means
+// the record or a counter changed: read again.
 func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, kind returnKind, now time.Time, fence []clientv3.Cmp) (r *Released, retry bool, err error) {
 	o, kv, err := e.readOrder(ctx, info.name, order)
 	if err != nil {
@@ -101,6 +107,11 @@ func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, ki
 	if err != nil {
 		return nil, false, err
 	}
+	if kind != retExpire {
+		// A Release or a Cancel: committed with the others of the moment
+		// (return_batch.go).
+		return e.commitReturn(ctx, &returnReq{info: info, o: o, kv: kv})
+	}
 	cmps, ops, userKey, err := e.returnOps(ctx, info, o, kv, targets)
 	if errors.Is(err, errOrderChanged) {
 		return nil, true, nil // returned, confirmed or expired meanwhile: read again
@@ -109,22 +120,12 @@ func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, ki
 		return nil, false, err
 	}
 	cmps = append(fence[:len(fence):len(fence)], cmps...)
-	if kind == retExpire {
-		o.State = StateExpired
-	} else {
-		o.Released = true
-	}
+	o.State = StateExpired
 	ops = append(ops, clientv3.OpPut(string(kv.Key), EncodeOrder(o)))
-	send := func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	// As a rebalancer's move: never abandoned once sent.
+	resp, err := e.commitMove(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()
-	}
-	var resp *clientv3.TxnResponse
-	if kind == retExpire {
-		// As a rebalancer's move: never abandoned once sent.
-		resp, err = e.commitMove(ctx, send)
-	} else {
-		resp, err = send(ctx)
-	}
+	})
 	if userKey != "" {
 		e.users.forget(userKey) // the committer reads it again
 	}
