@@ -284,20 +284,48 @@ type lineView struct {
 	rec     *mvccpb.KeyValue
 	user    int64 // the buyer's counter, when the SKU has a per-user limit
 	userMod int64
+	// narrow: only the line's home segment (its counter and inbox) was
+	// read, not the SKU's other places nor its meta record (readHomes).
+	// Such a view can plan the line from its home, never refuse it.
+	narrow bool
 }
 
 // readLines reads every line's SKU at one revision (see the top of the
 // file). A SKU deleted or created again since this process read it is
 // answered as such.
 func (e *Engine) readLines(ctx context.Context, ls []*lineReq) ([]*lineView, error) {
+	return e.readLineViews(ctx, ls, false)
+}
+
+// readHomes is readLines narrowed to what the cart batcher needs to plan a
+// cart whose every line its home segment can serve: per line the home's
+// counter and inbox (not the SKU's 2N+1 counters), its SKU's lock keys,
+// the record, the buyer's counter; no meta record (the commit compares the
+// incarnation). A read of every counter of every line's SKU was most of
+// what a cart cost etcd (its range reads a third of a cart sale's CPU,
+// docs/benchmarks.md, stop 48). The views cannot refuse a line, nor
+// judge a replay: the batcher reads in full for those (commitCarts).
+func (e *Engine) readHomes(ctx context.Context, ls []*lineReq) ([]*lineView, error) {
+	return e.readLineViews(ctx, ls, true)
+}
+
+func (e *Engine) readLineViews(ctx context.Context, ls []*lineReq, narrow bool) ([]*lineView, error) {
 	var ops []clientv3.Op
 	for _, l := range ls {
 		name := l.req.sku.name
+		if narrow {
+			ops = append(ops,
+				clientv3.OpGet(e.keys.Segment(name, l.req.home)),
+				clientv3.OpGet(e.keys.Inbox(name, l.req.home)))
+		} else {
+			ops = append(ops, clientv3.OpGet(e.keys.SKUStock(name), clientv3.WithPrefix()))
+		}
 		ops = append(ops,
-			clientv3.OpGet(e.keys.SKUStock(name), clientv3.WithPrefix()),
 			clientv3.OpGet(e.keys.StockLocks(name), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-			clientv3.OpGet(e.keys.Order(name, l.req.order)),
-			clientv3.OpGet(e.keys.Meta(name), clientv3.WithKeysOnly()))
+			clientv3.OpGet(e.keys.Order(name, l.req.order)))
+		if !narrow {
+			ops = append(ops, clientv3.OpGet(e.keys.Meta(name), clientv3.WithKeysOnly()))
+		}
 		if l.req.userKey != "" {
 			ops = append(ops, clientv3.OpGet(l.req.userKey))
 		}
@@ -312,7 +340,10 @@ func (e *Engine) readLines(ctx context.Context, ls []*lineReq) ([]*lineView, err
 	for i, l := range ls {
 		info := l.req.sku
 		stock := rs[0].GetResponseRange().GetKvs()
-		if meta := rs[3].GetResponseRange().GetKvs(); info.created != 0 && (len(meta) == 0 || meta[0].CreateRevision != info.created) {
+		if narrow {
+			stock = append(stock[:len(stock):len(stock)], rs[1].GetResponseRange().GetKvs()...)
+			rs = rs[1:] // then as a full read's, without the meta record
+		} else if meta := rs[3].GetResponseRange().GetKvs(); info.created != 0 && (len(meta) == 0 || meta[0].CreateRevision != info.created) {
 			e.forgetSKU(info)
 			return nil, fmt.Errorf("line %d (%s): %w", l.idx, info.name, skuGoneErr(info, len(meta) == 0))
 		}
@@ -320,14 +351,14 @@ func (e *Engine) readLines(ctx context.Context, ls []*lineReq) ([]*lineView, err
 		if err != nil {
 			return nil, err
 		}
-		if len(snap.lazy) > 0 {
+		if len(snap.lazy) > 0 && !narrow { // a narrow view plans no lazy segment
 			sold, err := e.unsettled(ctx, info.name, rev, snap.lazy)
 			if err != nil {
 				return nil, err
 			}
 			snap.settleLazy(sold)
 		}
-		v := &lineView{snap: snap, locked: map[Place]bool{}}
+		v := &lineView{snap: snap, locked: map[Place]bool{}, narrow: narrow}
 		for _, kv := range stock {
 			if string(kv.Key) == e.keys.Pool(info.name) {
 				v.poolMod = kv.ModRevision
@@ -349,7 +380,11 @@ func (e *Engine) readLines(ctx context.Context, ls []*lineReq) ([]*lineView, err
 		if kvs := rs[2].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			v.rec = kvs[0]
 		}
-		rs = rs[4:]
+		if narrow {
+			rs = rs[3:]
+		} else {
+			rs = rs[4:]
+		}
 		if l.req.userKey != "" {
 			if v.user, v.userMod, err = decodeCounterKV(l.req.userKey, rs[0].GetResponseRange()); err != nil {
 				return nil, err

@@ -9,7 +9,9 @@ import (
 
 // Carts committed together. The orders of several lines of this process
 // that wait at one moment share one read of their SKUs and one
-// transaction (the cart batcher), as single orders share group commits:
+// transaction (the cart batcher), as single orders share group commits
+// (the read first narrowed to each line's home segment, and in full when
+// that cannot plan them all: commitCarts):
 // each is judged on the shared read (a replay, a refusal true at its
 // revision, read after every cart of the batch began), the ones that can
 // be served from places nobody holds are planned one after the other on
@@ -67,47 +69,23 @@ type freeState struct {
 	absorbed       bool // the batch takes its inbox into the counter
 }
 
-// commitCarts is the cart batcher's Commit.
+// commitCarts is the cart batcher's Commit. It plans the batch on a read
+// of the lines' home segments only (readHomes), and when that cannot plan
+// every cart (a home empty, held or lazy, a record found, a buyer at the
+// limit), on a full read of the SKUs (readLines), which judges and plans
+// as it did before stop 48: a narrow read never answers a cart, it only
+// plans, so a batch never refuses what it did not read.
 func (e *Engine) commitCarts(bg context.Context, batch []*cartReq) {
 	ctx, cancel := context.WithTimeout(bg, e.cfg.CommitTimeout)
 	defer cancel()
-	var all []*lineReq
-	for _, r := range batch {
-		all = append(all, r.ls...)
-	}
-	views, err := e.readLines(ctx, all)
-	if err != nil {
-		for _, r := range batch {
-			r.answer(nil, nil, true) // each reads again alone, and answers its own error
-		}
-		return
-	}
-	places := map[string]*freeState{} // by counter key
-	users := map[string]*[2]int64{}   // buyer counter key → value, ModRevision
-	t := &linesTxn{}
-	type planned struct {
-		r     *cartReq
-		parts [][]Part
-	}
-	var plans []planned
-	next := 0
-	for _, r := range batch {
-		vs := views[next : next+len(r.ls)]
-		next += len(r.ls)
-		if a, err, done := e.judgeLines(r.ls, vs, r.skus, r.n); done {
-			r.answer(a, err, false)
-			continue
-		}
-		parts, ok := e.planCart(r, vs, places, users)
-		if !ok {
-			r.answer(nil, nil, true)
-			continue
-		}
-		plans = append(plans, planned{r, parts})
+	plans, places, users, ok := e.planCarts(ctx, batch, true)
+	if !ok {
+		plans, places, users, _ = e.planCarts(ctx, batch, false)
 	}
 	if len(plans) == 0 {
 		return
 	}
+	t := &linesTxn{}
 	// The places and buyers once each, with what the whole batch takes.
 	for key, p := range places {
 		if !p.touched {
@@ -164,6 +142,66 @@ func (e *Engine) commitCarts(bg context.Context, batch []*cartReq) {
 	}
 }
 
+// plannedCart is a cart of a batch and the parts of each of its lines.
+type plannedCart struct {
+	r     *cartReq
+	parts [][]Part
+}
+
+// planCarts reads batch's lines, narrow (readHomes) or in full
+// (readLines), and plans each cart on that read after the earlier ones
+// (planCart). On a full read, a cart judged (a replay, ErrConflict, a
+// refusal) or not plannable is answered (alone, for the latter); ok is
+// true. On a narrow read nothing is answered: ok is false, and no plan
+// returned, unless every cart was planned.
+func (e *Engine) planCarts(ctx context.Context, batch []*cartReq, narrow bool) (plans []plannedCart, places map[string]*freeState, users map[string]*[2]int64, ok bool) {
+	var all []*lineReq
+	for _, r := range batch {
+		all = append(all, r.ls...)
+	}
+	read := e.readLines
+	if narrow {
+		read = e.readHomes
+	}
+	views, err := read(ctx, all)
+	if err != nil {
+		if narrow {
+			return nil, nil, nil, false
+		}
+		for _, r := range batch {
+			r.answer(nil, nil, true) // each reads again alone, and answers its own error
+		}
+		return nil, nil, nil, true
+	}
+	places = map[string]*freeState{} // by counter key
+	users = map[string]*[2]int64{}   // buyer counter key → value, ModRevision
+	next := 0
+	for _, r := range batch {
+		vs := views[next : next+len(r.ls)]
+		next += len(r.ls)
+		if narrow {
+			for _, v := range vs {
+				if v.rec != nil {
+					return nil, nil, nil, false // a replay is judged on a full read
+				}
+			}
+		} else if a, err, done := e.judgeLines(r.ls, vs, r.skus, r.n); done {
+			r.answer(a, err, false)
+			continue
+		}
+		parts, planned := e.planCart(r, vs, places, users)
+		switch {
+		case planned:
+			plans = append(plans, plannedCart{r, parts})
+		case narrow:
+			return nil, nil, nil, false
+		default:
+			r.answer(nil, nil, true)
+		}
+	}
+	return plans, places, users, true
+}
+
 // planCart plans r on the places nobody holds, after what the batch's
 // earlier carts take (places, users: updated only when r fits whole).
 func (e *Engine) planCart(r *cartReq, vs []*lineView, places map[string]*freeState, users map[string]*[2]int64) ([][]Part, bool) {
@@ -191,7 +229,7 @@ func (e *Engine) planCart(r *cartReq, vs []*lineView, places map[string]*freeSta
 		n := len(s.segs)
 		for k := 0; k < n && left > 0; k++ {
 			j := (l.req.home + k) % n
-			if v.locked[Segment(j)] || s.ctr[j].Lazy() {
+			if v.locked[Segment(j)] || s.ctr[j].Lazy() || (v.narrow && j != l.req.home) {
 				continue
 			}
 			key := e.keys.Segment(name, j)
@@ -210,7 +248,7 @@ func (e *Engine) planCart(r *cartReq, vs []*lineView, places map[string]*freeSta
 			parts[i] = append(parts[i], Part{Place: Segment(j), Qty: t})
 			left -= t
 		}
-		if left > 0 && !v.locked[Pool] {
+		if left > 0 && !v.locked[Pool] && !v.narrow {
 			key := e.keys.Pool(name)
 			p := state(key, func() *freeState { return &freeState{lockPfx: e.keys.PoolLock(name), cnt: s.pool, cntMod: v.poolMod} })
 			if have := p.cnt - used[key]; have > 0 {
