@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 
@@ -85,5 +86,91 @@ func TestCartReadsHomesFirst(t *testing.T) {
 	}
 	if got := auditAll(t, c, "h1", "h2"); got["h1"] != 152 || got["h2"] != 4 {
 		t.Fatalf("allocated: %v; want h1 152, h2 4", got)
+	}
+}
+
+// unsettledReads counts the reads of a SKU's order records since a lazy
+// segment's base (a range of orders/<sku>/ with a minimum creation
+// revision).
+type unsettledReads struct {
+	prefix atomic.Pointer[string]
+	n      atomic.Int64
+}
+
+func (c *unsettledReads) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if txn, ok := req.(*etcdserverpb.TxnRequest); ok {
+		if p := c.prefix.Load(); p != nil {
+			for _, op := range txn.Success {
+				if r := op.GetRequestRange(); r != nil && string(r.Key) == *p && r.MinCreateRevision > 0 {
+					c.n.Add(1)
+				}
+			}
+		}
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// A cart on a SKU whose segment another process sells lazily (its sales
+// are records the counter does not show yet) is served from the places it
+// may take from without reading those records: that read ranges the SKU's
+// whole order history, and beside single orders it made carts 6x slower.
+// A line the lazy sales may leave short is judged on exact counts (the
+// records read at the view's revision): refused with what truly remains,
+// or served under the places' locks when enough does. The books balance.
+func TestCartBesideLazySegments(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	var reads unsettledReads
+	a := interceptedCoordinator(t, etcd, reads.intercept)
+	b := newCoordinators(t, etcd, 1)[0]
+	raw := etcd.Client(t)
+	ctx := t.Context()
+	mustCreate(t, a, "lz", coordinator.SKUConfig{Total: 100, Segments: 1, InitialFill: 60})
+	mustCreate(t, a, "other", coordinator.SKUConfig{Total: 100, Segments: 1, InitialFill: 100})
+	for i := range 10 {
+		if _, err := b.Allocate(ctx, "lz", fmt.Sprint("b-", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c, _ := readSegmentCounter(t, raw, engines.Of(a).Keys.Segment("lz", 0)); !c.Lazy() || c.N <= 50 {
+		t.Fatalf("the segment after B's 10 orders: %+v; want lazy, its N above the 50 it holds (else the test proves nothing)", c)
+	}
+	prefix := engines.Of(a).Keys.Orders("lz")
+	reads.prefix.Store(&prefix)
+
+	c1, err := a.AllocateOrder(ctx, "c1", []coordinator.Line{{SKU: "lz", Qty: 5}, {SKU: "other", Qty: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.n.Load(); n != 0 {
+		t.Errorf("a cart the pool could serve read the SKU's records %d times; want none", n)
+	}
+	if p := c1.Lines[0].Parts; len(p) != 1 || !p[0].Place.IsPool() {
+		t.Errorf("the lz line took %v; want the pool's (the segment is another's lazily)", p)
+	}
+
+	// 95 more: at most 59 + 35 by the counters, 50 + 35 = 85 truly.
+	_, err = a.AllocateOrder(ctx, "c2", []coordinator.Line{{SKU: "lz", Qty: 95}, {SKU: "other", Qty: 1}})
+	var short *coordinator.InsufficientStockError
+	if !errors.As(err, &short) || short.Remaining != 85 {
+		t.Fatalf("95 of 85 left: %v; want a refusal saying 85 remain", err)
+	}
+	if reads.n.Load() == 0 {
+		t.Error("a refusal was judged without counting the lazy segment's sales")
+	}
+	// 80: the counters' upper bound does not refuse it, the pool alone
+	// cannot serve it, so it is judged exactly and served under locks.
+	c3, err := a.AllocateOrder(ctx, "c3", []coordinator.Line{{SKU: "lz", Qty: 80}, {SKU: "other", Qty: 1}})
+	if err != nil {
+		t.Fatalf("80 of 85 left: %v", err)
+	}
+	if len(c3.Lines[0].Parts) != 2 {
+		t.Errorf("the 80 came from %v; want the pool and the segment", c3.Lines[0].Parts)
+	}
+	_, err = a.AllocateOrder(ctx, "c4", []coordinator.Line{{SKU: "lz", Qty: 6}, {SKU: "other", Qty: 1}})
+	if !errors.As(err, &short) || short.Remaining != 5 {
+		t.Fatalf("6 of 5 left: %v; want a refusal saying 5 remain", err)
+	}
+	if got := auditAll(t, a, "lz", "other"); got["lz"] != 95 || got["other"] != 2 {
+		t.Fatalf("allocated: %v; want lz 95, other 2", got)
 	}
 }

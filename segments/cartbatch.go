@@ -164,6 +164,9 @@ func (e *Engine) planCarts(ctx context.Context, batch []*cartReq, narrow bool) (
 		read = e.readHomes
 	}
 	views, err := read(ctx, all)
+	if err == nil && !narrow {
+		err = e.settleViews(ctx, all, views, false)
+	}
 	if err != nil {
 		if narrow {
 			return nil, nil, nil, false
