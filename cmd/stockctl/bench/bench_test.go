@@ -749,3 +749,35 @@ func TestRunSaleCart(t *testing.T) {
 		t.Fatalf("costs: %+v", c)
 	}
 }
+
+// The cart-mix shape on a real etcd: half the orders carts of 3 SKUs,
+// half single orders, over the same 4 SKUs until they sell out: the row is
+// OK (the books hold what was served, line by line), refusals were checked
+// true, and KEYS/LINE divides by the lines served: carts and single orders
+// were both served, so the lines lie strictly between the orders and 3×.
+func TestRunSaleCartMix(t *testing.T) {
+	counter := &EtcdCounter{}
+	cs := startEtcd(t, 2, grpc.WithChainUnaryInterceptor(counter.Interceptor()))
+	shapes := []SaleShape{{Name: "cart-mix", SKUs: 4, Stock: 60, Lines: 3, CartShare: 0.5}}
+	rows, err := RunSale(t.Context(), SaleConfig{Specs: []SaleSpec{StockctlSale()}, Shapes: shapes, Buyers: 8, Processes: 2, Segments: 2,
+		Duration: time.Second, Etcd: cs, Prefix: "/bench-cartmix-test/", TruthSample: 1, Counter: counter,
+		Server: &EtcdServerMetrics{Gatherer: prometheus.DefaultGatherer, Members: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	r := rows[0]
+	t.Logf("cart-mix: %d orders, %d lines, %d refusals, %d truth-checked, costs %+v", r.Orders, r.Lines, r.Refusals, r.TruthChecked, r.Costs)
+	if !r.OK || r.Orders == 0 || r.Untrue != 0 {
+		t.Fatalf("cart-mix row: %+v", r)
+	}
+	if r.Lines <= r.Orders || r.Lines >= 3*r.Orders {
+		t.Fatalf("%d lines of %d orders served: want both carts and single orders", r.Lines, r.Orders)
+	}
+	c := r.Costs
+	if c.KeysPerOrder == nil || c.KeysPerLine == nil || math.Abs(*c.KeysPerLine-*c.KeysPerOrder*float64(r.Orders)/float64(r.Lines)) > 1e-9 {
+		t.Fatalf("costs: %+v", c)
+	}
+}

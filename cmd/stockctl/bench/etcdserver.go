@@ -104,8 +104,9 @@ type OrderCosts struct {
 	// operations (EtcdServerCounts) ÷ served orders.
 	KeysPerOrder    *float64 `json:"keysPerOrder"`
 	DeletesPerOrder *float64 `json:"deletesPerOrder"`
-	// KeysPerLine is KeysPerOrder ÷ the lines of an order, for a cart
-	// shape (SaleShape.Lines); nil otherwise.
+	// KeysPerLine is KeysPerOrder ÷ the lines of a served order (their
+	// mean, in a cart-mix shape), for a cart shape (SaleShape.Lines); nil
+	// otherwise.
 	KeysPerLine *float64 `json:"keysPerLine,omitempty"`
 	// ComparesPerOrder and TxnsPerOrder are the client's count
 	// (EtcdCounts): compares of write transactions, and write requests,

@@ -39,6 +39,11 @@ type SaleShape struct {
 	// none in one call (a CartStrategy's OrderCart); strategies without
 	// carts do not run the shape.
 	Lines int `json:"lines,omitempty"`
+	// CartShare, with Lines above 1 and below 1 itself, makes only that
+	// share of the orders carts, the rest single orders of one SKU over the
+	// same SKUs: a shop where most buyers check out one product and some
+	// several, so that carts meet segments that single orders sell from.
+	CartShare float64 `json:"cartShare,omitempty"`
 	// Batch, when positive, makes the shape the physical limit instead
 	// of a sale: no SKUs, no strategy, etcd driven with order-sized puts
 	// of new keys, Batch puts a transaction (see runLimitOne).
@@ -74,6 +79,10 @@ const (
 	// DefaultCartLines is the cart shape's lines an order (issue 32: a
 	// cart of 3 over 1,000 SKUs).
 	DefaultCartLines = 3
+	// DefaultCartMixSKUs and DefaultCartMixShare: the cart-mix shape's
+	// hundred products, one order in ten a cart of DefaultCartLines.
+	DefaultCartMixSKUs  = 100
+	DefaultCartMixShare = 0.1
 	// DefaultTruthSample: one order in this many, of buyers refused
 	// before, reads etcd's revision before it starts, and a refusal of it
 	// is checked afterwards against the books at the refusal's revision.
@@ -99,6 +108,7 @@ func DefaultSaleShapes() []SaleShape {
 		{Name: "many-prepared", SKUs: DefaultSaleSKUs, Stock: Plenty, Prepare: true},
 		{Name: "many-10k-prepared", SKUs: DefaultSaleSKUsLarge, Stock: Plenty, Prepare: true},
 		{Name: "cart", SKUs: DefaultSaleSKUs, Stock: Plenty, Lines: DefaultCartLines},
+		{Name: "cart-mix", SKUs: DefaultCartMixSKUs, Stock: Plenty, Lines: DefaultCartLines, CartShare: DefaultCartMixShare},
 		LimitShape(DefaultLimitBatch),
 	}
 }

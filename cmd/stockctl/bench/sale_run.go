@@ -59,6 +59,9 @@ type SaleRow struct {
 	// Orders were served; OrdersPerSec over the whole run.
 	Orders       int64   `json:"orders"`
 	OrdersPerSec float64 `json:"ordersPerSec"`
+	// Lines are the lines of the served orders (a cart shape's; 0
+	// elsewhere): KEYS/LINE divides by them.
+	Lines int64 `json:"lines,omitempty"`
 	// Refusals; RefusalsPerSec from the first refusal to the end (the
 	// storm after a sell-out).
 	Refusals       int64   `json:"refusals"`
@@ -166,12 +169,12 @@ type truthSample struct {
 
 // saleBuyer is what one buyer saw.
 type saleBuyer struct {
-	served, refusals, releases, errors, unresolved int64
-	servedLat, refusalLat                          []time.Duration
-	firstRefusal                                   time.Time
-	firstErr                                       error
-	samples                                        []truthSample
-	sold                                           map[int]int64 // units held by its served, unreleased orders, per SKU
+	served, lines, refusals, releases, errors, unresolved int64
+	servedLat, refusalLat                                 []time.Duration
+	firstRefusal                                          time.Time
+	firstErr                                              error
+	samples                                               []truthSample
+	sold                                                  map[int]int64 // units held by its served, unreleased orders, per SKU
 }
 
 func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShape) (row SaleRow) {
@@ -252,7 +255,11 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 			for n := 0; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
 				sku := picker.pick(r)
 				skus := []int{sku}
-				for len(skus) < sh.Lines {
+				lines := sh.Lines
+				if sh.CartShare > 0 && sh.CartShare < 1 && r.Float64() >= sh.CartShare {
+					lines = 1 // a single order of a cart-mix shape
+				}
+				for len(skus) < lines {
 					if k := picker.pick(r); !slices.Contains(skus, k) {
 						skus = append(skus, k)
 					}
@@ -274,7 +281,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 				}
 				t0 := time.Now()
 				out, ok := saleAttempts(ctx, cfg, sb, func(actx context.Context) (OrderOutcome, error) {
-					if sh.Lines > 1 {
+					if lines > 1 {
 						return cs.OrderCart(actx, proc, skus, order)
 					}
 					return s.Order(actx, proc, sku, order)
@@ -288,6 +295,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 					sb.unresolved++
 				case out.Served:
 					sb.served++
+					sb.lines += int64(len(skus))
 					for _, k := range skus {
 						sb.sold[k]++
 					}
@@ -346,6 +354,9 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	for i := range buyers {
 		sb := &buyers[i]
 		row.Orders += sb.served
+		if sh.Lines > 1 {
+			row.Lines += sb.lines
+		}
 		row.Refusals += sb.refusals
 		row.Releases += sb.releases
 		row.Errors += sb.errors
@@ -369,8 +380,11 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	row.OrdersPerSec = float64(row.Orders) / elapsed.Seconds()
 	row.Costs = orderCosts(row.Orders, row.Etcd, row.EtcdServer)
 	row.Costs.addCPU(row.CPUSeconds, row.Orders)
-	if k := row.Costs.KeysPerOrder; k != nil && sh.Lines > 1 {
-		v := *k / float64(sh.Lines)
+	if k := row.Costs.KeysPerOrder; k != nil && sh.Lines > 1 && row.Lines > 0 {
+		v := *k / float64(sh.Lines) // every order a cart of sh.Lines
+		if sh.CartShare > 0 && sh.CartShare < 1 {
+			v = *k * float64(row.Orders) / float64(row.Lines)
+		}
 		row.Costs.KeysPerLine = &v
 	}
 	if row.Refusals > 0 {
