@@ -35,11 +35,11 @@ func (c *stockPrefixReads) intercept(ctx context.Context, method string, req, re
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
-// A cart whose every line its home segment can serve is planned on a read
-// of those segments only, not of every counter of its SKUs; one that needs
-// more (another segment, the pool), a replay and a refusal are decided on a
-// full read, as before: served from elsewhere, replayed, refused truly. The
-// books balance throughout.
+// A cart whose every line its home segment and its SKU's pool can serve is
+// planned on a read of those counters only, not of every counter of its
+// SKUs; one that needs more (other segments), a replay and a refusal are
+// decided on a full read, as before: served from elsewhere, replayed,
+// refused truly. The books balance throughout.
 func TestCartReadsHomesFirst(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	var reads stockPrefixReads
@@ -58,14 +58,14 @@ func TestCartReadsHomesFirst(t *testing.T) {
 		t.Errorf("a cart its homes can serve read every counter of h1 %d times; want none", n)
 	}
 
-	// 150 of h1: more than a segment holds (100), so the pool or other
-	// segments give the rest, found by a full read.
-	big, err := c.AllocateOrder(ctx, "big", []coordinator.Line{{SKU: "h1", Qty: 150}, {SKU: "h2", Qty: 1}})
+	// 750 of h1: more than its home segment (100) and its pool (600)
+	// hold, so other segments give the rest, found by a full read.
+	big, err := c.AllocateOrder(ctx, "big", []coordinator.Line{{SKU: "h1", Qty: 750}, {SKU: "h2", Qty: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(big.Lines[0].Parts) < 2 {
-		t.Errorf("150 units from one place: %+v", big.Lines[0].Parts)
+	if len(big.Lines[0].Parts) < 3 {
+		t.Errorf("750 units from fewer than three places: %+v", big.Lines[0].Parts)
 	}
 	if reads.n.Load() == 0 {
 		t.Error("a cart its homes cannot serve was served without a full read")
@@ -79,13 +79,14 @@ func TestCartReadsHomesFirst(t *testing.T) {
 	if reads.n.Load() == before {
 		t.Error("a replay was answered without a full read")
 	}
-	_, err = c.AllocateOrder(ctx, "huge", []coordinator.Line{{SKU: "h1", Qty: 900}, {SKU: "h2", Qty: 1}})
+	_, err = c.AllocateOrder(ctx, "huge", []coordinator.Line{{SKU: "h1", Qty: 300}, {SKU: "h2", Qty: 1}})
 	var le *coordinator.LineError
-	if !errors.As(err, &le) || le.SKU != "h1" || !errors.Is(err, coordinator.ErrInsufficientStock) {
-		t.Fatalf("900 of the 848 left: %v; want an insufficient-stock refusal of line h1", err)
+	var short *coordinator.InsufficientStockError
+	if !errors.As(err, &le) || le.SKU != "h1" || !errors.As(err, &short) || short.Remaining != 248 {
+		t.Fatalf("300 of the 248 left: %v; want an insufficient-stock refusal of line h1 saying 248 remain", err)
 	}
-	if got := auditAll(t, c, "h1", "h2"); got["h1"] != 152 || got["h2"] != 4 {
-		t.Fatalf("allocated: %v; want h1 152, h2 4", got)
+	if got := auditAll(t, c, "h1", "h2"); got["h1"] != 752 || got["h2"] != 4 {
+		t.Fatalf("allocated: %v; want h1 752, h2 4", got)
 	}
 }
 
@@ -125,7 +126,7 @@ func TestCartBesideLazySegments(t *testing.T) {
 	raw := etcd.Client(t)
 	ctx := t.Context()
 	mustCreate(t, a, "lz", coordinator.SKUConfig{Total: 100, Segments: 1, InitialFill: 60})
-	mustCreate(t, a, "other", coordinator.SKUConfig{Total: 100, Segments: 1, InitialFill: 100})
+	mustCreate(t, a, "other", coordinator.SKUConfig{Total: 100, Segments: 2, InitialFill: 100})
 	for i := range 10 {
 		if _, err := b.Allocate(ctx, "lz", fmt.Sprint("b-", i), 1, ""); err != nil {
 			t.Fatal(err)
@@ -137,12 +138,17 @@ func TestCartBesideLazySegments(t *testing.T) {
 	prefix := engines.Of(a).Keys.Orders("lz")
 	reads.prefix.Store(&prefix)
 
-	c1, err := a.AllocateOrder(ctx, "c1", []coordinator.Line{{SKU: "lz", Qty: 5}, {SKU: "other", Qty: 1}})
+	// 60 of other need both its segments (50 each, no pool): the cart is
+	// planned on a full read of both SKUs.
+	c1, err := a.AllocateOrder(ctx, "c1", []coordinator.Line{{SKU: "lz", Qty: 5}, {SKU: "other", Qty: 60}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := reads.n.Load(); n != 0 {
 		t.Errorf("a cart the pool could serve read the SKU's records %d times; want none", n)
+	}
+	if p := c1.Lines[1].Parts; len(p) != 2 {
+		t.Errorf("the 60 of other came from %v; want both segments (else no full read was needed)", p)
 	}
 	if p := c1.Lines[0].Parts; len(p) != 1 || !p[0].Place.IsPool() {
 		t.Errorf("the lz line took %v; want the pool's (the segment is another's lazily)", p)
@@ -170,7 +176,7 @@ func TestCartBesideLazySegments(t *testing.T) {
 	if !errors.As(err, &short) || short.Remaining != 5 {
 		t.Fatalf("6 of 5 left: %v; want a refusal saying 5 remain", err)
 	}
-	if got := auditAll(t, a, "lz", "other"); got["lz"] != 95 || got["other"] != 2 {
-		t.Fatalf("allocated: %v; want lz 95, other 2", got)
+	if got := auditAll(t, a, "lz", "other"); got["lz"] != 95 || got["other"] != 61 {
+		t.Fatalf("allocated: %v; want lz 95, other 61", got)
 	}
 }

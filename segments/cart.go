@@ -299,9 +299,10 @@ type lineView struct {
 	rec     *mvccpb.KeyValue
 	user    int64 // the buyer's counter, when the SKU has a per-user limit
 	userMod int64
-	// narrow: only the line's home segment (its counter and inbox) was
-	// read, not the SKU's other places nor its meta record (readHomes).
-	// Such a view can plan the line from its home, never refuse it.
+	// narrow: only the counters of the line's home segment and of its
+	// SKU's pool were read, not the home's inbox, the SKU's other places
+	// nor its meta record (readHomes). Such a view can plan the line from
+	// those two counters, never refuse it.
 	narrow bool
 	sku    string
 }
@@ -340,13 +341,15 @@ func (e *Engine) readLines(ctx context.Context, ls []*lineReq) ([]*lineView, err
 }
 
 // readHomes is readLines narrowed to what the cart batcher needs to plan a
-// cart whose every line its home segment can serve: per line the home's
-// counter and inbox (not the SKU's 2N+1 counters), its SKU's lock keys,
-// the record, the buyer's counter; no meta record (the commit compares the
-// incarnation). A read of every counter of every line's SKU was most of
-// what a cart cost etcd (its range reads a third of a cart sale's CPU,
-// docs/benchmarks.md, stop 48). The views cannot refuse a line, nor
-// judge a replay: the batcher reads in full for those (commitCarts).
+// cart whose every line its home segment's counter and its SKU's pool can
+// serve: per line those two counters (not the SKU's 2N+1 counters and
+// inboxes), its SKU's lock keys, the record, the buyer's counter; no meta
+// record (the commit compares the incarnation). A read of every counter of
+// every line's SKU was most of what a cart cost etcd (its range reads a
+// third of a cart sale's CPU, docs/benchmarks.md, stop 48), and beside
+// single orders, which own their homes lazily, the pool is where a cart
+// finds stock it may take. The views cannot refuse a line, nor judge a
+// replay: the batcher reads in full for those (commitCarts).
 func (e *Engine) readHomes(ctx context.Context, ls []*lineReq) ([]*lineView, error) {
 	return e.readLineViews(ctx, ls, true)
 }
@@ -358,7 +361,7 @@ func (e *Engine) readLineViews(ctx context.Context, ls []*lineReq, narrow bool) 
 		if narrow {
 			ops = append(ops,
 				clientv3.OpGet(e.keys.Segment(name, l.req.home)),
-				clientv3.OpGet(e.keys.Inbox(name, l.req.home)))
+				clientv3.OpGet(e.keys.Pool(name)))
 		} else {
 			ops = append(ops, clientv3.OpGet(e.keys.SKUStock(name), clientv3.WithPrefix()))
 		}

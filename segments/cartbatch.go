@@ -10,8 +10,8 @@ import (
 // Carts committed together. The orders of several lines of this process
 // that wait at one moment share one read of their SKUs and one
 // transaction (the cart batcher), as single orders share group commits
-// (the read first narrowed to each line's home segment, and in full when
-// that cannot plan them all: commitCarts):
+// (the read first narrowed to each line's home segment and pool counters,
+// and in full when that cannot plan them all: commitCarts):
 // each is judged on the shared read (a replay, a refusal true at its
 // revision, read after every cart of the batch began), the ones that can
 // be served from places nobody holds are planned one after the other on
@@ -70,8 +70,8 @@ type freeState struct {
 }
 
 // commitCarts is the cart batcher's Commit. It plans the batch on a read
-// of the lines' home segments only (readHomes), and when that cannot plan
-// every cart (a home empty, held or lazy, a record found, a buyer at the
+// of the lines' home segments' and pools' counters only (readHomes), and
+// when that cannot plan every cart (too little there, a record found, a buyer at the
 // limit), on a full read of the SKUs (readLines), which judges and plans
 // as it did before stop 48: a narrow read never answers a cart, it only
 // plans, so a batch never refuses what it did not read.
@@ -251,7 +251,7 @@ func (e *Engine) planCart(r *cartReq, vs []*lineView, places map[string]*freeSta
 			parts[i] = append(parts[i], Part{Place: Segment(j), Qty: t})
 			left -= t
 		}
-		if left > 0 && !v.locked[Pool] && !v.narrow {
+		if left > 0 && !v.locked[Pool] {
 			key := e.keys.Pool(name)
 			p := state(key, func() *freeState { return &freeState{lockPfx: e.keys.PoolLock(name), cnt: s.pool, cntMod: v.poolMod} })
 			if have := p.cnt - used[key]; have > 0 {
