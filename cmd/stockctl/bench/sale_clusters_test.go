@@ -21,12 +21,12 @@ func TestRunSaleClusters(t *testing.T) {
 		cls = append(cls, SaleCluster{Name: fmt.Sprintf("c%d", i), Etcd: startEtcd(t, 2, grpc.WithChainUnaryInterceptor(counter.Interceptor())), Counter: counter})
 	}
 	// The storm's 4 SKUs of 1 unit sell out whatever the machine's speed
-	// (each of the 6 buyers tries at least once; 4 SKUs of 20 units did
-	// not sell out in a second on a busy machine), and every refusal is
-	// checked.
+	// (each of the 6 buyers orders at least 3 times; 4 SKUs of 20 units
+	// did not sell out in a second on a busy machine), and every refusal
+	// after a buyer's first is checked (so at least 2 buyers' are).
 	shapes := []SaleShape{{Name: "many", SKUs: 30, Stock: Plenty}, {Name: "storm", SKUs: 4, Stock: 1}}
 	rows, err := RunSale(t.Context(), SaleConfig{Specs: []SaleSpec{StockctlSale(), StockctlClustersSale(3)}, Shapes: shapes, Buyers: 6, Processes: 2,
-		Segments: 2, Duration: 2 * time.Second, Etcd: cls[0].Etcd, Prefix: "/bench-clusters-test/", TruthSample: 1, Counter: cls[0].Counter,
+		Segments: 2, Duration: 2 * time.Second, MinOrders: 3, Etcd: cls[0].Etcd, Prefix: "/bench-clusters-test/", TruthSample: 1, Counter: cls[0].Counter,
 		Server: &EtcdServerMetrics{Gatherer: prometheus.DefaultGatherer, Members: 1}, Clusters: cls})
 	if err != nil {
 		t.Fatal(err)

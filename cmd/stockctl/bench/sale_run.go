@@ -21,6 +21,10 @@ type SaleConfig struct {
 	Processes int
 	Segments  int
 	Duration  time.Duration
+	// MinOrders: each buyer places at least this many orders, past
+	// Duration if it must (tests, whose checks need a buyer's second
+	// order whatever the machine's speed); 0 for none.
+	MinOrders int
 	Etcd      []*clientv3.Client
 	Prefix    string
 	// AttemptTimeout bounds one attempt at an order (then it is retried
@@ -252,7 +256,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 			sb.sold = map[int]int64{}
 			r := rand.New(rand.NewPCG(uint64(b), rand.Uint64()))
 			proc := b % cfg.Processes
-			for n := 0; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
+			for n := 0; (n < cfg.MinOrders || time.Now().Before(deadline)) && ctx.Err() == nil; n++ {
 				sku := picker.pick(r)
 				skus := []int{sku}
 				lines := sh.Lines
