@@ -1,39 +1,16 @@
 package coordinator_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
-
-// stockPrefixReads counts the read requests that range a whole SKU's
-// counters (a prefix read of stock/<sku>/).
-type stockPrefixReads struct {
-	prefix atomic.Pointer[string]
-	n      atomic.Int64
-}
-
-func (c *stockPrefixReads) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if txn, ok := req.(*etcdserverpb.TxnRequest); ok {
-		if p := c.prefix.Load(); p != nil {
-			for _, op := range txn.Success {
-				if r := op.GetRequestRange(); r != nil && string(r.Key) == *p && len(r.RangeEnd) > 0 {
-					c.n.Add(1)
-				}
-			}
-		}
-	}
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
 
 // A cart whose every line its home segment and its SKU's pool can serve is
 // planned on a read of those counters only, not of every counter of its
@@ -42,13 +19,12 @@ func (c *stockPrefixReads) intercept(ctx context.Context, method string, req, re
 // refused truly. The books balance throughout.
 func TestCartReadsHomesFirst(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
-	var reads stockPrefixReads
+	var reads txnCounter // prefix reads of stock/h1/: every counter of the SKU
 	c := interceptedCoordinator(t, etcd, reads.intercept)
 	ctx := t.Context()
 	mustCreate(t, c, "h1", coordinator.SKUConfig{Total: 1000, Segments: 4, InitialFill: 400})
 	mustCreate(t, c, "h2", coordinator.SKUConfig{Total: 1000, Segments: 4, InitialFill: 400})
-	prefix := engines.Of(c).Keys.SKUStock("h1")
-	reads.prefix.Store(&prefix)
+	reads.arm(rangesOf(engines.Of(c).Keys.SKUStock("h1"), func(r *etcdserverpb.RangeRequest) bool { return len(r.RangeEnd) > 0 }))
 
 	small := []coordinator.Line{{SKU: "h1", Qty: 2}, {SKU: "h2", Qty: 3}}
 	if _, err := c.AllocateOrder(ctx, "small", small); err != nil {
@@ -90,27 +66,6 @@ func TestCartReadsHomesFirst(t *testing.T) {
 	}
 }
 
-// unsettledReads counts the reads of a SKU's order records since a lazy
-// segment's base (a range of orders/<sku>/ with a minimum creation
-// revision).
-type unsettledReads struct {
-	prefix atomic.Pointer[string]
-	n      atomic.Int64
-}
-
-func (c *unsettledReads) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if txn, ok := req.(*etcdserverpb.TxnRequest); ok {
-		if p := c.prefix.Load(); p != nil {
-			for _, op := range txn.Success {
-				if r := op.GetRequestRange(); r != nil && string(r.Key) == *p && r.MinCreateRevision > 0 {
-					c.n.Add(1)
-				}
-			}
-		}
-	}
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
 // A cart on a SKU whose segment another process sells lazily (its sales
 // are records the counter does not show yet) is served from the places it
 // may take from without reading those records: that read ranges the SKU's
@@ -120,7 +75,7 @@ func (c *unsettledReads) intercept(ctx context.Context, method string, req, repl
 // or served under the places' locks when enough does. The books balance.
 func TestCartBesideLazySegments(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
-	var reads unsettledReads
+	var reads txnCounter // reads of lz's records since a base: its unsettled sales
 	a := interceptedCoordinator(t, etcd, reads.intercept)
 	b := newCoordinators(t, etcd, 1)[0]
 	raw := etcd.Client(t)
@@ -135,8 +90,7 @@ func TestCartBesideLazySegments(t *testing.T) {
 	if c, _ := readSegmentCounter(t, raw, engines.Of(a).Keys.Segment("lz", 0)); !c.Lazy() || c.N <= 50 {
 		t.Fatalf("the segment after B's 10 orders: %+v; want lazy, its N above the 50 it holds (else the test proves nothing)", c)
 	}
-	prefix := engines.Of(a).Keys.Orders("lz")
-	reads.prefix.Store(&prefix)
+	reads.arm(rangesOf(engines.Of(a).Keys.Orders("lz"), func(r *etcdserverpb.RangeRequest) bool { return r.MinCreateRevision > 0 }))
 
 	// 60 of other need both its segments (50 each, no pool): the cart is
 	// planned on a full read of both SKUs.

@@ -1,7 +1,6 @@
 package coordinator_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
@@ -19,31 +17,18 @@ import (
 	"github.com/stockctl/stockctl/segments"
 )
 
-// returnTxns counts, once armed, the write transactions a client sends
-// that put records under prefix, and the most records one of them put.
-type returnTxns struct {
-	prefix atomic.Pointer[string]
-	txns   atomic.Int64
-	most   atomic.Int64
-}
-
-func (c *returnTxns) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if txn, ok := req.(*etcdserverpb.TxnRequest); ok && len(txn.Compare) > 0 {
-		if prefix := c.prefix.Load(); prefix != nil {
-			n := int64(0)
-			for _, op := range txn.Success {
-				if put := op.GetRequestPut(); put != nil && strings.HasPrefix(string(put.Key), *prefix) {
-					n++
-				}
-			}
-			if n > 0 {
-				c.txns.Add(1)
-				for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
-				}
+// recordPuts counts the records under prefix a write Txn puts (0 for a
+// Txn with no compare: not a fenced write).
+func recordPuts(prefix string) func(*etcdserverpb.TxnRequest) int64 {
+	return func(txn *etcdserverpb.TxnRequest) int64 {
+		n := int64(0)
+		for _, op := range txn.Success {
+			if put := op.GetRequestPut(); put != nil && len(txn.Compare) > 0 && strings.HasPrefix(string(put.Key), prefix) {
+				n++
 			}
 		}
+		return n
 	}
-	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
 // Invariant: Releases and Cancels racing in one process, committed
@@ -55,7 +40,7 @@ func (c *returnTxns) intercept(ctx context.Context, method string, req, reply an
 // of them marked several records), or the test proves nothing.
 func TestReturnsCommittedTogether(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
-	var count returnTxns
+	var count txnCounter
 	a := interceptedCoordinator(t, etcd, count.intercept)
 	b := newCoordinators(t, etcd, 1)[0]
 	ctx := t.Context()
@@ -99,8 +84,14 @@ func TestReturnsCommittedTogether(t *testing.T) {
 
 	// Every order of a returned twice at once (a reservation by a Cancel
 	// and a Release), while b sells 60 more and releases its first 60.
-	prefix := engines.Of(a).Keys.Orders(sku)
-	count.prefix.Store(&prefix)
+	var txns atomic.Int64 // a's write transactions that put records
+	count.arm(func(txn *etcdserverpb.TxnRequest) int64 {
+		n := recordPuts(engines.Of(a).Keys.Orders(sku))(txn)
+		if n > 0 {
+			txns.Add(1)
+		}
+		return n
+	})
 	var released sync.Map // order → times reported Released
 	var mu sync.Mutex
 	var errs []error
@@ -145,7 +136,7 @@ func TestReturnsCommittedTogether(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	count.prefix.Store(nil)
+	count.disarm()
 	for _, err := range errs {
 		t.Error(err)
 	}
@@ -163,9 +154,9 @@ func TestReturnsCommittedTogether(t *testing.T) {
 		}
 	}
 	if most := count.most.Load(); most < 2 {
-		t.Fatalf("a's returns went one record a transaction (%d transactions): the test proves nothing", count.txns.Load())
+		t.Fatalf("a's returns went one record a transaction (%d transactions): the test proves nothing", txns.Load())
 	}
-	t.Logf("a's %d returns: %d write transactions, at most %d records in one", 2*n, count.txns.Load(), count.most.Load())
+	t.Logf("a's %d returns: %d write transactions, at most %d records in one", 2*n, txns.Load(), count.most.Load())
 
 	// The books, at every revision since the returns began.
 	end := mustAudit(t, a, sku)
@@ -181,47 +172,6 @@ func TestReturnsCommittedTogether(t *testing.T) {
 			t.Fatalf("audit at revision %d: %v", rev, rep.Problems)
 		}
 	}
-}
-
-// beforeWrite is a gRPC client interceptor that runs a function once, when
-// armed, just before the first write transaction that puts key is sent.
-type beforeWrite struct {
-	mu    sync.Mutex
-	key   string
-	run   func()
-	fired atomic.Int64
-}
-
-func (b *beforeWrite) arm(key string, run func()) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.key, b.run = key, run
-}
-
-func (b *beforeWrite) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if txn, ok := req.(*etcdserverpb.TxnRequest); ok && len(txn.Compare) > 0 {
-		if run := b.take(txn); run != nil {
-			run()
-			b.fired.Add(1)
-		}
-	}
-	return invoker(ctx, method, req, reply, cc, opts...)
-}
-
-func (b *beforeWrite) take(txn *etcdserverpb.TxnRequest) func() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.run == nil {
-		return nil
-	}
-	for _, op := range txn.Success {
-		if put := op.GetRequestPut(); put != nil && string(put.Key) == b.key {
-			run := b.run
-			b.run = nil
-			return run
-		}
-	}
-	return nil
 }
 
 // Invariant: a return whose order another process changes after the
@@ -245,7 +195,7 @@ func TestReturnRacesChangeAtCommit(t *testing.T) {
 	} {
 		t.Run(tc.loser+" after "+tc.winner, func(t *testing.T) {
 			etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
-			var hook beforeWrite
+			var hook beforeTxn
 			a := interceptedCoordinator(t, etcd, hook.intercept)
 			b := newCoordinators(t, etcd, 1)[0]
 			ctx := t.Context()
@@ -266,7 +216,7 @@ func TestReturnRacesChangeAtCommit(t *testing.T) {
 				return c.Release(ctx, "w", order)
 			}
 			var winErr error
-			hook.arm(engines.Of(a).Keys.Order("w", "o1"), func() {
+			hook.armWrite(engines.Of(a).Keys.Order("w", "o1"), func() {
 				var r *coordinator.Released
 				r, winErr = do(b, tc.winner, "o1")
 				if winErr == nil && !r.Released {

@@ -20,24 +20,55 @@ import (
 	"github.com/stockctl/stockctl/segments"
 )
 
-// beforeRead is a gRPC client interceptor that runs a function once, when
-// armed, just before the first read-only Txn that reads a key under prefix
-// is sent: it puts another caller's write between two round trips of the
-// call under test, deterministically.
-type beforeRead struct {
-	mu     sync.Mutex
-	prefix string
-	run    func()
-	fired  atomic.Int64
+// beforeTxn is a gRPC client interceptor that runs a function once, when
+// armed, just before the first Txn it was armed for is sent: it puts
+// another caller's write between two round trips of the call under test
+// (arm: a read-only Txn reading a key under a prefix), or just before its
+// commit (armWrite: a write Txn putting a key), deterministically.
+type beforeTxn struct {
+	mu    sync.Mutex
+	match func(*etcdserverpb.TxnRequest) bool
+	run   func()
+	fired atomic.Int64
 }
 
-func (b *beforeRead) arm(prefix string, run func()) {
+// arm runs run before the first read-only Txn that reads a key under prefix.
+func (b *beforeTxn) arm(prefix string, run func()) {
+	b.armIf(func(txn *etcdserverpb.TxnRequest) bool {
+		if len(txn.Compare) > 0 {
+			return false
+		}
+		found := false
+		for _, op := range txn.Success {
+			r := op.GetRequestRange()
+			if r == nil {
+				return false // a write
+			}
+			found = found || strings.HasPrefix(string(r.Key), prefix)
+		}
+		return found
+	}, run)
+}
+
+// armWrite runs run before the first write Txn that puts key.
+func (b *beforeTxn) armWrite(key string, run func()) {
+	b.armIf(func(txn *etcdserverpb.TxnRequest) bool {
+		for _, op := range txn.Success {
+			if put := op.GetRequestPut(); put != nil && string(put.Key) == key {
+				return len(txn.Compare) > 0
+			}
+		}
+		return false
+	}, run)
+}
+
+func (b *beforeTxn) armIf(match func(*etcdserverpb.TxnRequest) bool, run func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.prefix, b.run = prefix, run
+	b.match, b.run = match, run
 }
 
-func (b *beforeRead) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+func (b *beforeTxn) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if txn, ok := req.(*etcdserverpb.TxnRequest); ok {
 		if run := b.take(txn); run != nil {
 			run()
@@ -47,21 +78,10 @@ func (b *beforeRead) intercept(ctx context.Context, method string, req, reply an
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
-func (b *beforeRead) take(txn *etcdserverpb.TxnRequest) func() {
+func (b *beforeTxn) take(txn *etcdserverpb.TxnRequest) func() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.run == nil || len(txn.Compare) > 0 {
-		return nil
-	}
-	found := false
-	for _, op := range txn.Success {
-		r := op.GetRequestRange()
-		if r == nil {
-			return nil // a write
-		}
-		found = found || strings.HasPrefix(string(r.Key), b.prefix)
-	}
-	if !found {
+	if b.run == nil || !b.match(txn) {
 		return nil
 	}
 	run := b.run
@@ -69,8 +89,43 @@ func (b *beforeRead) take(txn *etcdserverpb.TxnRequest) func() {
 	return run
 }
 
+// txnCounter is a gRPC client interceptor that counts, once armed, what
+// count finds in each Txn the client sends (n, the sum; most, the largest).
+type txnCounter struct {
+	count   atomic.Pointer[func(*etcdserverpb.TxnRequest) int64]
+	n, most atomic.Int64
+}
+
+func (c *txnCounter) arm(count func(*etcdserverpb.TxnRequest) int64) { c.count.Store(&count) }
+func (c *txnCounter) disarm()                                        { c.count.Store(nil) }
+
+func (c *txnCounter) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if txn, ok := req.(*etcdserverpb.TxnRequest); ok {
+		if count := c.count.Load(); count != nil {
+			k := (*count)(txn)
+			c.n.Add(k)
+			for m := c.most.Load(); k > m && !c.most.CompareAndSwap(m, k); m = c.most.Load() {
+			}
+		}
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// rangesOf counts the reads of a Txn that range key with ok(r) true.
+func rangesOf(key string, ok func(*etcdserverpb.RangeRequest) bool) func(*etcdserverpb.TxnRequest) int64 {
+	return func(txn *etcdserverpb.TxnRequest) int64 {
+		n := int64(0)
+		for _, op := range txn.Success {
+			if r := op.GetRequestRange(); r != nil && string(r.Key) == key && ok(r) {
+				n++
+			}
+		}
+		return n
+	}
+}
+
 // hookedCoordinator is a coordinator whose client goes through hook.
-func hookedCoordinator(t *testing.T, etcd *etcdtest.Single, hook *beforeRead) *coordinator.Coordinator {
+func hookedCoordinator(t *testing.T, etcd *etcdtest.Single, hook *beforeTxn) *coordinator.Coordinator {
 	t.Helper()
 	return interceptedCoordinator(t, etcd, hook.intercept)
 }
@@ -115,7 +170,7 @@ func TestReturnRacesReturn(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
-			var hook beforeRead
+			var hook beforeTxn
 			a := hookedCoordinator(t, etcd, &hook)
 			b := newCoordinators(t, etcd, 1)[0]
 			ctx := t.Context()
@@ -181,7 +236,7 @@ func overdueReservations(t *testing.T, c *coordinator.Coordinator, sku, buyer st
 // Confirm says ErrExpired.
 func TestSweepRacesLateConfirm(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
-	var hook beforeRead
+	var hook beforeTxn
 	sweeper := hookedCoordinator(t, etcd, &hook)
 	payer := newCoordinators(t, etcd, 1)[0]
 	ctx := t.Context()
@@ -220,7 +275,7 @@ func TestSweepRacesLateConfirm(t *testing.T) {
 // ErrExpired (final: the units went back once), never ErrCorrupt.
 func TestLateConfirmRacesSweep(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
-	var hook beforeRead
+	var hook beforeTxn
 	payer := hookedCoordinator(t, etcd, &hook)
 	sweeper := newCoordinators(t, etcd, 1)[0]
 	ctx := t.Context()

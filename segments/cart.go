@@ -304,7 +304,6 @@ type lineView struct {
 	// nor its meta record (readHomes). Such a view can plan the line from
 	// those two counters, never refuse it.
 	narrow bool
-	sku    string
 }
 
 // settleViews counts, in the views of ls that need it, the sales of
@@ -324,7 +323,7 @@ func (e *Engine) settleViews(ctx context.Context, ls []*lineReq, views []*lineVi
 		if len(s.lazy) == 0 || (!all && s.total() >= ls[i].req.qty) {
 			continue
 		}
-		sold, err := e.unsettled(ctx, v.sku, s.rev, s.lazy)
+		sold, err := e.unsettled(ctx, ls[i].req.sku.name, s.rev, s.lazy)
 		if err != nil {
 			return err
 		}
@@ -399,7 +398,7 @@ func (e *Engine) readLineViews(ctx context.Context, ls []*lineReq, narrow bool) 
 		// A lazy segment counts at its counter's N here, an upper bound of
 		// its units: no plan takes from it, and settleViews counts its
 		// unsettled sales when a judgement needs them.
-		v := &lineView{snap: snap, locked: map[Place]bool{}, narrow: narrow, sku: info.name}
+		v := &lineView{snap: snap, locked: map[Place]bool{}, narrow: narrow}
 		for _, kv := range stock {
 			if string(kv.Key) == e.keys.Pool(info.name) {
 				v.poolMod = kv.ModRevision

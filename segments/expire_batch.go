@@ -63,10 +63,8 @@ func (e *Engine) readDue(ctx context.Context, info *skuInfo, todo []due, now tim
 			// A line of an order of several goes one at a time: its
 			// expiry takes every line (cartreturn.go).
 			ok := o.Lines == nil && o.Reserved() && !now.Before(o.Deadline) && o.SKU == info.name && o.ID == d.order &&
-				e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID) == d.key
-			for _, p := range o.Parts {
-				ok = ok && p.Place.Index() < info.segments
-			}
+				e.keys.Reservation(info.name, o.Deadline.UnixNano(), o.ID) == d.key &&
+				checkParts(info, o, kvs[0]) == nil // a corrupt one is reported one at a time
 			if ok {
 				batch = append(batch, dueOrder{indexKey: d.key, o: o, kv: kvs[0]})
 			} else {

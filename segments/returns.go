@@ -103,14 +103,17 @@ func (e *Engine) returnOnce(ctx context.Context, info *skuInfo, order string, ki
 		}
 		return r, false, err
 	}
+	if kind != retExpire {
+		// A Release or a Cancel: committed with the others of the moment
+		// (return_batch.go), which work out where the units go.
+		if err := checkParts(info, o, kv); err != nil {
+			return nil, false, err
+		}
+		return e.commitReturn(ctx, &returnReq{info: info, o: o, kv: kv})
+	}
 	targets, err := e.returnTargets(info, o, kv)
 	if err != nil {
 		return nil, false, err
-	}
-	if kind != retExpire {
-		// A Release or a Cancel: committed with the others of the moment
-		// (return_batch.go).
-		return e.commitReturn(ctx, &returnReq{info: info, o: o, kv: kv})
 	}
 	cmps, ops, userKey, err := e.returnOps(ctx, info, o, kv, targets)
 	if errors.Is(err, errOrderChanged) {
@@ -203,15 +206,26 @@ func returnSegment(order string, segments int) int {
 	return Route(order, segments)
 }
 
+// checkParts reports a record (o, read as kv) naming a place its SKU does
+// not have as corrupt.
+func checkParts(info *skuInfo, o Order, kv *mvccpb.KeyValue) error {
+	for _, p := range o.Parts {
+		if p.Place.Index() >= info.segments {
+			return &CorruptError{Key: string(kv.Key), Value: kv.Value,
+				Err: fmt.Errorf("part from %v of a SKU with %d segments", p.Place, info.segments)}
+		}
+	}
+	return nil
+}
+
 // returnTargets works out where o's parts go back to (returnSegment).
 func (e *Engine) returnTargets(info *skuInfo, o Order, kv *mvccpb.KeyValue) (returnTo, error) {
 	t := returnTo{give: map[string]int64{}}
+	if err := checkParts(info, o, kv); err != nil {
+		return t, err
+	}
 	key := e.keys.Inbox(info.name, returnSegment(o.ID, info.segments))
 	for _, p := range o.Parts {
-		if p.Place.Index() >= info.segments {
-			return t, &CorruptError{Key: string(kv.Key), Value: kv.Value,
-				Err: fmt.Errorf("part from %v of a SKU with %d segments", p.Place, info.segments)}
-		}
 		if !t.has(key) {
 			t.keys = append(t.keys, key)
 		}
