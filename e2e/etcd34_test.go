@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,5 +287,65 @@ func TestExpiryOnEtcd34(t *testing.T) {
 	rep := mustAudit(t, c, sku)
 	if !rep.OK || rep.Allocated != 0 || rep.Pool+rep.Segments != total {
 		t.Fatalf("audit %+v: want every unit back, none allocated", rep)
+	}
+}
+
+// Releases committed together (segments/return_batch.go) and a cart beside
+// a segment another process sells lazily, on Debian's etcd 3.4: 40 orders
+// released at once, each twice (each reported released once); a cart
+// served, and one refused with what truly remains (the lazy sales
+// counted); the books balance.
+func TestReturnsAndCartsOnEtcd34(t *testing.T) {
+	etcd := etcdtest.NewExternal(t)
+	t.Logf("etcd %s at %s", etcd.Version(), etcd.Endpoints()[0])
+	a, b := newCoord(t, etcd.Endpoints()), newCoord(t, etcd.Endpoints())
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // a hang guard
+	defer cancel()
+	for _, sku := range []string{"r34", "l34"} {
+		if _, err := a.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: 100, Segments: 1, InitialFill: 60}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 40
+	for i := range n {
+		if _, err := a.Allocate(ctx, "r34", fmt.Sprint("o-", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var released atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		wg.Go(func() {
+			r, err := a.Release(ctx, "r34", fmt.Sprint("o-", i/2))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if r.Released {
+				released.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if released.Load() != n {
+		t.Fatalf("%d of %d orders reported released (each released twice at once): want each once", released.Load(), n)
+	}
+	for i := range 10 { // b sells l34's segment lazily
+		if _, err := b.Allocate(ctx, "l34", fmt.Sprint("b-", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.AllocateOrder(ctx, "c1", []coordinator.Line{{SKU: "l34", Qty: 5}, {SKU: "r34", Qty: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.AllocateOrder(ctx, "c2", []coordinator.Line{{SKU: "l34", Qty: 90}, {SKU: "r34", Qty: 1}})
+	var short *coordinator.InsufficientStockError
+	if !errors.As(err, &short) || short.Remaining != 85 {
+		t.Fatalf("90 of the 85 left: %v; want a refusal saying 85 remain", err)
+	}
+	for sku, want := range map[string]int64{"r34": 1, "l34": 15} {
+		if rep := mustAudit(t, a, sku); !rep.OK || rep.Allocated != want {
+			t.Fatalf("audit of %s %+v: want %d allocated", sku, rep, want)
+		}
 	}
 }
