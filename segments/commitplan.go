@@ -12,34 +12,40 @@ import (
 	"github.com/stockctl/stockctl/internal/lock"
 )
 
-// Per order, a transaction needs one compare (its record absent), one put
-// (the record, which is its ID's claim) and one read in its Else (the
-// record); per place
-// two compares (the lock's key, the counter's revision), one put (the
-// counter) and one read (the lock's key). Inboxes are absorbed apart
-// (absorb.go).
+// Per order, a transaction needs one compare (its record absent) and one
+// put (the record, which is its ID's claim); per place two compares (the
+// lock's key, the counter's revision) and one put (the counter). Inboxes
+// are absorbed apart (absorb.go). What a refused transaction's groups read
+// to learn why is read apart too, in as many transactions as it needs
+// (readRefused): it does not bound a batch.
 const (
-	orderCmps, orderPuts, orderGets = 1, 1, 1
+	orderCmps, orderPuts = 1, 1
 )
 
-// opCost is what one place costs a transaction: compares, puts, and reads
-// in its Else branch.
-type opCost struct{ cmps, puts, gets int }
+// opCost is what one place costs a transaction: compares and puts (etcd's
+// --max-txn-ops bounds each).
+type opCost struct{ cmps, puts int }
 
 // heldPlaceCost is a held place's (committer.go); a direct place costs more
-// (directPlaceCost).
-var heldPlaceCost = opCost{cmps: 2, puts: 1, gets: 1}
+// (directPlaceCost), or less when it is lean (leanPlaceCost).
+var heldPlaceCost = opCost{cmps: 2, puts: 1}
 
 // selectOrders takes the oldest requests of queue that fit one transaction
-// (etcd's --max-txn-ops, limit, bounds compares, puts and reads
-// separately). Two requests for one order ID never share a batch (the
-// transaction would put its keys twice): the later one waits for the next,
-// where it finds the ID used. Requests for which busy is true stay queued.
-// The first request taken always goes, whatever its size. Each distinct
-// place costs place.
+// (etcd's --max-txn-ops, limit, bounds compares and puts separately). Two
+// requests for one order ID never share a batch (the transaction would put
+// its keys twice): the later one waits for the next, where it finds the ID
+// used. Requests for which busy is true stay queued. The first request
+// taken always goes, whatever its size. Each distinct place costs place,
+// or leanPlaceCost while every part of the batch there is lean.
+//
+// What a place costs is known only once the batch is planned (a direct
+// place's plan may absorb its inbox or write its counter); a lean part's
+// cost is what its place's cache said when it was reserved, and
+// commitOnce plans the batch again smaller in the rare case it no longer
+// fits (fitsOneTxn).
 func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commitReq) bool) (batch, rest []*commitReq) {
-	var cmps, puts, gets int
-	places := map[*placeState]bool{}
+	var cmps, puts int
+	places := map[*placeState]opCost{} // what each place of the batch is charged
 	orders := map[string]bool{}
 	users := map[string]bool{}
 	skus := map[*skuInfo]bool{}
@@ -50,33 +56,46 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 			rest = append(rest, cr)
 			continue
 		}
-		nc, np, ng := orderCmps, orderPuts, orderGets
+		nc, np := orderCmps, orderPuts
 		if cr.req.ttl > 0 {
 			np++ // the reservation's index key
 		}
 		newUser := cr.req.userKey != "" && !users[cr.req.userKey]
 		if newUser {
-			nc, np, ng = nc+1, np+1, ng+1 // the buyer's counter
+			nc, np = nc+1, np+1 // the buyer's counter
 		}
 		newSKU := cr.req.sku.created != 0 && !skus[cr.req.sku]
 		if newSKU {
-			nc, ng = nc+1, ng+1 // the SKU's incarnation
+			nc++ // the SKU's incarnation
 		}
-		var fresh []*placeState
+		var charged map[*placeState]opCost
 		for _, p := range cr.parts {
-			if !places[p.st] {
-				fresh = append(fresh, p.st)
-				nc, np, ng = nc+place.cmps, np+place.puts, ng+place.gets
+			cost := place
+			if p.lean {
+				cost = leanPlaceCost
 			}
+			was, ok := places[p.st]
+			if c, seen := charged[p.st]; seen {
+				was, ok = c, true
+			}
+			if ok && was.cmps >= cost.cmps && was.puts >= cost.puts {
+				continue
+			}
+			// New to the batch, or no longer lean: charge the difference.
+			nc, np = nc+cost.cmps-was.cmps, np+cost.puts-was.puts
+			if charged == nil {
+				charged = map[*placeState]opCost{}
+			}
+			charged[p.st] = opCost{max(cost.cmps, was.cmps), max(cost.puts, was.puts)}
 		}
-		if len(batch) > 0 && (cmps+nc > limit || puts+np > limit || gets+ng > limit) {
+		if len(batch) > 0 && (cmps+nc > limit || puts+np > limit) {
 			full = true
 			rest = append(rest, cr)
 			continue
 		}
-		cmps, puts, gets = cmps+nc, puts+np, gets+ng
-		for _, st := range fresh {
-			places[st] = true
+		cmps, puts = cmps+nc, puts+np
+		for st, c := range charged {
+			places[st] = c
 		}
 		orders[cr.req.order] = true
 		if newUser {
@@ -374,10 +393,17 @@ func (pp *placePlan) settleDue(before int64, unsettled int) bool {
 }
 
 // directPlaceCost is what a direct place costs a transaction: up to three
-// compares (the counter, the inbox, and the lock's range when not lazy),
-// two puts (the counter, an absorb), up to three reads in the Else branch
-// (the counter, the inbox, the lock's keys when not lazy).
-var directPlaceCost = opCost{cmps: 3, puts: 2, gets: 3}
+// compares (the counter, the inbox, and the lock's range when not lazy)
+// and two puts (the counter, an absorb).
+var directPlaceCost = opCost{cmps: 3, puts: 2}
+
+// leanPlaceCost is what a lean direct place costs: one this process sells
+// lazily, where the batch takes no more than its counter holds (no inbox
+// absorbed), compares its counter and puts it only when a settle is due.
+// Over many SKUs nearly every place of a batch is lean, and charging each
+// directPlaceCost bounded a batch at ~25 orders where it holds ~40
+// (docs/benchmarks.md, stop 49).
+var leanPlaceCost = opCost{cmps: 1, puts: 1}
 
 // hotPlace is how many orders of one direct batch make a place hot: a
 // batch that carries that many orders there writes the counter exact and

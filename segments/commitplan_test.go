@@ -45,9 +45,8 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	for i := range 200 {
 		queue = append(queue, order(fmt.Sprint("o", i), p.part(1)))
 	}
-	// One place: 2 compares, 1 put and 1 read, plus per order 1, 1 and
-	// 1 (the record is the ID's claim): the compares bound it,
-	// n + 2 <= 128.
+	// One place: 2 compares and 1 put, plus per order 1 and 1 (the
+	// record is the ID's claim): the compares bound it, n + 2 <= 128.
 	batch, rest := selectOrders(queue, 128, heldPlaceCost, nil)
 	if len(batch) != 126 || len(rest) != 74 {
 		t.Fatalf("one place: %d in the batch, %d left; want 126, 74", len(batch), len(rest))
@@ -55,8 +54,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	if batch[0].req.order != "o0" || rest[0].req.order != "o126" {
 		t.Errorf("not in arrival order: batch starts %s, rest %s", batch[0].req.order, rest[0].req.order)
 	}
-	// A place per order (many SKUs): each costs 3 compares, 2 puts and 2
-	// reads.
+	// A place per order (many SKUs): each costs 3 compares and 2 puts.
 	queue = queue[:0]
 	for i := range 100 {
 		queue = append(queue, order(fmt.Sprint("o", i), newTestPlace(i, 10, 0).part(1)))
@@ -64,8 +62,8 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	if batch, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 42 {
 		t.Errorf("a place per order: %d in the batch; want 42", len(batch))
 	}
-	// Reservations put their index key; buyers add a compare, a put and a
-	// read once per buyer.
+	// Reservations put their index key; buyers add a compare and a put
+	// once per buyer.
 	queue = queue[:0]
 	for i := range 100 {
 		cr := order(fmt.Sprint("o", i), p.part(1))
@@ -75,6 +73,37 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	}
 	if batch, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 62 {
 		t.Errorf("reservations of two buyers: %d in the batch; want 62 (2n + 1 + 2 puts <= 128)", len(batch))
+	}
+	// Direct places: 3 compares and 2 puts each (directPlaceCost), 1
+	// and 1 while lean; a place that stops being lean (a later part of
+	// it would need its inbox) is charged the difference.
+	lean := func(i int, isLean bool) commitPart {
+		pt := newTestPlace(i, 10, 0).part(1)
+		pt.direct, pt.lean = true, isLean
+		return pt
+	}
+	for _, tc := range []struct {
+		name string
+		lean bool
+		want int
+	}{{"not lean", false, 32}, {"lean", true, 64}} {
+		queue = queue[:0]
+		for i := range 100 {
+			queue = append(queue, order(fmt.Sprint("o", i), lean(i, tc.lean)))
+		}
+		if batch, _ := selectOrders(queue, 128, directPlaceCost, nil); len(batch) != tc.want {
+			t.Errorf("a direct place per order, %s: %d in the batch; want %d", tc.name, len(batch), tc.want)
+		}
+	}
+	shared := lean(0, true)
+	queue = queue[:0]
+	for i := range 200 {
+		pt := shared
+		pt.lean = i != 1 // the second order on the place needs its inbox
+		queue = append(queue, order(fmt.Sprint("o", i), pt))
+	}
+	if batch, _ := selectOrders(queue, 128, directPlaceCost, nil); len(batch) != 125 {
+		t.Errorf("one direct place, lean but for one part: %d in the batch; want 125 (n + 3 <= 128)", len(batch))
 	}
 	// The first request goes whatever its size.
 	var big []commitPart

@@ -154,6 +154,13 @@ func (c *committer) commitOnce(ctx context.Context, batch []*commitReq) (again, 
 	}
 
 	groups := e.txnGroups(batch, order, users)
+	if len(batch) > 1 && !fitsOneTxn(groups, e.cfg.MaxTxnOps) {
+		// The places cost more than selectOrders was told (a lean
+		// place's cache changed after its order reserved there): half
+		// of the batch is planned again now, the rest sent after it.
+		half := len(batch) / 2
+		return batch[:half], batch[half:]
+	}
 	rev, results, err := e.sendGroups(ctx, groups)
 	if err != nil {
 		// The outcome is unknown: the callers retry under the same IDs to
@@ -478,21 +485,22 @@ func (g *txnGroup) fencesIncarnation(info *skuInfo) bool {
 	return fenced
 }
 
-// elseReads are the reads that tell what refused g's transaction, at rev,
-// in the order answerRefused and commitOnce read them: the places'
-// (placePlan.elseReads), each order's record, each SKU's meta record (from
-// g.metaAt), the buyers' counters. They are not sent with the transaction
-// (sendGroups).
-func (e *Engine) elseReads(g *txnGroup, rev int64) []clientv3.Op {
+// elseReads appends to diag the reads that tell what refused g's
+// transaction, at rev, in the order answerRefused and commitOnce read
+// them: the places' (placePlan.elseReads), each order's record, each SKU's
+// meta record (g.metaAt from the first of g's reads), the buyers'
+// counters. They are not sent with the transaction (sendGroups).
+func (e *Engine) elseReads(g *txnGroup, diag []clientv3.Op, rev int64) []clientv3.Op {
 	at := clientv3.WithRev(rev)
-	diag := make([]clientv3.Op, 0, 3*len(g.order)+len(g.batch)+len(g.skus)+len(g.users))
+	diag = slices.Grow(diag, 3*len(g.order)+len(g.batch)+len(g.skus)+len(g.users))
+	base := len(diag)
 	for _, pp := range g.order {
 		diag = pp.elseReads(diag, rev)
 	}
 	for _, cr := range g.batch {
 		diag = append(diag, clientv3.OpGet(e.orderKey(cr.req), at))
 	}
-	g.metaAt = len(diag)
+	g.metaAt = len(diag) - base
 	for _, info := range g.skus {
 		diag = append(diag, clientv3.OpGet(e.keys.Meta(info.name), clientv3.WithKeysOnly(), at))
 	}
@@ -500,6 +508,17 @@ func (e *Engine) elseReads(g *txnGroup, rev int64) []clientv3.Op {
 		diag = append(diag, clientv3.OpGet(bu.key, at))
 	}
 	return diag
+}
+
+// fitsOneTxn reports whether groups, sent flat as one transaction, stay
+// within etcd's --max-txn-ops (limit): compares and puts each. Groups that
+// do also fit sent nested (txnGroups sends them whole otherwise).
+func fitsOneTxn(groups []*txnGroup, limit int) bool {
+	var cmps, ops int
+	for _, g := range groups {
+		cmps, ops = cmps+len(g.cmps), ops+len(g.ops)
+	}
+	return cmps <= limit && ops <= limit
 }
 
 // sendGroups sends groups in one transaction: flat when there is one or
@@ -630,34 +649,36 @@ func (e *Engine) sendNested(ctx context.Context, groups []*txnGroup) (*clientv3.
 
 // readRefused reads the Else reads of the groups refused (their indexes)
 // at rev into their results' Responses, in read-only transactions of at
-// most max-txn-ops reads (selectOrders keeps a batch's reads within it).
-// A result whose reads failed keeps nil Responses.
+// most max-txn-ops reads: every read is at rev, so a group's reads may
+// span two of them and still show one moment. A result any of whose reads
+// failed keeps nil Responses.
 func (e *Engine) readRefused(ctx context.Context, rev int64, groups []*txnGroup, results []*pb.TxnResponse, refused []int) {
-	reads := make([][]clientv3.Op, len(refused))
+	var ops []clientv3.Op
+	ends := make([]int, len(refused)) // where each group's reads end in ops
 	for k, i := range refused {
-		reads[k] = e.elseReads(groups[i], rev)
+		ops = e.elseReads(groups[i], ops, rev)
+		ends[k] = len(ops)
 	}
-	for len(refused) > 0 {
-		var ops []clientv3.Op
-		var sizes []int
-		for k, diag := range reads {
-			if k > 0 && len(ops)+len(diag) > e.cfg.MaxTxnOps {
-				break
+	got := make([]*pb.ResponseOp, 0, len(ops))
+	for start := 0; start < len(ops); {
+		chunk := ops[start:min(len(ops), start+max(1, e.cfg.MaxTxnOps))]
+		resp, err := e.kv.Txn(ctx).Then(chunk...).Commit()
+		if err != nil || len(resp.Responses) != len(chunk) {
+			if ctx.Err() == nil {
+				e.log.Warn("could not read what refused a commit; its orders are sent again on fresh reads", "revision", rev, "err", err)
 			}
-			ops = append(ops, diag...)
-			sizes = append(sizes, len(diag))
+			break
 		}
-		resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
-		if err == nil && len(resp.Responses) == len(ops) {
-			next := 0
-			for j, size := range sizes {
-				results[refused[j]].Responses = resp.Responses[next : next+size]
-				next += size
-			}
-		} else if ctx.Err() == nil {
-			e.log.Warn("could not read what refused a commit; its orders are sent again on fresh reads", "revision", rev, "err", err)
+		got = append(got, resp.Responses...)
+		start += len(chunk)
+	}
+	begin := 0
+	for k, i := range refused {
+		if ends[k] > len(got) {
+			break
 		}
-		refused, reads = refused[len(sizes):], reads[len(sizes):]
+		results[i].Responses = got[begin:ends[k]]
+		begin = ends[k]
 	}
 }
 
@@ -703,6 +724,10 @@ type commitPart struct {
 	// (which reads counters) sees it run low.
 	lowWatermark int64
 	lockPfx      string // the segment's lock prefix, for a direct part
+	// lean: a direct part whose place this process sold lazily and whose
+	// counter held the part beside every reservation made there before it
+	// (reserveDirect): the batch is expected to pay leanPlaceCost there.
+	lean bool
 }
 
 // reservePart reserves qty on st under own and pins own; it reports false

@@ -74,7 +74,7 @@ func raceLostOnOnePlace(t *testing.T, client *clientv3.Client) {
 				}
 				st := &placeState{sku: sku, place: Segment(seg), key: key, inKey: e.keys.Inbox(sku, seg),
 					direct: directState{known: true, value: c.N, mod: resp.Kvs[0].ModRevision, raw: c}}
-				if !st.reserveDirect(1) {
+				if ok, _ := st.reserveDirect(1, 0); !ok {
 					t.Fatalf("segment %d cannot give 1 unit: %+v", seg, st.direct)
 				}
 				req := &allocReq{sku: info, order: fmt.Sprint("order-", seg), qty: 1, buyer: tc.buyer}
@@ -207,7 +207,7 @@ func TestTxnGroups(t *testing.T) {
 		gs := e.txnGroups(batch, order, users)
 		for _, g := range gs {
 			// Each group's Else reads end with its buyers' reads.
-			diag := e.elseReads(g, 1)
+			diag := e.elseReads(g, nil, 1)
 			if len(diag) < len(g.users) || len(g.cmps) == 0 || len(g.ops) == 0 {
 				t.Errorf("group %s built with %d compares, %d writes, %d reads", g.batch[0].req.order, len(g.cmps), len(g.ops), len(diag))
 			}

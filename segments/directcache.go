@@ -85,17 +85,21 @@ func (st *placeState) seeDirectInboxLocked(in, mod int64) {
 }
 
 // reserveDirect sets qty aside for a direct order if the cache says the
-// place has it.
-func (st *placeState) reserveDirect(qty int64) bool {
+// place has it. lean says the place is one self sells lazily and its
+// counter holds qty beside every reservation before it (no inbox to
+// absorb): the part's commit is expected to cost leanPlaceCost. self is 0
+// when nothing is sold lazily.
+func (st *placeState) reserveDirect(qty, self int64) (ok, lean bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	d := &st.direct
 	if !d.known || d.value+d.inbox-d.reserved < qty {
-		return false
+		return false, false
 	}
+	lean = self != 0 && d.owned && d.owner == self && d.value-d.reserved >= qty
 	d.reserved += qty
 	d.pending++
-	return true
+	return true, lean
 }
 
 // unreserveDirect gives back a direct reservation that was not committed.

@@ -666,12 +666,17 @@ func (s *seller) tryDirect(ctx context.Context, req *allocReq, home int) (r plac
 	if st == nil {
 		return placeResult{}, false
 	}
-	if !st.reserveDirect(req.qty) {
+	var self int64 // who sells lazily here: only this process's lazy places are lean
+	if s.e.cfg.LazySegments {
+		self = s.e.owner
+	}
+	reserved, lean := st.reserveDirect(req.qty, self)
+	if !reserved {
 		return placeResult{}, false
 	}
 	s.e.seat.Start()
 	part := commitPart{st: st, qty: req.qty, direct: true, lowWatermark: s.sku.lowWatermark,
-		lockPfx: s.e.keys.SegmentLock(s.sku.name, st.place.Index())}
+		lockPfx: s.e.keys.SegmentLock(s.sku.name, st.place.Index()), lean: lean}
 	r = s.e.direct.submit(ctx, req, []commitPart{part}).wait(ctx)
 	if r.kind == resShort {
 		s.directIdx.CompareAndSwap(int32(st.place.Index()), -1)
