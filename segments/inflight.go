@@ -5,11 +5,13 @@ import "sync"
 // Group commits in flight. A place's next commit is planned on its
 // previous one's outcome (the counter as committed), so a place is in one
 // transaction in flight at a time. Transactions whose places, buyers and
-// order IDs are disjoint can be in flight together: with many SKUs a
-// process's orders rarely share a place, and commitParallel transactions
-// of ~40 orders each, in flight together, let etcd fold them into one
-// fsync as it does for several processes' commits. On one hot SKU the
-// batches share their places and go one after another, as before.
+// order IDs are disjoint can be in flight together, and are when one
+// would not hold what waits (the batcher's SpillOnly): a second
+// transaction beside the first halves both, and on a machine the load
+// saturates each round costs etcd and the client alike (a raft entry, a
+// WAL write, a gRPC call), so under load a commit takes everything that
+// waits, and a second goes only when the first is full. On one hot SKU
+// the batches share their places and go one after another.
 
 // commitParallel is how many group commits a process may have in flight.
 const commitParallel = 2

@@ -17,6 +17,14 @@ type Batcher[T any] struct {
 	// Writers keep one (the next batch is planned on the previous one's
 	// outcome); readers may overlap.
 	Parallel int
+	// SpillOnly, with Parallel > 1, starts a batch beside those in flight
+	// only when the last selection left requests waiting (more waited
+	// than one batch takes, or some conflicted with a batch in flight):
+	// what arrives while a batch is in flight waits for the next one,
+	// which takes it all. On a machine the load saturates, a batch
+	// beside another halves both, and each costs etcd a round of its own
+	// (docs/benchmarks.md, stop 49).
+	SpillOnly bool
 	// Go starts the committing goroutine (the coordinator's background
 	// group); false means the group is closed: queued requests are failed.
 	Go func(func(ctx context.Context)) bool
@@ -35,14 +43,15 @@ type Batcher[T any] struct {
 
 	mu      sync.Mutex
 	queue   []T
-	running int // committing goroutines
+	running int  // committing goroutines
+	spilled bool // the last selection left requests queued (SpillOnly)
 }
 
 // Submit queues r; the committing goroutine picks it up with the next batch.
 func (b *Batcher[T]) Submit(r T) {
 	b.mu.Lock()
 	b.queue = append(b.queue, r)
-	start := b.running < max(b.Parallel, 1)
+	start := b.running == 0 || (b.running < b.Parallel && (!b.SpillOnly || b.spilled))
 	if start {
 		b.running++
 	}
@@ -80,6 +89,7 @@ func (b *Batcher[T]) next() []T {
 		return nil
 	}
 	batch, rest := b.Select(b.queue)
+	b.spilled = len(rest) > 0
 	if len(batch) == 0 {
 		b.running--
 		return nil
