@@ -42,15 +42,15 @@ var heldPlaceCost = opCost{cmps: 2, puts: 1}
 // place's plan may absorb its inbox or write its counter); a lean part's
 // cost is what its place's cache said when it was reserved, and
 // commitOnce plans the batch again smaller in the rare case it no longer
-// fits (fitsOneTxn).
-func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commitReq) bool) (batch, rest []*commitReq) {
+// fits (fitsOneTxn). full reports that a request was left for want of
+// room (not for conflicting with a commit in flight).
+func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commitReq) bool) (batch, rest []*commitReq, full bool) {
 	var cmps, puts int
 	places := map[*placeState]opCost{} // what each place of the batch is charged
 	orders := map[string]bool{}
 	users := map[string]bool{}
 	skus := map[*skuInfo]bool{}
 	rest = queue[:0]
-	full := false
 	for _, cr := range queue {
 		if full || orders[cr.req.order] || (busy != nil && busy(cr)) {
 			rest = append(rest, cr)
@@ -106,7 +106,7 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 		}
 		batch = append(batch, cr)
 	}
-	return batch, rest
+	return batch, rest, full
 }
 
 // placePlan is one place of a batch: what the batch takes there, its

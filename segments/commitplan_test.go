@@ -47,9 +47,9 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	}
 	// One place: 2 compares and 1 put, plus per order 1 and 1 (the
 	// record is the ID's claim): the compares bound it, n + 2 <= 128.
-	batch, rest := selectOrders(queue, 128, heldPlaceCost, nil)
-	if len(batch) != 126 || len(rest) != 74 {
-		t.Fatalf("one place: %d in the batch, %d left; want 126, 74", len(batch), len(rest))
+	batch, rest, full := selectOrders(queue, 128, heldPlaceCost, nil)
+	if len(batch) != 126 || len(rest) != 74 || !full {
+		t.Fatalf("one place: %d in the batch, %d left, full %v; want 126, 74, full", len(batch), len(rest), full)
 	}
 	if batch[0].req.order != "o0" || rest[0].req.order != "o126" {
 		t.Errorf("not in arrival order: batch starts %s, rest %s", batch[0].req.order, rest[0].req.order)
@@ -59,7 +59,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	for i := range 100 {
 		queue = append(queue, order(fmt.Sprint("o", i), newTestPlace(i, 10, 0).part(1)))
 	}
-	if batch, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 42 {
+	if batch, _, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 42 {
 		t.Errorf("a place per order: %d in the batch; want 42", len(batch))
 	}
 	// Reservations put their index key; buyers add a compare and a put
@@ -71,7 +71,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 		cr.req.userKey = fmt.Sprint("/t/users/s/b", i%2)
 		queue = append(queue, cr)
 	}
-	if batch, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 62 {
+	if batch, _, _ := selectOrders(queue, 128, heldPlaceCost, nil); len(batch) != 62 {
 		t.Errorf("reservations of two buyers: %d in the batch; want 62 (2n + 1 + 2 puts <= 128)", len(batch))
 	}
 	// Direct places: 3 compares and 2 puts each (directPlaceCost), 1
@@ -91,7 +91,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 		for i := range 100 {
 			queue = append(queue, order(fmt.Sprint("o", i), lean(i, tc.lean)))
 		}
-		if batch, _ := selectOrders(queue, 128, directPlaceCost, nil); len(batch) != tc.want {
+		if batch, _, _ := selectOrders(queue, 128, directPlaceCost, nil); len(batch) != tc.want {
 			t.Errorf("a direct place per order, %s: %d in the batch; want %d", tc.name, len(batch), tc.want)
 		}
 	}
@@ -102,7 +102,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 		pt.lean = i != 1 // the second order on the place needs its inbox
 		queue = append(queue, order(fmt.Sprint("o", i), pt))
 	}
-	if batch, _ := selectOrders(queue, 128, directPlaceCost, nil); len(batch) != 125 {
+	if batch, _, _ := selectOrders(queue, 128, directPlaceCost, nil); len(batch) != 125 {
 		t.Errorf("one direct place, lean but for one part: %d in the batch; want 125 (n + 3 <= 128)", len(batch))
 	}
 	// The first request goes whatever its size.
@@ -110,7 +110,7 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 	for i := range 70 { // 141 compares
 		big = append(big, newTestPlace(i, 10, 0).part(1))
 	}
-	if batch, _ := selectOrders([]*commitReq{order("big", big...), order("next", q.part(1))}, 128, heldPlaceCost, nil); len(batch) != 1 || batch[0].req.order != "big" {
+	if batch, _, _ := selectOrders([]*commitReq{order("big", big...), order("next", q.part(1))}, 128, heldPlaceCost, nil); len(batch) != 1 || batch[0].req.order != "big" {
 		t.Errorf("an oversized first request: batch %d; want it alone", len(batch))
 	}
 }
@@ -118,9 +118,9 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 func TestSelectOrdersNeverTwoOfOneID(t *testing.T) {
 	p := newTestPlace(0, 10, 0)
 	queue := []*commitReq{order("a", p.part(1)), order("b", p.part(1)), order("a", p.part(1)), order("c", p.part(1))}
-	batch, rest := selectOrders(queue, 128, heldPlaceCost, nil)
-	if len(batch) != 3 || len(rest) != 1 || rest[0] != queue[2] {
-		t.Fatalf("batch %d, rest %d; want the second \"a\" alone left for the next batch", len(batch), len(rest))
+	batch, rest, full := selectOrders(queue, 128, heldPlaceCost, nil)
+	if len(batch) != 3 || len(rest) != 1 || rest[0] != queue[2] || full {
+		t.Fatalf("batch %d, rest %d, full %v; want the second \"a\" alone left for the next batch, not full", len(batch), len(rest), full)
 	}
 }
 
@@ -279,6 +279,9 @@ func TestSelectOrdersBesideACommitInFlight(t *testing.T) {
 	batch, rest := e.held.selectBatch(queue)
 	if len(batch) != 1 || batch[0].req.order != "c" || len(rest) != 2 {
 		t.Fatalf("beside a commit on place 0 of order a: took %d (first %v); want order c alone", len(batch), batch)
+	}
+	if e.held.inflight.wasFull() {
+		t.Error("a batch that left only conflicting requests behind reads as full: a third commit would start beside the two")
 	}
 	if batch, _ := e.held.selectBatch(rest); len(batch) != 0 {
 		t.Fatalf("everything waiting conflicts with commits in flight, yet %d were taken", len(batch))

@@ -22,6 +22,7 @@ type inflight struct {
 	places map[*placeState]int
 	users  map[string]int
 	orders map[string]int
+	full   bool // the last batch taken was full (the batcher's Full)
 }
 
 // take is a batcher's Select over f: the oldest requests of queue that fit
@@ -30,9 +31,17 @@ type inflight struct {
 func (f *inflight) take(queue []*commitReq, limit int, place opCost) (batch, rest []*commitReq) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	batch, rest = selectOrders(queue, limit, place, f.conflictsLocked)
+	batch, rest, f.full = selectOrders(queue, limit, place, f.conflictsLocked)
 	f.markLocked(batch, 1)
 	return batch, rest
+}
+
+// wasFull reports whether the last batch take took was full: requests
+// were left that did not fit it (the batcher's Full).
+func (f *inflight) wasFull() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.full
 }
 
 // conflicts reports whether cr shares a place, a buyer or its order ID with

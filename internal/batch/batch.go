@@ -18,13 +18,17 @@ type Batcher[T any] struct {
 	// outcome); readers may overlap.
 	Parallel int
 	// SpillOnly, with Parallel > 1, starts a batch beside those in flight
-	// only when the last selection left requests waiting (more waited
-	// than one batch takes, or some conflicted with a batch in flight):
-	// what arrives while a batch is in flight waits for the next one,
-	// which takes it all. On a machine the load saturates, a batch
-	// beside another halves both, and each costs etcd a round of its own
-	// (docs/benchmarks.md, stop 49).
+	// only when the last batch selected was full (Full: requests were
+	// left waiting that one batch could not hold). What arrives while a
+	// batch is in flight waits for the next one, which takes it all. On
+	// a machine the load saturates, a second batch beside the first
+	// halves both, and each costs a round of its own (docs/benchmarks.md,
+	// stop 49).
 	SpillOnly bool
+	// Full reports whether the batch Select just took was cut short by
+	// its size. Required with SpillOnly; called under the batcher's mutex
+	// right after Select.
+	Full func() bool
 	// Go starts the committing goroutine (the coordinator's background
 	// group); false means the group is closed: queued requests are failed.
 	Go func(func(ctx context.Context)) bool
@@ -44,7 +48,7 @@ type Batcher[T any] struct {
 	mu      sync.Mutex
 	queue   []T
 	running int  // committing goroutines
-	spilled bool // the last selection left requests queued (SpillOnly)
+	spilled bool // the last selection was full (SpillOnly)
 }
 
 // Submit queues r; the committing goroutine picks it up with the next batch.
@@ -89,7 +93,7 @@ func (b *Batcher[T]) next() []T {
 		return nil
 	}
 	batch, rest := b.Select(b.queue)
-	b.spilled = len(rest) > 0
+	b.spilled = b.SpillOnly && len(batch) > 0 && b.Full()
 	if len(batch) == 0 {
 		b.running--
 		return nil

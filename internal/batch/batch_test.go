@@ -23,12 +23,15 @@ func (r *recorder) commit(_ context.Context, batch []int) {
 	<-r.release
 }
 
-// takeUpTo is a Select taking the oldest n requests.
-func takeUpTo(n int) func([]int) ([]int, []int) {
+// takeUpTo is a Select taking the oldest n requests, and a Full telling
+// whether it left some behind.
+func takeUpTo(n int) (sel func([]int) ([]int, []int), full func() bool) {
+	var left bool
 	return func(q []int) ([]int, []int) {
 		k := min(n, len(q))
+		left = k < len(q)
 		return append([]int(nil), q[:k]...), append(q[:0:0], q[k:]...)
-	}
+	}, func() bool { return left }
 }
 
 // start sets b.Go to start goroutines the test waits for (r's batches
@@ -79,7 +82,8 @@ func idle(t *testing.T, r *recorder, started func() int64, want int64, why strin
 
 func TestParallelStartsABatchBesideOneInFlight(t *testing.T) {
 	r := newRecorder()
-	b := &Batcher[int]{Parallel: 2, Select: takeUpTo(3), Commit: r.commit}
+	sel, _ := takeUpTo(3)
+	b := &Batcher[int]{Parallel: 2, Select: sel, Commit: r.commit}
 	started := start(t, b, r)
 	b.Submit(1)
 	expect(t, r, 1)
@@ -92,11 +96,12 @@ func TestParallelStartsABatchBesideOneInFlight(t *testing.T) {
 }
 
 // With SpillOnly, what arrives while a batch is in flight waits for the
-// next one, unless the last selection left requests behind (more waited
-// than a batch takes): then a second batch goes beside the first.
+// next one, unless the last batch selected was full (more waited than a
+// batch takes): then a second batch goes beside the first.
 func TestSpillOnlyWaitsForTheBatchInFlight(t *testing.T) {
 	r := newRecorder()
-	b := &Batcher[int]{Parallel: 2, SpillOnly: true, Select: takeUpTo(2), Commit: r.commit}
+	sel, full := takeUpTo(2)
+	b := &Batcher[int]{Parallel: 2, SpillOnly: true, Select: sel, Full: full, Commit: r.commit}
 	started := start(t, b, r)
 	b.Submit(1)
 	expect(t, r, 1)
@@ -105,11 +110,11 @@ func TestSpillOnlyWaitsForTheBatchInFlight(t *testing.T) {
 	}
 	idle(t, r, started, 1, "the first selection left nothing behind: the next batch waits for it")
 	r.release <- struct{}{}
-	expect(t, r, 2, 3) // 4 is left behind: the queue spilled
+	expect(t, r, 2, 3) // full, 4 left behind
 	b.Submit(5)        // ... so this starts a batch beside the one in flight
 	expect(t, r, 4, 5)
 	b.Submit(6)
-	idle(t, r, started, 2, "that selection left nothing behind")
+	idle(t, r, started, 2, "that batch was not full")
 	r.release <- struct{}{}
 	expect(t, r, 6)
 }
