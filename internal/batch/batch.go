@@ -19,8 +19,10 @@ type Batcher[T any] struct {
 	Parallel int
 	// SpillOnly, with Parallel > 1, starts a batch beside those in flight
 	// only when the last batch selected was full (Full: requests were
-	// left waiting that one batch could not hold). What arrives while a
-	// batch is in flight waits for the next one, which takes it all. On
+	// left waiting that one batch could not hold), and a goroutine whose
+	// batch is answered while another is in flight ends its turn unless
+	// the last batch was full. What arrives while a batch is in flight
+	// waits for the next one, which takes it all. On
 	// a machine the load saturates, a second batch beside the first
 	// halves both, and each costs a round of its own (docs/benchmarks.md,
 	// stop 49).
@@ -84,11 +86,14 @@ func (b *Batcher[T]) loop(ctx context.Context) {
 // next takes the next batch, or returns nil and ends the calling
 // goroutine's turn when nothing waits, or nothing that waits can go now
 // (Select took none: what waits is for a batch in flight, whose goroutine
-// takes it next).
+// takes it next), or, with SpillOnly, another goroutine is committing and
+// the last batch selected was not full.
 func (b *Batcher[T]) next() []T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.queue) == 0 {
+	if len(b.queue) == 0 || (b.SpillOnly && b.running > 1 && !b.spilled) {
+		// Nothing waits; or another goroutine is committing and the
+		// last batch was not full: it takes what waits when it is done.
 		b.running--
 		return nil
 	}

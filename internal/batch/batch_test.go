@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // recorder is a Batcher's Commit that hands each batch to the test and
@@ -115,6 +116,14 @@ func TestSpillOnlyWaitsForTheBatchInFlight(t *testing.T) {
 	expect(t, r, 4, 5)
 	b.Submit(6)
 	idle(t, r, started, 2, "that batch was not full")
+	// One of the two is answered: the last batch was not full, so its
+	// goroutine ends its turn; 6 waits for the other to be answered.
+	r.release <- struct{}{}
+	select {
+	case got := <-r.started:
+		t.Fatalf("batch %v started beside the one in flight, which was not full", got)
+	case <-time.After(100 * time.Millisecond):
+	}
 	r.release <- struct{}{}
 	expect(t, r, 6)
 }
