@@ -43,7 +43,7 @@ func directBatch(t *testing.T, e *Engine, client *clientv3.Client, sku string, s
 	var batch []*commitReq
 	for i := range n {
 		st := sts[i%segs]
-		if ok, _ := st.reserveDirect(1, 0); !ok {
+		if ok, _ := st.reserveDirect(1, 0, 0); !ok {
 			t.Fatalf("segment %v cannot give 1 unit: %+v", st.place, st.direct)
 		}
 		req := &allocReq{sku: info, order: fmt.Sprint(sku, "-order-", i), qty: 1}
@@ -75,12 +75,11 @@ func TestBatchThatOutgrowsItsSelectionIsSplit(t *testing.T) {
 	e.cfg.MaxTxnOps = limit
 	queue := directBatch(t, e, client, "outgrown", 8, 8, true, false)
 	batch, rest := e.direct.selectBatch(queue)
-	// Lean: the first order 1 + 1 + 1 (its SKU's incarnation) compares,
-	// each next one 2: four fit 10. Planned, each place compares its
-	// counter and its lock's range, and the SKU's incarnation goes (the
-	// counters fence it): 4 x 3 = 12 compares.
-	if len(batch) != 4 || len(rest) != 4 {
-		t.Fatalf("selected %d, left %d; want 4 and 4", len(batch), len(rest))
+	// Lean: each order 1 + 1 compares (its place fences its SKU): five
+	// fit 10. Planned, each place compares its counter and its lock's
+	// range: 5 x 3 = 15 compares.
+	if len(batch) != 5 || len(rest) != 3 {
+		t.Fatalf("selected %d, left %d; want 5 and 3", len(batch), len(rest))
 	}
 	e.direct.commit(t.Context(), batch)
 	revs := map[int64]bool{}
@@ -92,9 +91,9 @@ func TestBatchThatOutgrowsItsSelectionIsSplit(t *testing.T) {
 		revs[r.alloc.Revision] = true
 	}
 	if len(revs) < 2 {
-		t.Errorf("the four orders committed at %d revision(s); want the batch split over at least 2", len(revs))
+		t.Errorf("the five orders committed at %d revision(s); want the batch split over at least 2", len(revs))
 	}
-	for seg := range 4 {
+	for seg := range 5 {
 		resp, err := client.Get(t.Context(), e.counterKey("outgrown", Segment(seg)))
 		if err != nil {
 			t.Fatal(err)

@@ -64,9 +64,12 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 		if newUser {
 			nc, np = nc+1, np+1 // the buyer's counter
 		}
-		newSKU := cr.req.sku.created != 0 && !skus[cr.req.sku]
+		// The SKU's incarnation, unless the order's places fence it
+		// (lean ones do; the first order of the SKU that does not is
+		// charged).
+		newSKU := cr.req.sku.created != 0 && !skus[cr.req.sku] && !allLean(cr.parts)
 		if newSKU {
-			nc++ // the SKU's incarnation
+			nc++
 		}
 		var charged map[*placeState]opCost
 		for _, p := range cr.parts {
@@ -107,6 +110,16 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 		batch = append(batch, cr)
 	}
 	return batch, rest, full
+}
+
+// allLean reports whether every part is lean (reserveDirect).
+func allLean(parts []commitPart) bool {
+	for _, p := range parts {
+		if !p.lean {
+			return false
+		}
+	}
+	return len(parts) > 0
 }
 
 // placePlan is one place of a batch: what the batch takes there, its
@@ -398,11 +411,12 @@ func (pp *placePlan) settleDue(before int64, unsettled int) bool {
 var directPlaceCost = opCost{cmps: 3, puts: 2}
 
 // leanPlaceCost is what a lean direct place costs: one this process sells
-// lazily, where the batch takes no more than its counter holds (no inbox
-// absorbed), compares its counter and puts it only when a settle is due.
-// Over many SKUs nearly every place of a batch is lean, and charging each
-// directPlaceCost bounded a batch at ~25 orders where it holds ~40
-// (docs/benchmarks.md, stop 49).
+// lazily, seen under its SKU's incarnation, where the batch takes no more
+// than its counter holds (no inbox absorbed), compares its counter (which
+// also fences the SKU: no compare of its incarnation) and puts it only
+// when a settle is due. Over many SKUs nearly every place of a batch is
+// lean, and charging each directPlaceCost and its SKU's compare bounded a
+// batch at 25 orders where it holds 64 (docs/benchmarks.md, stop 49).
 var leanPlaceCost = opCost{cmps: 1, puts: 1}
 
 // hotPlace is how many orders of one direct batch make a place hot: a

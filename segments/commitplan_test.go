@@ -82,14 +82,19 @@ func TestSelectOrdersFitsMaxTxnOps(t *testing.T) {
 		pt.direct, pt.lean = true, isLean
 		return pt
 	}
+	// A SKU with an incarnation (created) adds its compare once, unless
+	// its orders' places are lean: their counters fence it.
 	for _, tc := range []struct {
-		name string
-		lean bool
-		want int
-	}{{"not lean", false, 32}, {"lean", true, 64}} {
+		name    string
+		lean    bool
+		created int64
+		want    int
+	}{{"not lean", false, 0, 32}, {"lean", true, 0, 64}, {"not lean, SKUs created", false, 7, 25}, {"lean, SKUs created", true, 7, 64}} {
 		queue = queue[:0]
 		for i := range 100 {
-			queue = append(queue, order(fmt.Sprint("o", i), lean(i, tc.lean)))
+			cr := order(fmt.Sprint("o", i), lean(i, tc.lean))
+			cr.req.sku.created = tc.created
+			queue = append(queue, cr)
 		}
 		if batch, _, _ := selectOrders(queue, 128, directPlaceCost, nil); len(batch) != tc.want {
 			t.Errorf("a direct place per order, %s: %d in the batch; want %d", tc.name, len(batch), tc.want)

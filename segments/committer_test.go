@@ -74,7 +74,7 @@ func raceLostOnOnePlace(t *testing.T, client *clientv3.Client) {
 				}
 				st := &placeState{sku: sku, place: Segment(seg), key: key, inKey: e.keys.Inbox(sku, seg),
 					direct: directState{known: true, value: c.N, mod: resp.Kvs[0].ModRevision, raw: c}}
-				if ok, _ := st.reserveDirect(1, 0); !ok {
+				if ok, _ := st.reserveDirect(1, 0, 0); !ok {
 					t.Fatalf("segment %d cannot give 1 unit: %+v", seg, st.direct)
 				}
 				req := &allocReq{sku: info, order: fmt.Sprint("order-", seg), qty: 1, buyer: tc.buyer}

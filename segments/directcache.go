@@ -85,18 +85,20 @@ func (st *placeState) seeDirectInboxLocked(in, mod int64) {
 }
 
 // reserveDirect sets qty aside for a direct order if the cache says the
-// place has it. lean says the place is one self sells lazily and its
-// counter holds qty beside every reservation before it (no inbox to
-// absorb): the part's commit is expected to cost leanPlaceCost. self is 0
-// when nothing is sold lazily.
-func (st *placeState) reserveDirect(qty, self int64) (ok, lean bool) {
+// place has it. lean says the place is one self sells lazily, seen under
+// the SKU's incarnation created (its counter's compare fences the SKU:
+// fencesIncarnation), and its counter holds qty beside every reservation
+// before it (no inbox to absorb): the part's commit is expected to cost
+// leanPlaceCost and no compare of its SKU. self is 0 when nothing is sold
+// lazily.
+func (st *placeState) reserveDirect(qty, self, created int64) (ok, lean bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	d := &st.direct
 	if !d.known || d.value+d.inbox-d.reserved < qty {
 		return false, false
 	}
-	lean = self != 0 && d.owned && d.owner == self && d.value-d.reserved >= qty
+	lean = self != 0 && d.owned && d.owner == self && d.verified == created && created != 0 && d.value-d.reserved >= qty
 	d.reserved += qty
 	d.pending++
 	return true, lean

@@ -670,7 +670,7 @@ func (s *seller) tryDirect(ctx context.Context, req *allocReq, home int) (r plac
 	if s.e.cfg.LazySegments {
 		self = s.e.owner
 	}
-	reserved, lean := st.reserveDirect(req.qty, self)
+	reserved, lean := st.reserveDirect(req.qty, self, req.sku.created)
 	if !reserved {
 		return placeResult{}, false
 	}
