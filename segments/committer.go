@@ -724,9 +724,10 @@ type commitPart struct {
 	// (which reads counters) sees it run low.
 	lowWatermark int64
 	lockPfx      string // the segment's lock prefix, for a direct part
-	// lean: a direct part whose place this process sold lazily and whose
-	// counter held the part beside every reservation made there before it
-	// (reserveDirect): the batch is expected to pay leanPlaceCost there.
+	// lean: a direct part whose place this process sold lazily, seen
+	// under the SKU's incarnation, and whose counter held the part beside
+	// every reservation made there before it (reserveDirect): the batch
+	// is expected to pay leanPlaceCost there, and no compare of the SKU.
 	lean bool
 }
 

@@ -22,10 +22,9 @@ type Batcher[T any] struct {
 	// left waiting that one batch could not hold), and a goroutine whose
 	// batch is answered while another is in flight ends its turn unless
 	// the last batch was full. What arrives while a batch is in flight
-	// waits for the next one, which takes it all. On
-	// a machine the load saturates, a second batch beside the first
-	// halves both, and each costs a round of its own (docs/benchmarks.md,
-	// stop 49).
+	// waits for the next one, which takes it all. On a machine the load
+	// saturates, a second batch beside the first halves both, and each
+	// costs a round of its own (docs/benchmarks.md, stop 49).
 	SpillOnly bool
 	// Full reports whether the batch Select just took was cut short by
 	// its size. Required with SpillOnly; called under the batcher's mutex
