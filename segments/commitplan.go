@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -47,6 +48,7 @@ var heldPlaceCost = opCost{cmps: 2, puts: 1}
 func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commitReq) bool) (batch, rest []*commitReq, full bool) {
 	var cmps, puts int
 	places := map[*placeState]opCost{} // what each place of the batch is charged
+	var charged []placeCharge          // what the request at hand adds to it
 	orders := map[string]bool{}
 	users := map[string]bool{}
 	skus := map[*skuInfo]bool{}
@@ -71,25 +73,28 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 		if newSKU {
 			nc++
 		}
-		var charged map[*placeState]opCost
+		charged = charged[:0]
 		for _, p := range cr.parts {
 			cost := place
 			if p.lean {
 				cost = leanPlaceCost
 			}
 			was, ok := places[p.st]
-			if c, seen := charged[p.st]; seen {
-				was, ok = c, true
+			at := slices.IndexFunc(charged, func(c placeCharge) bool { return c.st == p.st })
+			if at >= 0 {
+				was, ok = charged[at].cost, true
 			}
 			if ok && was.cmps >= cost.cmps && was.puts >= cost.puts {
 				continue
 			}
 			// New to the batch, or no longer lean: charge the difference.
 			nc, np = nc+cost.cmps-was.cmps, np+cost.puts-was.puts
-			if charged == nil {
-				charged = map[*placeState]opCost{}
+			c := placeCharge{p.st, opCost{max(cost.cmps, was.cmps), max(cost.puts, was.puts)}}
+			if at >= 0 {
+				charged[at] = c
+			} else {
+				charged = append(charged, c)
 			}
-			charged[p.st] = opCost{max(cost.cmps, was.cmps), max(cost.puts, was.puts)}
 		}
 		if len(batch) > 0 && (cmps+nc > limit || puts+np > limit) {
 			full = true
@@ -97,8 +102,8 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 			continue
 		}
 		cmps, puts = cmps+nc, puts+np
-		for st, c := range charged {
-			places[st] = c
+		for _, c := range charged {
+			places[c.st] = c.cost
 		}
 		orders[cr.req.order] = true
 		if newUser {
@@ -110,6 +115,12 @@ func selectOrders(queue []*commitReq, limit int, place opCost, busy func(*commit
 		batch = append(batch, cr)
 	}
 	return batch, rest, full
+}
+
+// placeCharge is what selectOrders charges a place of a batch.
+type placeCharge struct {
+	st   *placeState
+	cost opCost
 }
 
 // allLean reports whether every part is lean (reserveDirect).
