@@ -285,15 +285,52 @@ func TestSelectOrdersBesideACommitInFlight(t *testing.T) {
 	if len(batch) != 1 || batch[0].req.order != "c" || len(rest) != 2 {
 		t.Fatalf("beside a commit on place 0 of order a: took %d (first %v); want order c alone", len(batch), batch)
 	}
-	if e.held.inflight.wasFull() {
-		t.Error("a batch that left only conflicting requests behind reads as full: a third commit would start beside the two")
-	}
+
 	if batch, _ := e.held.selectBatch(rest); len(batch) != 0 {
 		t.Fatalf("everything waiting conflicts with commits in flight, yet %d were taken", len(batch))
 	}
 	e.held.inflight.unmark(first)
 	if batch, _ := e.held.selectBatch(rest); len(batch) != 1 || batch[0].req.order != "b" {
 		t.Fatalf("after the first commit, took %v; want order b (order a's ID is still in flight)", batch)
+	}
+}
+
+// A commit may go beside a batch (the batcher's SpillOnly) when the batch
+// was full or smaller than spillBelow; not when it left only requests that
+// conflict with a commit in flight, nor when it took all that waited.
+func TestSpillsOnAFullOrSmallBatch(t *testing.T) {
+	e := testEngine(t)
+	f := &e.held.inflight
+	places := make([]testPlace, 20)
+	for i := range places {
+		places[i] = newTestPlace(i, 1000, 0)
+	}
+	orders := func(prefix string, n int, place func(i int) testPlace) []*commitReq {
+		var q []*commitReq
+		for i := range n {
+			q = append(q, order(fmt.Sprint(prefix, i), place(i).part(1)))
+		}
+		return q
+	}
+	first, _ := e.held.selectBatch(orders("a", 10, func(i int) testPlace { return places[i] }))
+	if len(first) != 10 || f.spills() {
+		t.Fatalf("all 10 waiting taken: batch %d, spills %v; want 10, no spill", len(first), f.spills())
+	}
+	// 10 on the places in flight, then 9 on others.
+	queue := append(orders("b", 10, func(i int) testPlace { return places[i] }), orders("c", 9, func(i int) testPlace { return places[10+i] })...)
+	second, rest := e.held.selectBatch(queue)
+	if len(second) != 9 || len(rest) != 10 || f.spills() {
+		t.Fatalf("beside a commit in flight: batch %d, left %d, spills %v; want 9, 10, no spill", len(second), len(rest), f.spills())
+	}
+	f.unmark(first)
+	f.unmark(second)
+	if batch, _ := e.held.selectBatch(orders("d", 200, func(int) testPlace { return places[0] })); len(batch) != 126 || !f.spills() {
+		t.Fatalf("200 orders on one place: batch %d, spills %v; want 126, full: spill", len(batch), f.spills())
+	} else {
+		f.unmark(batch)
+	}
+	if batch, _ := e.held.selectBatch(orders("e", spillBelow-1, func(i int) testPlace { return places[i] })); len(batch) != spillBelow-1 || !f.spills() {
+		t.Fatalf("%d orders: batch %d, spills %v; want all, small: spill", spillBelow-1, len(batch), f.spills())
 	}
 }
 

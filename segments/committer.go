@@ -69,7 +69,7 @@ type committer struct {
 
 func newCommitter(e *Engine, cost opCost) *committer {
 	c := &committer{e: e, cost: cost}
-	c.batcher = batch.Batcher[*commitReq]{Parallel: commitParallel, SpillOnly: true, Full: c.inflight.wasFull, Go: e.bg.Go, Select: c.selectBatch, Commit: c.commit,
+	c.batcher = batch.Batcher[*commitReq]{Parallel: commitParallel, SpillOnly: true, Spill: c.inflight.spills, Go: e.bg.Go, Select: c.selectBatch, Commit: c.commit,
 		Fail: func(cr *commitReq) { cr.finish(failed(lock.ErrClosed)) }}
 	return c
 }

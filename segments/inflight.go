@@ -6,12 +6,14 @@ import "sync"
 // previous one's outcome (the counter as committed), so a place is in one
 // transaction in flight at a time. Transactions whose places, buyers and
 // order IDs are disjoint can be in flight together, and are when one
-// would not hold what waits (the batcher's SpillOnly): a second
-// transaction beside the first halves both, and on a machine the load
-// saturates each round costs etcd and the client alike (a raft entry, a
-// WAL write, a gRPC call), so under load a commit takes everything that
-// waits, and a second goes only when the first is full. On one hot SKU
-// the batches share their places and go one after another.
+// would not hold what waits, or is small (the batcher's SpillOnly,
+// inflight.spills): a second transaction beside the first halves both,
+// and on a machine the load saturates each round costs etcd and the
+// client alike (a raft entry, a WAL write, a gRPC call), so under load a
+// commit takes everything that waits, and a second goes only when the
+// first is full; at a light load, commits of a few orders go side by
+// side. On one hot SKU the batches share their places and go one after
+// another.
 
 // commitParallel is how many group commits a process may have in flight.
 const commitParallel = 2
@@ -22,7 +24,7 @@ type inflight struct {
 	places map[*placeState]int
 	users  map[string]int
 	orders map[string]int
-	full   bool // the last batch taken was full (the batcher's Full)
+	spill  bool // a commit may go beside the last batch taken (spills)
 }
 
 // take is a batcher's Select over f: the oldest requests of queue that fit
@@ -31,17 +33,27 @@ type inflight struct {
 func (f *inflight) take(queue []*commitReq, limit int, place opCost) (batch, rest []*commitReq) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	batch, rest, f.full = selectOrders(queue, limit, place, f.conflictsLocked)
+	batch, rest, full := selectOrders(queue, limit, place, f.conflictsLocked)
+	f.spill = full || len(batch) < spillBelow
 	f.markLocked(batch, 1)
 	return batch, rest
 }
 
-// wasFull reports whether the last batch take took was full: requests
-// were left that did not fit it (the batcher's Full).
-func (f *inflight) wasFull() bool {
+// spillBelow is the batch under which a commit may go beside it (the
+// batcher's SpillOnly): under load commits are larger, and one waits for
+// the other so that both are full; at a light load a batch of a few
+// orders gains little from what would arrive while it is in flight, and
+// two processes' buyers ordering one at a time would otherwise take turns
+// (docs/benchmarks.md, stop 49).
+const spillBelow = 8
+
+// spills reports whether a commit may go beside the last batch take took
+// (the batcher's Spill): the batch was full (requests were left that did
+// not fit it), or smaller than spillBelow.
+func (f *inflight) spills() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.full
+	return f.spill
 }
 
 // conflicts reports whether cr shares a place, a buyer or its order ID with

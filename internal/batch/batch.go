@@ -18,18 +18,19 @@ type Batcher[T any] struct {
 	// outcome); readers may overlap.
 	Parallel int
 	// SpillOnly, with Parallel > 1, starts a batch beside those in flight
-	// only when the last batch selected was full (Full: requests were
-	// left waiting that one batch could not hold), and a goroutine whose
-	// batch is answered while another is in flight ends its turn unless
-	// the last batch was full. What arrives while a batch is in flight
-	// waits for the next one, which takes it all. On a machine the load
-	// saturates, a second batch beside the first halves both, and each
-	// costs a round of its own (docs/benchmarks.md, stop 49).
+	// only when Spill allowed it after the last batch selected, and a
+	// goroutine whose batch is answered while another is in flight ends
+	// its turn unless Spill allowed it. Otherwise what arrives while a
+	// batch is in flight waits for the next one, which takes it all. On
+	// a machine the load saturates, a second batch beside the first
+	// halves both, and each costs a round of its own (docs/benchmarks.md,
+	// stop 49).
 	SpillOnly bool
-	// Full reports whether the batch Select just took was cut short by
-	// its size. Required with SpillOnly; called under the batcher's mutex
+	// Spill reports whether a batch may go beside the one Select just
+	// took (say, it was full: requests were left that it could not
+	// hold). Required with SpillOnly; called under the batcher's mutex
 	// right after Select.
-	Full func() bool
+	Spill func() bool
 	// Go starts the committing goroutine (the coordinator's background
 	// group); false means the group is closed: queued requests are failed.
 	Go func(func(ctx context.Context)) bool
@@ -49,7 +50,7 @@ type Batcher[T any] struct {
 	mu      sync.Mutex
 	queue   []T
 	running int  // committing goroutines
-	spilled bool // the last selection was full (SpillOnly)
+	spilled bool // Spill allowed a batch beside the last one selected (SpillOnly)
 }
 
 // Submit queues r; the committing goroutine picks it up with the next batch.
@@ -86,18 +87,18 @@ func (b *Batcher[T]) loop(ctx context.Context) {
 // goroutine's turn when nothing waits, or nothing that waits can go now
 // (Select took none: what waits is for a batch in flight, whose goroutine
 // takes it next), or, with SpillOnly, another goroutine is committing and
-// the last batch selected was not full.
+// Spill did not allow a batch beside the last one selected.
 func (b *Batcher[T]) next() []T {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 || (b.SpillOnly && b.running > 1 && !b.spilled) {
-		// Nothing waits; or another goroutine is committing and the
-		// last batch was not full: it takes what waits when it is done.
+		// Nothing waits; or another goroutine is committing and no
+		// batch may go beside it: it takes what waits when it is done.
 		b.running--
 		return nil
 	}
 	batch, rest := b.Select(b.queue)
-	b.spilled = b.SpillOnly && len(batch) > 0 && b.Full()
+	b.spilled = b.SpillOnly && len(batch) > 0 && b.Spill()
 	if len(batch) == 0 {
 		b.running--
 		return nil

@@ -24,7 +24,7 @@ func (r *recorder) commit(_ context.Context, batch []int) {
 	<-r.release
 }
 
-// takeUpTo is a Select taking the oldest n requests, and a Full telling
+// takeUpTo is a Select taking the oldest n requests, and a Spill telling
 // whether it left some behind.
 func takeUpTo(n int) (sel func([]int) ([]int, []int), full func() bool) {
 	var left bool
@@ -102,7 +102,7 @@ func TestParallelStartsABatchBesideOneInFlight(t *testing.T) {
 func TestSpillOnlyWaitsForTheBatchInFlight(t *testing.T) {
 	r := newRecorder()
 	sel, full := takeUpTo(2)
-	b := &Batcher[int]{Parallel: 2, SpillOnly: true, Select: sel, Full: full, Commit: r.commit}
+	b := &Batcher[int]{Parallel: 2, SpillOnly: true, Select: sel, Spill: full, Commit: r.commit}
 	started := start(t, b, r)
 	b.Submit(1)
 	expect(t, r, 1)
