@@ -43,8 +43,8 @@ func (f *inflight) take(queue []*commitReq, limit int, place opCost) (batch, res
 // batcher's SpillOnly): under load commits are larger, and one waits for
 // the other so that both are full; at a light load a batch of a few
 // orders gains little from what would arrive while it is in flight, and
-// two processes' buyers ordering one at a time would otherwise take turns
-// (docs/benchmarks.md, stop 49).
+// two buyers of a process ordering one at a time would otherwise take
+// turns (docs/benchmarks.md, stop 49).
 const spillBelow = 8
 
 // spills reports whether a commit may go beside the last batch take took

@@ -14,8 +14,9 @@ import (
 // arrive and ended when none is left.
 type Batcher[T any] struct {
 	// Parallel is how many batches may be in flight at once; 0 means 1.
-	// Writers keep one (the next batch is planned on the previous one's
-	// outcome); readers may overlap.
+	// A writer whose next batch is planned on the previous one's outcome
+	// keeps one, or lets Select keep its batches apart (the order
+	// committers); readers may overlap.
 	Parallel int
 	// SpillOnly, with Parallel > 1, starts a batch beside those in flight
 	// only when Spill allowed it after the last batch selected, and a
