@@ -26,7 +26,7 @@ func (r *recorder) commit(_ context.Context, batch []int) {
 
 // takeUpTo is a Select taking the oldest n requests, and a Spill telling
 // whether it left some behind.
-func takeUpTo(n int) (sel func([]int) ([]int, []int), full func() bool) {
+func takeUpTo(n int) (sel func([]int) ([]int, []int), spill func() bool) {
 	var left bool
 	return func(q []int) ([]int, []int) {
 		k := min(n, len(q))
@@ -36,8 +36,8 @@ func takeUpTo(n int) (sel func([]int) ([]int, []int), full func() bool) {
 }
 
 // start sets b.Go to start goroutines the test waits for (r's batches
-// released at its end), and returns
-// how many it started so far (Submit starts them synchronously).
+// released at its end), and returns how many it started so far (Submit
+// starts them synchronously).
 func start(t *testing.T, b *Batcher[int], r *recorder) (started func() int64) {
 	var wg sync.WaitGroup
 	var n atomic.Int64
@@ -101,8 +101,8 @@ func TestParallelStartsABatchBesideOneInFlight(t *testing.T) {
 // batch takes): then a second batch goes beside the first.
 func TestSpillOnlyWaitsForTheBatchInFlight(t *testing.T) {
 	r := newRecorder()
-	sel, full := takeUpTo(2)
-	b := &Batcher[int]{Parallel: 2, SpillOnly: true, Select: sel, Spill: full, Commit: r.commit}
+	sel, spill := takeUpTo(2)
+	b := &Batcher[int]{Parallel: 2, SpillOnly: true, Select: sel, Spill: spill, Commit: r.commit}
 	started := start(t, b, r)
 	b.Submit(1)
 	expect(t, r, 1)
