@@ -28,17 +28,7 @@ func directBatch(t *testing.T, e *Engine, client *clientv3.Client, sku string, s
 	}
 	sts := make([]*placeState, segs)
 	for seg := range segs {
-		key := e.counterKey(sku, Segment(seg))
-		resp, err := client.Get(ctx, key)
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatalf("read segment %d: %v", seg, err)
-		}
-		c, err := DecodeSegmentCounter(key, resp.Kvs[0].Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sts[seg] = &placeState{sku: sku, place: Segment(seg), key: key, inKey: e.keys.Inbox(sku, seg),
-			direct: directState{known: true, value: c.N, mod: resp.Kvs[0].ModRevision, raw: c, verified: info.created}}
+		sts[seg] = directCacheOf(t, e, client, sku, seg, info.created)
 	}
 	var batch []*commitReq
 	for i := range n {
@@ -62,6 +52,33 @@ func directBatch(t *testing.T, e *Engine, client *clientv3.Client, sku string, s
 	return batch
 }
 
+// directCacheOf reads segment seg of sku and returns its place as a direct
+// seller's cache holds it (its counter exact and nobody's), seen under the
+// incarnation verified (0: unverified, as a peek leaves it).
+func directCacheOf(t *testing.T, e *Engine, client *clientv3.Client, sku string, seg int, verified int64) *placeState {
+	t.Helper()
+	key := e.counterKey(sku, Segment(seg))
+	resp, err := client.Get(t.Context(), key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read segment %d: %v", seg, err)
+	}
+	c, err := DecodeSegmentCounter(key, resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &placeState{sku: sku, place: Segment(seg), key: key, inKey: e.keys.Inbox(sku, seg),
+		direct: directState{known: true, value: c.N, mod: resp.Kvs[0].ModRevision, raw: c, verified: verified}}
+}
+
+// smallTxnEngine is an engine on an embedded etcd whose --max-txn-ops is
+// limit, told so.
+func smallTxnEngine(t *testing.T, limit int) (*Engine, *clientv3.Client) {
+	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithMaxTxnOps(uint(limit))).Client(t)
+	e := etcdEngine(t, func(c *engineTestConfig) { c.client = client })
+	e.cfg.MaxTxnOps = limit
+	return e, client
+}
+
 // A batch selected on lean costs (one compare and one put a place) whose
 // places turn out to cost more when planned (here: exact counters nobody
 // owns, each compared with its lock's range and written) no longer fits
@@ -70,9 +87,7 @@ func directBatch(t *testing.T, e *Engine, client *clientv3.Client, sku string, s
 // transaction is rejected and every order fails.
 func TestBatchThatOutgrowsItsSelectionIsSplit(t *testing.T) {
 	const limit = 10
-	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithMaxTxnOps(limit)).Client(t)
-	e := etcdEngine(t, func(c *engineTestConfig) { c.client = client })
-	e.cfg.MaxTxnOps = limit
+	e, client := smallTxnEngine(t, limit)
 	queue := directBatch(t, e, client, "outgrown", 8, 8, true, false)
 	batch, rest := e.direct.selectBatch(queue)
 	// Lean: each order 1 + 1 compares (its place fences its SKU): five
@@ -115,9 +130,7 @@ func TestBatchThatOutgrowsItsSelectionIsSplit(t *testing.T) {
 // transaction was rejected by etcd and the orders were sent again.
 func TestRefusedReadsSpanTransactions(t *testing.T) {
 	const limit = 10
-	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync(), etcdtest.WithMaxTxnOps(limit)).Client(t)
-	e := etcdEngine(t, func(c *engineTestConfig) { c.client = client })
-	e.cfg.MaxTxnOps = limit
+	e, client := smallTxnEngine(t, limit)
 	// Seven orders on one segment: 7 + 2 compares and 7 + 1 puts fit;
 	// the reads (counter, inbox, lock range, 7 records, the SKU's meta)
 	// are 11.

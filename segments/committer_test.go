@@ -63,17 +63,7 @@ func raceLostOnOnePlace(t *testing.T, client *clientv3.Client) {
 			var batch []*commitReq
 			var sts []*placeState
 			for seg := range 2 {
-				key := e.counterKey(sku, Segment(seg))
-				resp, err := client.Get(ctx, key)
-				if err != nil || len(resp.Kvs) != 1 {
-					t.Fatalf("read segment %d: %v", seg, err)
-				}
-				c, err := DecodeSegmentCounter(key, resp.Kvs[0].Value)
-				if err != nil {
-					t.Fatal(err)
-				}
-				st := &placeState{sku: sku, place: Segment(seg), key: key, inKey: e.keys.Inbox(sku, seg),
-					direct: directState{known: true, value: c.N, mod: resp.Kvs[0].ModRevision, raw: c}}
+				st := directCacheOf(t, e, client, sku, seg, 0)
 				if ok, _ := st.reserveDirect(1, 0, 0); !ok {
 					t.Fatalf("segment %d cannot give 1 unit: %+v", seg, st.direct)
 				}
