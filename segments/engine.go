@@ -118,6 +118,9 @@ type Engine struct {
 	// lookRereads counts the SKUs whose look needed a second transaction
 	// to count their lazy segments (settleLooks).
 	lookRereads atomic.Int64
+	// lookRecords counts the order records the looks' reads returned
+	// (settleLooks): what counting lazy segments cost them.
+	lookRecords atomic.Int64
 	// looksRead and peeksRead count the looks and the peeks answered
 	// (look.go): what a first order of a SKU cost this process in reads.
 	looksRead, peeksRead atomic.Int64
@@ -204,9 +207,11 @@ type skuInfo struct {
 	// of it sets it hotFor ahead (planDirect).
 	hotUntil atomic.Int64
 	// lookBase is the oldest base of the lazy segments the SKU's last look
-	// found (0: none): the next look reads the records since it in its own
-	// transaction, rather than in a second one (look.go).
-	lookBase atomic.Int64
+	// found (0: none), and lookBaseAt (Unix nanoseconds) when that look
+	// was: a look soon after it reads the records since the base in its
+	// own transaction, rather than in a second one (look.go,
+	// lookBaseFresh).
+	lookBase, lookBaseAt atomic.Int64
 }
 
 type placeID struct {

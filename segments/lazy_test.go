@@ -176,3 +176,107 @@ func TestLookReadsLazySalesInOneTransaction(t *testing.T) {
 	look(1)
 	look(0)
 }
+
+// A look reads the records since the lazy base its last look remembered
+// in its own transaction only soon after that look, and only up to
+// specReadLimit of them: etcd reads every record of the SKU to answer such
+// a read and returns all those since the base. A base remembered long ago,
+// on a SKU whose lazy segments have been settled since, cost every look
+// the whole sale since it; a truncated read is not used (a second read
+// counts the lazy segments). Every look counts the units right.
+func TestLookReadsRecordsSinceAnOldBaseOnlyWhenItMust(t *testing.T) {
+	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
+	tests := []struct {
+		name     string
+		settle   bool          // the seller settles its lazy segments before the look
+		age      time.Duration // how long ago the remembered look was
+		limit    int           // staleLazyRecords during the look (0: as it is)
+		rereads  int64
+		records  func(sinceBase int64) (lo, hi int64) // records the look's reads return
+		wantLazy bool
+	}{
+		{name: "settled, remembered a moment ago", settle: true,
+			records: func(n int64) (int64, int64) { return n, n }},
+		{name: "settled, remembered long ago", settle: true, age: 2 * lookBaseFresh,
+			records: func(int64) (int64, int64) { return 0, 0 }},
+		// No speculative read: the second one reads the records since the
+		// segment's base now (a settle at the low watermark moved it), no
+		// more than those since the remembered one.
+		{name: "lazy, remembered long ago", age: 2 * lookBaseFresh, rereads: 1, wantLazy: true,
+			records: func(n int64) (int64, int64) { return 0, n }},
+		// The speculative read returns specReadLimit records and is not
+		// used; the second one reads those since the base now.
+		{name: "lazy, more since the base than a speculative read returns", limit: 5, rereads: 1, wantLazy: true,
+			records: func(n int64) (int64, int64) { return 6, 6 + n }},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lazy := func(c *engineTestConfig) { c.client, c.lazy = client, true }
+			seller, reader := etcdEngine(t, lazy), etcdEngine(t, lazy)
+			ctx := t.Context()
+			sku := fmt.Sprint("s", i)
+			if _, err := seller.CreateSKU(ctx, sku, SKUConfig{Total: 100, Segments: 2, InitialFill: 60}); err != nil {
+				t.Fatal(err)
+			}
+			sold := 0
+			sell := func(n int) {
+				t.Helper()
+				for range n {
+					if _, err := seller.Allocate(ctx, sku, fmt.Sprint("o-", sold), 1, ""); err != nil {
+						t.Fatal(err)
+					}
+					sold++
+				}
+			}
+			info, err := reader.sku(ctx, sku)
+			if err != nil {
+				t.Fatal(err)
+			}
+			look := func() *snapshot {
+				t.Helper()
+				snap, _, err := reader.look(ctx, info, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := snap.total(); got != int64(100-sold) {
+					t.Errorf("after %d orders the look counts %d units; want %d", sold, got, 100-sold)
+				}
+				return snap
+			}
+			sell(3)
+			look() // remembers the lazy base
+			base := info.lookBase.Load()
+			if base == 0 {
+				t.Fatal("the first look remembered no lazy base: the test sells nothing lazily")
+			}
+			sell(20)
+			if tc.settle {
+				if n, err := seller.SettleOwned(ctx); err != nil || n == 0 {
+					t.Fatalf("SettleOwned = %d, %v; want the seller's lazy segment written", n, err)
+				}
+			}
+			resp, err := client.Get(ctx, reader.keys.Orders(sku), clientv3.WithPrefix(), clientv3.WithMinCreateRev(base+1), clientv3.WithKeysOnly())
+			if err != nil {
+				t.Fatal(err)
+			}
+			sinceBase := int64(len(resp.Kvs))
+			info.lookBaseAt.Store(time.Now().Add(-tc.age).UnixNano())
+			if tc.limit > 0 {
+				defer func(n int) { staleLazyRecords = n }(staleLazyRecords)
+				staleLazyRecords = tc.limit
+			}
+			rereads, records := reader.lookRereads.Load(), reader.lookRecords.Load()
+			look()
+			if got := info.lookBase.Load() != 0; got != tc.wantLazy {
+				t.Errorf("the look found lazy segments: %v; want %v", got, tc.wantLazy)
+			}
+			if got := reader.lookRereads.Load() - rereads; got != tc.rereads {
+				t.Errorf("the look took %d second reads; want %d", got, tc.rereads)
+			}
+			lo, hi := tc.records(sinceBase)
+			if got := reader.lookRecords.Load() - records; got < lo || got > hi {
+				t.Errorf("the look's reads returned %d records (%d since the remembered base); want %d to %d", got, sinceBase, lo, hi)
+			}
+		})
+	}
+}

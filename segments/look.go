@@ -3,6 +3,7 @@ package segments
 import (
 	"context"
 	"fmt"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -149,15 +150,17 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 	for _, info := range skus {
 		ops = append(ops, clientv3.OpGet(e.keys.Meta(info.name), clientv3.WithKeysOnly()))
 	}
-	// A SKU whose last look found lazy segments most likely has them
-	// still: the records since their oldest base then, read at this
-	// transaction's revision, count what they sold without a second
-	// round trip (settleLooks).
+	// A SKU whose last look, a moment ago, found lazy segments most
+	// likely has them still: the records since their oldest base then,
+	// read at this transaction's revision, count what they sold without a
+	// second round trip (settleLooks).
 	spec := map[*skuInfo]specRead{}
+	now := time.Now().UnixNano()
 	for _, info := range skus {
-		if base := info.lookBase.Load(); base > 0 {
+		if base := info.lookBase.Load(); base > 0 && now-info.lookBaseAt.Load() < int64(lookBaseFresh) {
 			spec[info] = specRead{at: len(ops), base: base}
-			ops = append(ops, clientv3.OpGet(e.keys.Orders(info.name), clientv3.WithPrefix(), clientv3.WithMinCreateRev(base+1)))
+			ops = append(ops, clientv3.OpGet(e.keys.Orders(info.name), clientv3.WithPrefix(),
+				clientv3.WithMinCreateRev(base+1), clientv3.WithLimit(specReadLimit())))
 		}
 	}
 	for _, r := range batch {
@@ -190,7 +193,15 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 		}
 	}
 	for info, sr := range spec {
-		sr.kvs = resp.Responses[sr.at].GetResponseRange().GetKvs()
+		rr := resp.Responses[sr.at].GetResponseRange()
+		e.lookRecords.Add(int64(len(rr.GetKvs())))
+		if rr.GetMore() || int64(len(rr.GetKvs())) >= specReadLimit() {
+			// Cut short: not every record since the base. A lazy
+			// segment that old is stale; a second read counts it.
+			delete(spec, info)
+			continue
+		}
+		sr.kvs = rr.GetKvs()
 		spec[info] = sr
 	}
 	e.settleLooks(ctx, skus, snaps, errs, spec)
@@ -230,6 +241,21 @@ func decodePeek(rs []*pb.ResponseOp, inKey string) (p peek, err error) {
 	return p, nil
 }
 
+// lookBaseFresh is how long after a look that found lazy segments of a SKU
+// its next look reads the records since their oldest base speculatively,
+// in its own transaction. etcd answers a read of the records since a
+// revision by reading every record of the SKU and dropping the older ones
+// (its revision filters apply after the range), so a base remembered
+// from a look long ago, on a SKU whose lazy segments have been settled
+// since, returned the whole sale since then: 140,000 records a look of a
+// SKU sold for 20 seconds (docs/benchmarks.md, stop 50).
+const lookBaseFresh = time.Second
+
+// specReadLimit bounds the records a speculative read returns: more than
+// staleLazyRecords since a base mean a stale lazy segment, which a second
+// read counts (and settleStale settles), or none left at all.
+func specReadLimit() int64 { return int64(staleLazyRecords) + 1 }
+
 // specRead is a look's read of a SKU's records since the oldest lazy base
 // its last look found (lookBase): at index at of the look's transaction.
 type specRead struct {
@@ -260,6 +286,7 @@ func (e *Engine) settleLooks(ctx context.Context, skus []*skuInfo, snaps map[str
 			oldest = min(oldest, l.base)
 		}
 		info.lookBase.Store(oldest)
+		info.lookBaseAt.Store(time.Now().UnixNano())
 		if sr, ok := spec[info]; ok && sr.base <= oldest {
 			// The records since sr.base, at the snapshot's revision, hold
 			// every record since each lazy segment's base.
@@ -279,7 +306,9 @@ func (e *Engine) settleLooks(ctx context.Context, skus []*skuInfo, snaps map[str
 			errs[info.name] = fmt.Errorf("read the unsettled orders of %s: %w", info.name, err)
 			continue
 		}
-		e.settleLook(info, snaps[info.name], resp.Responses[i].GetResponseRange().Kvs, errs)
+		kvs := resp.Responses[i].GetResponseRange().GetKvs()
+		e.lookRecords.Add(int64(len(kvs)))
+		e.settleLook(info, snaps[info.name], kvs, errs)
 	}
 }
 
