@@ -274,11 +274,11 @@ func (pp *placePlan) txn(cmps []clientv3.Cmp, ops []clientv3.Op) ([]clientv3.Cmp
 	if pp.fence == lockFence {
 		// Held: the lock is this process's, the counter as committed;
 		// the counter written (an absorb went before, absorb.go).
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(pp.own.Key()), "=", pp.own.Rev()),
-			clientv3.Compare(clientv3.ModRevision(st.key), "=", pp.mod))
+		cmps = append(cmps, revisionIs(clientv3.CreateRevision(pp.own.Key()), pp.own.Rev()),
+			revisionIs(clientv3.ModRevision(st.key), pp.mod))
 		return cmps, append(ops, clientv3.OpPut(st.key, EncodeCounter(pp.value)))
 	}
-	cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.key), "=", pp.mod))
+	cmps = append(cmps, revisionIs(clientv3.ModRevision(st.key), pp.mod))
 	if pp.fencedByLockRange() {
 		// The segment must have no lock key (a holder's cache is exact
 		// only while nobody else writes).
@@ -288,7 +288,7 @@ func (pp *placePlan) txn(cmps []clientv3.Cmp, ops []clientv3.Op) ([]clientv3.Cmp
 		ops = append(ops, clientv3.OpPut(st.key, EncodeSegmentCounter(pp.written)))
 	}
 	if pp.absorb {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(st.inKey), "=", pp.inMod))
+		cmps = append(cmps, revisionIs(clientv3.ModRevision(st.inKey), pp.inMod))
 		ops = append(ops, clientv3.OpPut(st.inKey, EncodeCounter(0)))
 	}
 	return cmps, ops

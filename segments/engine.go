@@ -296,7 +296,7 @@ func (e *Engine) incarnation(info *skuInfo) []clientv3.Cmp {
 	if info == nil || info.created == 0 {
 		return nil
 	}
-	return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.keys.Meta(info.name)), "=", info.created)}
+	return []clientv3.Cmp{revisionIs(clientv3.CreateRevision(e.keys.Meta(info.name)), info.created)}
 }
 
 // skuChanged reads whether info's SKU was deleted or replaced (its meta

@@ -89,7 +89,7 @@ func (e *Engine) orderAbsent(sku, order string) clientv3.Cmp {
 
 // recordAbsent compares that the order record at key does not exist.
 func recordAbsent(key string) clientv3.Cmp {
-	return clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	return revisionIs(clientv3.CreateRevision(key), 0)
 }
 
 // orderKey is the key of an order's record, which is also its ID's claim.

@@ -244,7 +244,7 @@ func (e *Engine) readUsers(ctx context.Context, userKeys []string, orders []*all
 // appendUserCmpsOps adds a batch's buyers' compares and puts.
 func appendUserCmpsOps(cmps []clientv3.Cmp, ops []clientv3.Op, users []*batchUser) ([]clientv3.Cmp, []clientv3.Op) {
 	for _, bu := range users {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(bu.key), "=", bu.modRev))
+		cmps = append(cmps, revisionIs(clientv3.ModRevision(bu.key), bu.modRev))
 		ops = append(ops, clientv3.OpPut(bu.key, EncodeCounter(bu.value+bu.add)))
 	}
 	return cmps, ops
