@@ -285,7 +285,6 @@ func TestSelectOrdersBesideACommitInFlight(t *testing.T) {
 	if len(batch) != 1 || batch[0].req.order != "c" || len(rest) != 2 {
 		t.Fatalf("beside a commit on place 0 of order a: took %d (first %v); want order c alone", len(batch), batch)
 	}
-
 	if batch, _ := e.held.selectBatch(rest); len(batch) != 0 {
 		t.Fatalf("everything waiting conflicts with commits in flight, yet %d were taken", len(batch))
 	}
