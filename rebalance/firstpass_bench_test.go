@@ -13,8 +13,9 @@ import (
 )
 
 // BenchmarkFirstPass: how long a newly elected rebalancer takes to refill
-// every SKU of a sale whose segments are all below their watermark (what a
-// leader elected in the middle of a many-SKU sale meets). b.N is the number
+// every SKU of a sale whose segments are all below their watermark (as
+// they start in `bench --sale`'s shapes, and as a leader elected in the
+// middle of a many-SKU sale may find them). b.N is the number
 // of SKUs (4 segments each, every segment below the watermark, the rest in
 // the pool); etcd with fsync on. It reports SKUs refilled a second, from
 // Run to the last SKU's first refill.
@@ -75,6 +76,8 @@ func BenchmarkFirstPass(b *testing.B) {
 	select {
 	case <-all:
 	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
 		b.Fatalf("only %d of %d SKUs refilled", len(refilled), b.N)
 	}
 	elapsed := time.Since(start)

@@ -57,23 +57,21 @@ func TestLeaderLostInTheMiddleOfAPass(t *testing.T) {
 		log.add(m)
 		if len(log.snapshot()) == 20 {
 			once.Do(func() {
-				// Revoke the leader's session while its pass goes on
-				// (not from here: OnMove runs inside the pass).
-				go func() {
-					sess, err := engines.Of(c0).Locks.Session(t.Context())
-					if err != nil {
-						t.Error(err)
-						revoked <- 0
-						return
-					}
-					resp, err := etcd.Client(t).Revoke(t.Context(), sess.Lease())
-					if err != nil {
-						t.Error(err)
-						revoked <- 0
-						return
-					}
-					revoked <- resp.Header.Revision
-				}()
+				// Revoke the leader's session in the middle of its pass,
+				// before its next move (OnMove runs inside the pass).
+				sess, err := engines.Of(c0).Locks.Session(t.Context())
+				if err != nil {
+					t.Error(err)
+					revoked <- 0
+					return
+				}
+				resp, err := etcd.Client(t).Revoke(t.Context(), sess.Lease())
+				if err != nil {
+					t.Error(err)
+					revoked <- 0
+					return
+				}
+				revoked <- resp.Header.Revision
 			})
 		}
 	}})
@@ -104,7 +102,7 @@ func TestLeaderLostInTheMiddleOfAPass(t *testing.T) {
 		}
 	}
 	if byR1 == 0 {
-		t.Fatal("r1 made no move: r0 finished the pass after its session was revoked")
+		t.Fatal("r1 made no move: r0 went on with its pass after its session was revoked")
 	}
 	for _, sku := range names {
 		rep := audit(t, c1, sku)
