@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc"
 
 	"github.com/stockctl/stockctl/coordinator"
@@ -171,10 +172,10 @@ func TestRefillManySegments(t *testing.T) {
 		t.Fatalf("refilled %d of %d segments", len(moved), segs)
 	}
 	// Every segment now holds 3; below 3 none needs a refill, below 4 all.
-	if moved, _, err := engines.Of(c).Stock.RefillBelow(ctx, "many", want, 3); err != nil || len(moved) != 0 {
+	if moved, _, err := engines.Of(c).Stock.RefillBelow(ctx, "many", want, 3, -1); err != nil || len(moved) != 0 {
 		t.Fatalf("RefillBelow(3): %v %v, want nothing moved", moved, err)
 	}
-	if moved, _, err := engines.Of(c).Stock.RefillBelow(ctx, "many", want, 4); err != nil || len(moved) != segs {
+	if moved, _, err := engines.Of(c).Stock.RefillBelow(ctx, "many", want, 4, -1); err != nil || len(moved) != segs {
 		t.Fatalf("RefillBelow(4): %d moved, %v; want all %d", len(moved), err, segs)
 	}
 	st := mustStatus(t, c, "many")
@@ -182,4 +183,39 @@ func TestRefillManySegments(t *testing.T) {
 		t.Fatalf("pool %d after moving 4 into each of %d segments of 1", st.Pool, segs)
 	}
 	mustAudit(t, c, "many")
+}
+
+// RefillBelow with a wait gives up with ErrLocked when another process
+// holds the SKU's pool lock past it, and moves nothing; once the lock is
+// free it moves.
+func TestRefillBelowGivesUpOnABusyPool(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	c := newCoordinators(t, etcd, 1)[0]
+	ctx := t.Context()
+	mustCreate(t, c, "busy", coordinator.SKUConfig{Total: 100, Segments: 2, InitialFill: 2})
+	sess, err := concurrency.NewSession(etcd.Client(t), concurrency.WithTTL(60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	m := concurrency.NewMutex(sess, strings.TrimSuffix(engines.Of(c).Keys.PoolLock("busy"), "/"))
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]int64{0: 5, 1: 5}
+	moved, _, err := engines.Of(c).Stock.RefillBelow(ctx, "busy", want, 3, 50*time.Millisecond)
+	if !errors.Is(err, coordinator.ErrLocked) || len(moved) != 0 {
+		t.Fatalf("RefillBelow on a held pool: moved %v, %v; want nothing and ErrLocked", moved, err)
+	}
+	if st := mustStatus(t, c, "busy"); st.Pool != 98 {
+		t.Fatalf("pool %d after a refill that gave up, want 98", st.Pool)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	moved, _, err = engines.Of(c).Stock.RefillBelow(ctx, "busy", want, 3, 50*time.Millisecond)
+	if err != nil || moved[0] != 5 || moved[1] != 5 {
+		t.Fatalf("RefillBelow on a free pool: moved %v, %v; want 5 into each segment", moved, err)
+	}
+	mustAudit(t, c, "busy")
 }

@@ -18,7 +18,7 @@ import (
 // leader's compare.
 type stock interface {
 	SKUs(ctx context.Context) ([]string, error)
-	RefillBelow(ctx context.Context, sku string, want map[int]int64, threshold int64, fence ...clientv3.Cmp) (map[int]int64, int64, error)
+	RefillBelow(ctx context.Context, sku string, want map[int]int64, threshold int64, wait time.Duration, fence ...clientv3.Cmp) (map[int]int64, int64, error)
 	Drain(ctx context.Context, sku string, seg int, wait time.Duration, fence ...clientv3.Cmp) (int64, int64, error)
 	NextDeadline(ctx context.Context, sku string) (time.Time, bool, error)
 	ExpireDue(ctx context.Context, sku string, now time.Time, limit int, fence ...clientv3.Cmp) ([]segments.Expiry, error)

@@ -13,7 +13,10 @@
 //
 // Refill. A segment needs stock when what it can give (its counter plus its
 // inbox) is below the SKU's low watermark, or is zero when the watermark is
-// zero. The leader then moves min(refill batch, pool) into it. It learns of
+// zero. The leader then moves min(refill batch, pool) into it. It waits at
+// most a second for the SKU's pool lock (a process paused while holding it
+// keeps it until its lease ends) and tries that SKU again in its next round,
+// so one such SKU does not hold up the others' refills. It learns of
 // such crossings from a watch on the stock counters and reacts at once; a
 // periodic sweep (SweepInterval) re-reads everything, as a safety net for
 // missed events and for a new leader.

@@ -2,9 +2,12 @@ package rebalance_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/engines"
@@ -117,4 +120,56 @@ func TestLeaderLostInTheMiddleOfAPass(t *testing.T) {
 		}
 	}
 	t.Logf("r0 moved %d before its session was revoked, r1 %d", len(log.snapshot())-byR1, byR1)
+}
+
+// A SKU whose pool lock another process holds (one paused while pulling
+// from the pool keeps it until its lease ends) costs the leader at most
+// refillLockWait a round: every other SKU is refilled meanwhile, and the
+// held one once its lock is free. Before, the leader waited for that lock,
+// and every SKU after the held one with it.
+func TestHeldPoolLockStallsOnlyItsSKU(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	c := newCoordinator(t, etcd)
+	names := createDrySKUs(t, c, "held-", 24)
+	blocked := names[7]
+
+	sess, err := concurrency.NewSession(etcd.Client(t), concurrency.WithTTL(60))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	poolLock := concurrency.NewMutex(sess, strings.TrimSuffix(engines.Of(c).Keys.PoolLock(blocked), "/"))
+	if err := poolLock.Lock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	var log moveLog
+	_, stop := startRebalancer(t, c, rebalance.Config{Identity: "r", OnMove: log.add, SweepInterval: 200 * time.Millisecond})
+	etcdtest.WaitFor(t, "every SKU but the held one refilled", 60*time.Second, func() bool {
+		return len(refilledSKUs(&log)) == len(names)-1
+	})
+	if refilledSKUs(&log)[blocked] {
+		t.Fatalf("%s refilled while another process held its pool lock", blocked)
+	}
+	if err := poolLock.Unlock(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, "the held SKU refilled once its lock is free", 60*time.Second, func() bool {
+		return refilledSKUs(&log)[blocked]
+	})
+	// Stop before reading the books: a refill committed after the log was
+	// read would look like stock gone missing.
+	stop()
+	for _, sku := range names {
+		rep := audit(t, c, sku)
+		var in int64
+		for _, m := range log.snapshot() {
+			if m.SKU == sku && m.Kind == rebalance.Refill {
+				in += m.Qty
+			}
+		}
+		if rep.Pool != 92-in {
+			t.Fatalf("%s: pool %d after refills of %d, want %d", sku, rep.Pool, in, 92-in)
+		}
+	}
 }

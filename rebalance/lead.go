@@ -70,10 +70,18 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 	}
 	next := "" // the safety net's next SKU (sweepWindow)
 	for {
-		if err := r.actOn(ctx, l, dirty); err != nil {
+		busy, err := r.actOn(ctx, l, dirty)
+		if err != nil {
 			return err
 		}
 		clear(dirty)
+		// A SKU whose pool lock was busy is acted on again next round,
+		// by name: a sweep may have replaced its view meanwhile.
+		for _, sku := range busy {
+			if v := views[sku]; v != nil {
+				dirty[v] = true
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -172,25 +180,31 @@ func (r *Rebalancer) applyMeta(ctx context.Context, l *leadership, views map[str
 }
 
 // actOn runs the policy on each dirty view and records the pass if it moved
-// anything.
-func (r *Rebalancer) actOn(ctx context.Context, l *leadership, dirty map[*view]bool) error {
+// anything. It returns the SKUs whose pool lock another process held past
+// refillLockWait, to be acted on again.
+func (r *Rebalancer) actOn(ctx context.Context, l *leadership, dirty map[*view]bool) (busy []string, err error) {
 	if len(dirty) == 0 {
-		return nil
+		return nil, nil
 	}
 	pass := &Pass{Leader: r.cfg.Identity}
 	for v := range dirty {
 		if err := r.act(ctx, l, v, pass); err != nil {
 			if isFatal(err) || ctx.Err() != nil {
-				return err
+				return nil, err
+			}
+			if errors.Is(err, coordinator.ErrLocked) {
+				r.log.Debug("rebalancer: a pool lock is busy, trying again next round", "sku", v.sku)
+				busy = append(busy, v.sku)
+				continue
 			}
 			r.metrics.failedMoves.Inc()
 			r.log.Warn("rebalancer move failed", "sku", v.sku, "err", err)
 		}
 	}
 	if len(pass.Moves) == 0 {
-		return nil
+		return busy, nil
 	}
-	return r.record(ctx, l, pass)
+	return busy, r.record(ctx, l, pass)
 }
 
 // sweepWindow picks the next sweepSKUs SKUs of views in name order, from

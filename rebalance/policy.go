@@ -22,6 +22,14 @@ func (r *Rebalancer) act(ctx context.Context, l *leadership, v *view, pass *Pass
 	return r.refill(ctx, l, v, pass)
 }
 
+// refillLockWait is how long a refill waits for its SKU's pool lock. Sellers
+// hold it for a pull's commit (milliseconds); a process paused or cut off
+// while holding it keeps it until its lease ends (DefaultSessionTTL, 10 s),
+// and the leader, acting on one SKU after another, would wait that long
+// before any other SKU's refill. A refill that gives up (ErrLocked) is
+// tried again in the leader's next round (actOn).
+const refillLockWait = time.Second
+
 // refill moves min(batch, pool) into every active segment below its threshold.
 func (r *Rebalancer) refill(ctx context.Context, l *leadership, v *view, pass *Pass) error {
 	if v.pool <= 0 {
@@ -38,7 +46,11 @@ func (r *Rebalancer) refill(ctx context.Context, l *leadership, v *view, pass *P
 	}
 	// Below the threshold as read in the move itself: sellers pull from
 	// the pool and releases add to inboxes behind this view's back.
-	moved, rev, err := l.c.stock.RefillBelow(ctx, v.sku, want, v.threshold(), l.fence)
+	wait := refillLockWait
+	if v.forceIdle {
+		wait = -1 // RunOnce: the one pass an operator asked for waits as long as its ctx allows
+	}
+	moved, rev, err := l.c.stock.RefillBelow(ctx, v.sku, want, v.threshold(), wait, l.fence)
 	if err != nil {
 		return err
 	}

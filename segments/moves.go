@@ -27,7 +27,7 @@ import (
 // (at most the commit timeout), so an error means nothing moved unless
 // etcd could not be reached at all.
 func (e *Engine) Refill(ctx context.Context, sku string, want map[int]int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
-	return e.refill(ctx, sku, want, 0, nil, fence)
+	return e.refill(ctx, sku, want, 0, -1, nil, fence)
 }
 
 // RefillBelow is Refill of only those segments of want whose stock (counter
@@ -35,17 +35,20 @@ func (e *Engine) Refill(ctx context.Context, sku string, want map[int]int64, fen
 // decision made on an earlier read (the rebalancer's view) can be overtaken
 // by a seller's pull or a release meanwhile; this one cannot: the inbox's
 // revision is compared, and while a segment is held its counter only falls.
-func (e *Engine) RefillBelow(ctx context.Context, sku string, want map[int]int64, threshold int64, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
+// It waits at most wait for the pool's lock (wait < 0: as long as ctx
+// allows), then gives up with ErrLocked, having moved nothing.
+func (e *Engine) RefillBelow(ctx context.Context, sku string, want map[int]int64, threshold int64, wait time.Duration, fence ...clientv3.Cmp) (map[int]int64, int64, error) {
 	if threshold <= 0 {
 		return nil, 0, fmt.Errorf("refill %s: %w: threshold %d must be positive", sku, ErrInvalid, threshold)
 	}
-	return e.refill(ctx, sku, want, threshold, nil, fence)
+	return e.refill(ctx, sku, want, threshold, wait, nil, fence)
 }
 
-// refill is Refill; below > 0 skips segments holding at least below; note,
-// if set, returns puts to add to the move's transaction given what it moves
-// (a seller's pull record).
-func (e *Engine) refill(ctx context.Context, sku string, want map[int]int64, below int64, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (out map[int]int64, outRev int64, outErr error) {
+// refill is Refill; below > 0 skips segments holding at least below; wait
+// bounds the wait for the pool's lock (lockPlace); note, if set, returns
+// puts to add to the move's transaction given what it moves (a seller's
+// pull record).
+func (e *Engine) refill(ctx context.Context, sku string, want map[int]int64, below int64, wait time.Duration, note func(moved map[int]int64) []clientv3.Op, fence []clientv3.Cmp) (out map[int]int64, outRev int64, outErr error) {
 	if e.metrics != nil {
 		kind := moveRefill
 		if note != nil {
@@ -63,7 +66,7 @@ func (e *Engine) refill(ctx context.Context, sku string, want map[int]int64, bel
 			return nil, 0, fmt.Errorf("refill %s: %w: %d units into segment %d of %d", sku, ErrInvalid, want[i], i, info.segments)
 		}
 	}
-	pool, err := e.lockPlace(ctx, sku, Pool, -1)
+	pool, err := e.lockPlace(ctx, sku, Pool, wait)
 	if err != nil {
 		return nil, 0, fmt.Errorf("refill %s: %w", sku, err)
 	}

@@ -149,7 +149,7 @@ func (s *seller) pullFromPool(ctx context.Context, req *allocReq, home int) (boo
 		rec := Pull{Segment: target, Qty: moved[target], Lease: fmt.Sprintf("%x", s.self()), At: time.Now().UTC()}
 		return []clientv3.Op{clientv3.OpPut(s.e.keys.Pull(s.sku.name), EncodePull(rec))}
 	}
-	moved, _, err := s.e.refill(ctx, s.sku.name, map[int]int64{target: want}, 0, note, nil)
+	moved, _, err := s.e.refill(ctx, s.sku.name, map[int]int64{target: want}, 0, -1, note, nil)
 	if err != nil {
 		return false, err
 	}
