@@ -16,8 +16,8 @@ import (
 // every SKU of a sale whose segments are all below their watermark (as
 // they start in `bench --sale`'s shapes, and as a leader elected in the
 // middle of a many-SKU sale may find them). b.N is the number
-// of SKUs (4 segments each, every segment below the watermark, the rest in
-// the pool); etcd with fsync on. It reports SKUs refilled a second, from
+// of SKUs (as createDrySKUs makes them: 4 segments each, every one below
+// the watermark, the rest in the pool); etcd with fsync on. It reports SKUs refilled a second, from
 // Run to the last SKU's first refill.
 //
 // Run: go test -run x -bench BenchmarkFirstPass -benchtime 2000x ./rebalance
@@ -36,8 +36,8 @@ func BenchmarkFirstPass(b *testing.B) {
 	for w := range 32 {
 		cg.Go(func() {
 			for i := w; i < b.N; i += 32 {
-				if _, err := c.CreateSKU(ctx, fmt.Sprintf("%s%d", prefix, i), coordinator.SKUConfig{Total: 100, Segments: 4,
-					InitialFill: 8, LowWatermark: 5, RefillBatch: 10}); err != nil {
+				if _, err := c.CreateSKU(ctx, fmt.Sprintf("%s%d", prefix, i), coordinator.SKUConfig{Total: dryTotal, Segments: 4,
+					InitialFill: dryFill, LowWatermark: 5, RefillBatch: 10}); err != nil {
 					errs <- err
 					return
 				}

@@ -15,6 +15,10 @@ import (
 	"github.com/stockctl/stockctl/rebalance"
 )
 
+// The SKUs createDrySKUs makes: dryTotal units, dryFill of them over 4
+// segments (2 each, below the watermark of 5), the rest in the pool.
+const dryTotal, dryFill = 100, 8
+
 // createDrySKUs creates n SKUs (prefix0, prefix1, …) of 4 segments whose
 // every segment starts below its watermark, the rest in the pool: a new
 // leader's first pass refills them all.
@@ -23,8 +27,8 @@ func createDrySKUs(t *testing.T, c *coordinator.Coordinator, prefix string, n in
 	names := make([]string, n)
 	for i := range names {
 		names[i] = fmt.Sprintf("%s%d", prefix, i)
-		if _, err := c.CreateSKU(t.Context(), names[i], coordinator.SKUConfig{Total: 100, Segments: 4,
-			InitialFill: 8, LowWatermark: 5, RefillBatch: 10}); err != nil {
+		if _, err := c.CreateSKU(t.Context(), names[i], coordinator.SKUConfig{Total: dryTotal, Segments: 4,
+			InitialFill: dryFill, LowWatermark: 5, RefillBatch: 10}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -42,11 +46,31 @@ func refilledSKUs(log *moveLog) map[string]bool {
 	return got
 }
 
+// poolsLostTheirRefills checks that each of the SKUs createDrySKUs made
+// balances and that its pool lost exactly what log's refills moved out of it
+// (a move committed twice, or committed and not reported, breaks that).
+// Stop the rebalancers first: a refill committed after log is read would
+// look like stock gone missing.
+func poolsLostTheirRefills(t *testing.T, c *coordinator.Coordinator, names []string, log *moveLog) {
+	t.Helper()
+	refilled := map[string]int64{}
+	for _, m := range log.snapshot() {
+		if m.Kind == rebalance.Refill {
+			refilled[m.SKU] += m.Qty
+		}
+	}
+	for _, sku := range names {
+		want := dryTotal - dryFill - refilled[sku]
+		if got := audit(t, c, sku).Pool; got != want {
+			t.Fatalf("%s: pool %d after logged refills of %d, want %d", sku, got, refilled[sku], want)
+		}
+	}
+}
+
 // A leader whose session ends in the middle of its first pass over many
 // SKUs stops (its moves are fenced by its leadership: none commits after
 // the revoke), and the next leader refills the rest; every SKU's pool lost
-// exactly what the logged refills moved (a move committed twice, or
-// committed and not reported, would break that).
+// exactly what the logged refills moved.
 func TestLeaderLostInTheMiddleOfAPass(t *testing.T) {
 	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
 	c0 := newCoordinator(t, etcd, coordinator.WithSessionTTL(2*time.Second))
@@ -107,18 +131,7 @@ func TestLeaderLostInTheMiddleOfAPass(t *testing.T) {
 	if byR1 == 0 {
 		t.Fatal("r1 made no move: r0 went on with its pass after its session was revoked")
 	}
-	for _, sku := range names {
-		rep := audit(t, c1, sku)
-		var in int64
-		for _, m := range log.snapshot() {
-			if m.SKU == sku && m.Kind == rebalance.Refill {
-				in += m.Qty
-			}
-		}
-		if rep.Pool != 92-in {
-			t.Fatalf("%s: pool %d after logged refills of %d, want %d", sku, rep.Pool, in, 92-in)
-		}
-	}
+	poolsLostTheirRefills(t, c1, names, &log)
 	t.Logf("r0 moved %d before its session was revoked, r1 %d", len(log.snapshot())-byR1, byR1)
 }
 
@@ -157,19 +170,6 @@ func TestHeldPoolLockStallsOnlyItsSKU(t *testing.T) {
 	etcdtest.WaitFor(t, "the held SKU refilled once its lock is free", 60*time.Second, func() bool {
 		return refilledSKUs(&log)[blocked]
 	})
-	// Stop before reading the books: a refill committed after the log was
-	// read would look like stock gone missing.
 	stop()
-	for _, sku := range names {
-		rep := audit(t, c, sku)
-		var in int64
-		for _, m := range log.snapshot() {
-			if m.SKU == sku && m.Kind == rebalance.Refill {
-				in += m.Qty
-			}
-		}
-		if rep.Pool != 92-in {
-			t.Fatalf("%s: pool %d after refills of %d, want %d", sku, rep.Pool, in, 92-in)
-		}
-	}
+	poolsLostTheirRefills(t, c, names, &log)
 }
