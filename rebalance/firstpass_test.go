@@ -21,16 +21,26 @@ const dryTotal, dryFill = 100, 8
 
 // createDrySKUs creates n SKUs (prefix0, prefix1, …) of 4 segments whose
 // every segment starts below its watermark, the rest in the pool: a new
-// leader's first pass refills them all.
-func createDrySKUs(t *testing.T, c *coordinator.Coordinator, prefix string, n int) []string {
-	t.Helper()
+// leader's first pass refills them all. It creates 16 at a time.
+func createDrySKUs(tb testing.TB, c *coordinator.Coordinator, prefix string, n int) []string {
+	tb.Helper()
 	names := make([]string, n)
-	for i := range names {
-		names[i] = fmt.Sprintf("%s%d", prefix, i)
-		if _, err := c.CreateSKU(t.Context(), names[i], coordinator.SKUConfig{Total: dryTotal, Segments: 4,
-			InitialFill: dryFill, LowWatermark: 5, RefillBatch: 10}); err != nil {
-			t.Fatal(err)
-		}
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := w; i < n; i += 16 {
+				names[i] = fmt.Sprintf("%s%d", prefix, i)
+				if _, err := c.CreateSKU(tb.Context(), names[i], coordinator.SKUConfig{Total: dryTotal, Segments: 4,
+					InitialFill: dryFill, LowWatermark: 5, RefillBatch: 10}); err != nil {
+					tb.Errorf("create %s: %v", names[i], err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if tb.Failed() {
+		tb.FailNow()
 	}
 	return names
 }

@@ -46,11 +46,7 @@ func (r *Rebalancer) refill(ctx context.Context, l *leadership, v *view, pass *P
 	}
 	// Below the threshold as read in the move itself: sellers pull from
 	// the pool and releases add to inboxes behind this view's back.
-	wait := refillLockWait
-	if v.forceIdle {
-		wait = -1 // RunOnce: the one pass an operator asked for waits as long as its ctx allows
-	}
-	moved, rev, err := l.c.stock.RefillBelow(ctx, v.sku, want, v.threshold(), wait, l.fence)
+	moved, rev, err := l.c.stock.RefillBelow(ctx, v.sku, want, v.threshold(), l.refillWait, l.fence)
 	if err != nil {
 		return err
 	}

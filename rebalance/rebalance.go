@@ -197,6 +197,7 @@ func (r *Rebalancer) RunOnce(ctx context.Context, sku string) (*Pass, error) {
 			return err
 		}
 		v.forceIdle = true
+		l.refillWait = -1
 		pass = &Pass{Leader: r.cfg.Identity}
 		xs, err := r.expireSKU(ctx, l, sku)
 		pass.Expired = xs
@@ -220,6 +221,10 @@ type leadership struct {
 	sess  *concurrency.Session
 	e     *concurrency.Election
 	fence clientv3.Cmp
+	// refillWait bounds a refill's wait for its pool lock: refillLockWait
+	// while leading (Run), none in the one pass an operator asked for
+	// (RunOnce: -1, as long as its ctx allows).
+	refillWait time.Duration
 }
 
 // term wins an election on the coordinator's session, runs f while leader,
@@ -246,7 +251,8 @@ func (r *Rebalancer) term(ctx context.Context, f func(context.Context, *leadersh
 		return fmt.Errorf("campaign: %w", err)
 	}
 	l := &leadership{c: r.c, sess: sess, e: e,
-		fence: clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev())}
+		fence:      clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", e.Rev()),
+		refillWait: refillLockWait}
 	elected := false
 	defer func() {
 		r.leader.Store(false)
