@@ -183,3 +183,40 @@ func TestHeldPoolLockStallsOnlyItsSKU(t *testing.T) {
 	stop()
 	poolsLostTheirRefills(t, c, names, &log)
 }
+
+// Watching turns true only once a leader's first pass has acted on every
+// SKU (each dry SKU is refilled by then), and false when its term ends; a
+// new term watches again only after its own first pass.
+func TestWatchingAfterTheFirstPass(t *testing.T) {
+	etcd := etcdtest.NewSingle(t, etcdtest.WithNoFsync())
+	c := newCoordinator(t, etcd, coordinator.WithSessionTTL(2*time.Second))
+	names := createDrySKUs(t, c, "watch-", 60)
+
+	idle, err := rebalance.New(c, rebalance.Config{Identity: "idle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle.Watching() {
+		t.Fatal("a rebalancer that never ran is watching")
+	}
+	var log moveLog
+	r, _ := startRebalancer(t, c, rebalance.Config{Identity: "r", OnMove: log.add})
+	etcdtest.WaitFor(t, "r watches", 60*time.Second, r.Watching)
+	if !r.Leader() {
+		t.Fatal("watching without leading")
+	}
+	if got := refilledSKUs(&log); len(got) != len(names) {
+		t.Fatalf("watching after refilling %d of the %d dry SKUs", len(got), len(names))
+	}
+
+	// End the term: its session's lease revoked.
+	sess, err := engines.Of(c).Locks.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.Client(t).Revoke(t.Context(), sess.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	etcdtest.WaitFor(t, "r's term over", 30*time.Second, func() bool { return !r.Watching() && !r.Leader() })
+	etcdtest.WaitFor(t, "r watches again, on a new session", 60*time.Second, r.Watching)
+}

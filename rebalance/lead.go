@@ -52,6 +52,7 @@ func isFatal(err error) bool {
 }
 
 func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
+	r.watching.Store(false) // until this read of every SKU is acted on
 	views, rev, err := l.loadAll(ctx)
 	if err != nil {
 		return err
@@ -74,6 +75,7 @@ func (r *Rebalancer) watchAndAct(ctx context.Context, l *leadership) error {
 		if err != nil {
 			return err
 		}
+		r.watching.Store(true)
 		clear(dirty)
 		// A SKU whose pool lock was busy is acted on again next round,
 		// by name: a sweep may have replaced its view meanwhile.

@@ -8,12 +8,13 @@ import (
 // always kept (a few atomic adds per move, off the order path) and exported
 // only when the Collector is registered.
 type rebalancerMetrics struct {
-	leaderDesc  *prometheus.Desc
-	elections   prometheus.Counter
-	terms       *prometheus.CounterVec // how a term ended
-	failedMoves prometheus.Counter
-	refillLag   prometheus.Histogram
-	moves       *prometheus.CounterVec // kind of move
+	leaderDesc   *prometheus.Desc
+	watchingDesc *prometheus.Desc
+	elections    prometheus.Counter
+	terms        *prometheus.CounterVec // how a term ended
+	failedMoves  prometheus.Counter
+	refillLag    prometheus.Histogram
+	moves        *prometheus.CounterVec // kind of move
 }
 
 func newRebalancerMetrics(identity string) *rebalancerMetrics {
@@ -21,6 +22,8 @@ func newRebalancerMetrics(identity string) *rebalancerMetrics {
 	return &rebalancerMetrics{
 		leaderDesc: prometheus.NewDesc("stockctl_rebalancer_leader",
 			"1 while this process's rebalancer is the elected one, else 0.", nil, id),
+		watchingDesc: prometheus.NewDesc("stockctl_rebalancer_watching",
+			"1 while this rebalancer leads and its term's first pass (every SKU read and acted on) is done, else 0.", nil, id),
 		elections: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stockctl_rebalancer_elections_total", ConstLabels: id,
 			Help: "Terms this rebalancer won (its leadership proven in etcd).",
@@ -46,7 +49,8 @@ func newRebalancerMetrics(identity string) *rebalancerMetrics {
 }
 
 // Collector exports the rebalancer's metrics: stockctl_rebalancer_leader
-// (a gauge, 1 while elected), elections and ended terms, committed and
+// (a gauge, 1 while elected), stockctl_rebalancer_watching (1 once the
+// term's first pass is done: Watching), elections and ended terms, committed and
 // failed moves, and the refill lag (from seeing a segment cross its low
 // watermark to the refill's commit). Register it with your registry, next
 // to the coordinator's (coordinator.WithMetrics). Its series carry the
@@ -58,6 +62,7 @@ type rebalancerCollector struct{ r *Rebalancer }
 func (c rebalancerCollector) Describe(ch chan<- *prometheus.Desc) {
 	m := c.r.metrics
 	ch <- m.leaderDesc
+	ch <- m.watchingDesc
 	m.elections.Describe(ch)
 	m.terms.Describe(ch)
 	m.failedMoves.Describe(ch)
@@ -72,6 +77,11 @@ func (c rebalancerCollector) Collect(ch chan<- prometheus.Metric) {
 		leader = 1
 	}
 	ch <- prometheus.MustNewConstMetric(m.leaderDesc, prometheus.GaugeValue, leader)
+	watching := 0.0
+	if c.r.Watching() {
+		watching = 1
+	}
+	ch <- prometheus.MustNewConstMetric(m.watchingDesc, prometheus.GaugeValue, watching)
 	m.elections.Collect(ch)
 	m.terms.Collect(ch)
 	m.failedMoves.Collect(ch)

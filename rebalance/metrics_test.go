@@ -42,7 +42,8 @@ func metricOf(t *testing.T, reg *prometheus.Registry, name, label, value string)
 }
 
 // The leader gauge follows leadership: 1 on the elected rebalancer, 0 on
-// the other; when the leader's session is lost its term is counted as lost
+// the other (and so does the watching gauge, once the leader's first pass
+// is done); when the leader's session is lost its term is counted as lost
 // and the other rebalancer is elected (and counts it). The names pass
 // Prometheus's lint.
 func TestRebalancerMetricsFollowLeadership(t *testing.T) {
@@ -61,6 +62,10 @@ func TestRebalancerMetricsFollowLeadership(t *testing.T) {
 	if g := metricOf(t, regB, "stockctl_rebalancer_leader", "identity", "b"); g != 0 {
 		t.Fatalf("b's leader gauge %v, want 0", g)
 	}
+	etcdtest.WaitFor(t, "a's first pass", 30*time.Second, ra.Watching)
+	if a, b := metricOf(t, regA, "stockctl_rebalancer_watching", "identity", "a"), metricOf(t, regB, "stockctl_rebalancer_watching", "identity", "b"); a != 1 || b != 0 {
+		t.Fatalf("watching gauges a %v, b %v; want 1 and 0", a, b)
+	}
 
 	// Lose a's session: its lease revoked in etcd.
 	sess, err := engines.Of(ca).Locks.Session(t.Context())
@@ -76,6 +81,10 @@ func TestRebalancerMetricsFollowLeadership(t *testing.T) {
 	})
 	if g := metricOf(t, regB, "stockctl_rebalancer_leader", "identity", "b"); g != 1 {
 		t.Errorf("b's leader gauge %v after the failover, want 1", g)
+	}
+	etcdtest.WaitFor(t, "b's first pass", 30*time.Second, rb.Watching)
+	if a, b := metricOf(t, regA, "stockctl_rebalancer_watching", "identity", "a"), metricOf(t, regB, "stockctl_rebalancer_watching", "identity", "b"); a != 0 || b != 1 {
+		t.Errorf("watching gauges after the failover a %v, b %v; want 0 and 1", a, b)
 	}
 	if n := metricOf(t, regB, "stockctl_rebalancer_elections_total", "", ""); n != 1 {
 		t.Errorf("b's elections %v, want 1", n)
