@@ -524,6 +524,12 @@ func TestRunSaleCosts(t *testing.T) {
 		if sv.Puts < r.Orders || cl.Compares == 0 || cl.Writes == 0 {
 			t.Errorf("%s: %d orders served; client %+v, server %+v", r.Shape.Name, r.Orders, cl, sv)
 		}
+		// The second half's rate is its orders over the last Seconds-0.5
+		// s (half the 1 s duration), of those served (these shapes sell
+		// out within it: none may be late).
+		if r.LateOrders < 0 || r.LateOrders > r.Orders || math.Abs(r.LateOrdersPerSec-float64(r.LateOrders)/(r.Seconds-0.5)) > 1e-6 {
+			t.Errorf("%s: %d of %d orders served in the second half of %.2f s, at %.0f/s", r.Shape.Name, r.LateOrders, r.Orders, r.Seconds, r.LateOrdersPerSec)
+		}
 		if lo, hi := r.writeBounds[0], r.writeBounds[1]; sv.Writes < lo || sv.Writes > hi {
 			t.Errorf("%s: the clients sent %d writes, etcd applied %d, outside the %d to %d the writes in flight at the edges allow", r.Shape.Name, cl.Writes, sv.Writes, lo, hi)
 		}
@@ -565,6 +571,10 @@ func TestRunSalePrepared(t *testing.T) {
 		}
 		if !r.OK || r.Orders == 0 || r.Costs.ComparesPerOrder == nil || (r.PrepareSeconds > 0) != r.Shape.Prepare {
 			t.Fatalf("%s: %+v", r.Shape.Name, r)
+		}
+		// Plenty of stock: the buyers buy to the end, the second half too.
+		if r.LateOrders <= 0 || r.LateOrders >= r.Orders || r.LateOrdersPerSec <= 0 {
+			t.Errorf("%s: %d of %d orders served in the second half, at %.0f/s", r.Shape.Name, r.LateOrders, r.Orders, r.LateOrdersPerSec)
 		}
 		cmps = append(cmps, *r.Costs.ComparesPerOrder)
 		if !r.Shape.Prepare {

@@ -63,6 +63,14 @@ type SaleRow struct {
 	// Orders were served; OrdersPerSec over the whole run.
 	Orders       int64   `json:"orders"`
 	OrdersPerSec float64 `json:"ordersPerSec"`
+	// LateOrdersPerSec is the rate of orders served in the run's second
+	// half (from half its --duration to its end): the sale once its
+	// start-up is behind it. Over 10,000 SKUs most orders of a short run
+	// are the first a process sells of their SKU (a look at the SKU, and
+	// a write of its segment's counter, the takeover); by the second half
+	// fewer are.
+	LateOrders       int64   `json:"lateOrders"`
+	LateOrdersPerSec float64 `json:"lateOrdersPerSec"`
 	// Lines are the lines of the served orders (a cart shape's; 0
 	// elsewhere): KEYS/LINE divides by them.
 	Lines int64 `json:"lines,omitempty"`
@@ -174,6 +182,7 @@ type truthSample struct {
 // saleBuyer is what one buyer saw.
 type saleBuyer struct {
 	served, lines, refusals, releases, errors, unresolved int64
+	lateServed                                            int64 // served in the run's second half
 	servedLat, refusalLat                                 []time.Duration
 	firstRefusal                                          time.Time
 	firstErr                                              error
@@ -248,6 +257,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	}
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
+	half := start.Add(cfg.Duration / 2)
 	var wg sync.WaitGroup
 	var seq atomic.Int64
 	for b := range buyers {
@@ -299,6 +309,9 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 					sb.unresolved++
 				case out.Served:
 					sb.served++
+					if t0.Add(lat).After(half) {
+						sb.lateServed++
+					}
 					sb.lines += int64(len(skus))
 					for _, k := range skus {
 						sb.sold[k]++
@@ -358,6 +371,7 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	for i := range buyers {
 		sb := &buyers[i]
 		row.Orders += sb.served
+		row.LateOrders += sb.lateServed
 		if sh.Lines > 1 {
 			row.Lines += sb.lines
 		}
@@ -382,6 +396,9 @@ func runSaleOne(ctx context.Context, cfg *SaleConfig, spec SaleSpec, sh SaleShap
 	slices.Sort(refusals)
 	row.ServedMs, row.RefusalMs = latencyOf(served), latencyOf(refusals)
 	row.OrdersPerSec = float64(row.Orders) / elapsed.Seconds()
+	if late := elapsed - cfg.Duration/2; late > 0 {
+		row.LateOrdersPerSec = float64(row.LateOrders) / late.Seconds()
+	}
 	row.Costs = orderCosts(row.Orders, row.Etcd, row.EtcdServer)
 	row.Costs.addCPU(row.CPUSeconds, row.Orders)
 	if k := row.Costs.KeysPerOrder; k != nil && sh.Lines > 1 && row.Lines > 0 {

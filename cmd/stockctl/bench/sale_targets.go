@@ -111,8 +111,13 @@ func SaleTargets(rows []SaleRow) []Target {
 					want = targetManySKURatioLarge
 				}
 				ratio := m.OrdersPerSec / one.OrdersPerSec
+				detail := fmt.Sprintf("%.0f/s / %.0f/s = %.2f", m.OrdersPerSec, one.OrdersPerSec, ratio)
+				if m.LateOrdersPerSec > 0 && one.LateOrdersPerSec > 0 {
+					// Not judged: what the run's second half shows of it.
+					detail += fmt.Sprintf("; second half %.2f", m.LateOrdersPerSec/one.LateOrdersPerSec)
+				}
 				judge(fmt.Sprintf("orders/s over %d SKUs (%s) / one SKU >= %.1f", m.Shape.SKUs, shape, want),
-					ratio >= want, fmt.Sprintf("%.0f/s / %.0f/s = %.2f", m.OrdersPerSec, one.OrdersPerSec, ratio))
+					ratio >= want, detail)
 			}
 		}
 	}
