@@ -48,17 +48,25 @@ type peekRead struct {
 }
 
 // peek is one segment as a peek read it, at one revision: its counter,
-// inbox, and whether its lock has a key (a holder or a waiter).
+// inbox, whether its lock has a key (a holder or a waiter), and the SKU's
+// incarnation then.
 type peek struct {
 	ctr          SegmentCounter
 	cntMod       int64 // the counter's ModRevision (0: no counter)
 	inbox, inMod int64
 	locked       bool
+	// incarnation is the SKU's meta record's CreateRevision at the peek's
+	// revision (0: no record). Where it is the one the process knows the
+	// SKU by, the counter was seen under that incarnation, and the first
+	// commit's compare of the counter fences it (fencesIncarnation): the
+	// commit needs no compare of the SKU's meta record.
+	incarnation int64
 }
 
-// peekOps is what a peek costs a look transaction: the counter, the inbox
-// and a count of the lock's keys.
-const peekOps = 3
+// peekOps is what a peek costs a look transaction: the counter, the inbox,
+// a count of the lock's keys and the SKU's meta record, keys only (etcd
+// answers that from its index).
+const peekOps = 4
 
 // peekAt reads segment i of sku as a peek (no replay check, no other
 // segment), sharing the transaction with the looks and peeks of the moment.
@@ -167,7 +175,8 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 		if pk := r.pk; pk != nil {
 			pk.at = len(ops)
 			ops = append(ops, clientv3.OpGet(e.keys.Segment(r.sku.name, pk.seg)), clientv3.OpGet(e.keys.Inbox(r.sku.name, pk.seg)),
-				clientv3.OpGet(e.keys.SegmentLock(r.sku.name, pk.seg), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+				clientv3.OpGet(e.keys.SegmentLock(r.sku.name, pk.seg), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+				clientv3.OpGet(e.keys.Meta(r.sku.name), clientv3.WithKeysOnly()))
 		}
 	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
@@ -238,6 +247,9 @@ func decodePeek(rs []*pb.ResponseOp, inKey string) (p peek, err error) {
 		return p, err
 	}
 	p.locked = rs[2].GetResponseRange().GetCount() > 0
+	if kvs := rs[3].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		p.incarnation = kvs[0].CreateRevision
+	}
 	return p, nil
 }
 

@@ -121,6 +121,67 @@ func TestColdDirectOrderPeeks(t *testing.T) {
 	}
 }
 
+// A peek reads the SKU's meta record with the segment: a segment peeked
+// under the incarnation the process knows the SKU by is verified, and the
+// first commit there leaves the SKU's incarnation compare out (the
+// counter's compare fences it: fencesIncarnation); one peeked after the
+// SKU was deleted and created again is not, and its commit compares it.
+func TestPeekVerifiesTheIncarnation(t *testing.T) {
+	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
+	ctx := t.Context()
+	maker := etcdEngine(t, func(c *engineTestConfig) { c.client = client })
+	buyer := etcdEngine(t, func(c *engineTestConfig) { c.client, c.lazy = client, true })
+	cfg := SKUConfig{Total: 40, Segments: 4, InitialFill: 40}
+	for _, recreated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("recreated=%v", recreated), func(t *testing.T) {
+			sku := fmt.Sprintf("inc-%v", recreated)
+			if _, err := maker.CreateSKU(ctx, sku, cfg); err != nil {
+				t.Fatal(err)
+			}
+			info, err := buyer.sku(ctx, sku)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := buyer.seller(info)
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-s.viewed
+			defer s.release()
+			if recreated {
+				if _, err := maker.DeleteSKU(ctx, sku); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := maker.CreateSKU(ctx, sku, cfg); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st, err := s.peekInto(ctx, 0, 1, false)
+			if err != nil || st == nil {
+				t.Fatalf("peek at segment 0: %v, %v; want it free to sell from", st, err)
+			}
+			st.mu.Lock()
+			verified := st.direct.verified
+			st.mu.Unlock()
+			if want := map[bool]int64{false: info.created}[recreated]; verified != want {
+				t.Fatalf("peeked segment verified under %d; want %d (the SKU known by its incarnation %d)", verified, want, info.created)
+			}
+			cr := order("o", commitPart{st: st, qty: 1, direct: true, lockPfx: buyer.keys.SegmentLock(sku, 0)})
+			cr.req.sku = info
+			_, plan := buyer.planPlaces(ctx, []*commitReq{cr})
+			g := &txnGroup{batch: []*commitReq{cr}, order: plan}
+			buyer.build(g)
+			compared := false
+			for _, c := range g.cmps {
+				compared = compared || string(c.KeyBytes()) == buyer.keys.Meta(sku)
+			}
+			if compared != recreated {
+				t.Errorf("the first commit compares the SKU's incarnation: %v; want %v", compared, recreated)
+			}
+		})
+	}
+}
+
 // The segment a process prefers for a SKU's direct orders depends on the
 // process, not on its etcd session: a process that sells only directly has
 // none (its lease reads 0), and every such process picked the same segment

@@ -723,9 +723,13 @@ func (s *seller) peekInto(ctx context.Context, i int, qty int64, ownLazy bool) (
 		// a lock holder marked it.
 		return nil, nil
 	}
+	var verified int64 // the counter seen under the SKU's incarnation as this process knows it
+	if p.incarnation != 0 && p.incarnation == s.sku.created {
+		verified = p.incarnation
+	}
 	st := s.st(i)
 	st.mu.Lock()
-	st.seeDirectLocked(p.ctr.N, p.cntMod, p.ctr, p.inbox, p.inMod, 0) // a peek reads no meta record
+	st.seeDirectLocked(p.ctr.N, p.cntMod, p.ctr, p.inbox, p.inMod, verified)
 	st.mu.Unlock()
 	s.directIdx.CompareAndSwap(-1, int32(i))
 	return st, nil
