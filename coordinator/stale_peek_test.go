@@ -12,9 +12,9 @@ import (
 // created again must not sell the new SKU under the old one's rules. Here
 // the process read the SKU's meta record (prefetched with another SKU's)
 // but never sold it, so its first order of it peeks at one segment (a read
-// of the new SKU's counter, and of its meta record, whose incarnation is not
-// the one the process knows) and commits there: the commit must be fenced
-// by the SKU's incarnation. The new SKU has a
+// of the new SKU's counter, created after the process read the old meta
+// record) and commits there: the commit must be fenced by the SKU's
+// incarnation. The new SKU has a
 // per-user limit of 1, the old one none: an order of 2 units for one buyer
 // served is the old rules applied to the new stock.
 func TestStaleRecordFirstOrderAfterRecreate(t *testing.T) {

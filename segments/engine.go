@@ -200,6 +200,10 @@ type skuInfo struct {
 	// compares it (incarnation), so a process with this stale view fails
 	// cleanly and reads again (forgetSKU). 0: not known (no fence).
 	created int64
+	// seenAt is a revision at which the meta record was read with that
+	// CreateRevision (0: not known): a key of the SKU created no later
+	// and still there belongs to the incarnation (peekInto).
+	seenAt int64
 	// gone is set once the SKU is known to have been deleted or replaced.
 	gone atomic.Bool
 	// hotUntil (Unix nanoseconds) is when this process's direct commits
@@ -249,11 +253,11 @@ func (e *Engine) sku(ctx context.Context, name string) (*skuInfo, error) {
 	if info != nil && !info.gone.Load() {
 		return info, nil
 	}
-	meta, kv, err := e.metaKV(ctx, name)
+	meta, kv, rev, err := e.metaKV(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	info = infoOf(name, meta, kv.CreateRevision)
+	info = infoOf(name, meta, kv.CreateRevision, rev)
 	e.mu.Lock()
 	e.skus[name] = info
 	e.mu.Unlock()
@@ -280,14 +284,14 @@ func (e *Engine) prefetchMetas(ctx context.Context) {
 			continue
 		}
 		if m, err := DecodeMeta(string(kv.Key), kv.Value); err == nil && !m.Creating && e.skus[name] == nil {
-			e.skus[name] = infoOf(name, m, kv.CreateRevision)
+			e.skus[name] = infoOf(name, m, kv.CreateRevision, resp.Header.Revision)
 		}
 	}
 }
 
-func infoOf(name string, m Meta, created int64) *skuInfo {
+func infoOf(name string, m Meta, created, seenAt int64) *skuInfo {
 	return &skuInfo{name: name, segments: m.Segments, refillBatch: m.RefillBatch, perUserLimit: m.PerUserLimit,
-		lowWatermark: m.LowWatermark, created: created}
+		lowWatermark: m.LowWatermark, created: created, seenAt: seenAt}
 }
 
 // incarnation is the compare that sku is still the SKU info was read from
@@ -346,34 +350,35 @@ func (e *Engine) forgetSKU(info *skuInfo) {
 // Meta reads sku's meta record and its mod revision. A SKU still being
 // created is ErrUnknownSKU.
 func (e *Engine) Meta(ctx context.Context, sku string) (Meta, int64, error) {
-	meta, kv, err := e.metaKV(ctx, sku)
+	meta, kv, _, err := e.metaKV(ctx, sku)
 	if err != nil {
 		return Meta{}, 0, err
 	}
 	return meta, kv.ModRevision, nil
 }
 
-// metaKV is Meta with the record's key-value (its revisions).
-func (e *Engine) metaKV(ctx context.Context, sku string) (Meta, *mvccpb.KeyValue, error) {
+// metaKV is Meta with the record's key-value (its revisions) and the
+// revision it was read at.
+func (e *Engine) metaKV(ctx context.Context, sku string) (Meta, *mvccpb.KeyValue, int64, error) {
 	if err := ValidateSKU(sku); err != nil {
-		return Meta{}, nil, err
+		return Meta{}, nil, 0, err
 	}
 	key := e.keys.Meta(sku)
 	resp, err := e.kv.Get(ctx, key)
 	if err != nil {
-		return Meta{}, nil, fmt.Errorf("read meta of %s: %w", sku, err)
+		return Meta{}, nil, 0, fmt.Errorf("read meta of %s: %w", sku, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return Meta{}, nil, ErrUnknownSKU
+		return Meta{}, nil, 0, ErrUnknownSKU
 	}
 	meta, err := DecodeMeta(key, resp.Kvs[0].Value)
 	if err != nil {
-		return Meta{}, nil, err
+		return Meta{}, nil, 0, err
 	}
 	if meta.Creating {
-		return Meta{}, nil, fmt.Errorf("%w: its creation has not completed", ErrUnknownSKU)
+		return Meta{}, nil, 0, fmt.Errorf("%w: its creation has not completed", ErrUnknownSKU)
 	}
-	return meta, resp.Kvs[0], nil
+	return meta, resp.Kvs[0], resp.Header.Revision, nil
 }
 
 // SKUs lists the SKUs whose creation has completed, in name order.

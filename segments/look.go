@@ -48,25 +48,22 @@ type peekRead struct {
 }
 
 // peek is one segment as a peek read it, at one revision: its counter,
-// inbox, whether its lock has a key (a holder or a waiter), and the SKU's
-// incarnation then.
+// inbox, and whether its lock has a key (a holder or a waiter).
 type peek struct {
-	ctr          SegmentCounter
-	cntMod       int64 // the counter's ModRevision (0: no counter)
-	inbox, inMod int64
-	locked       bool
-	// incarnation is the SKU's meta record's CreateRevision at the peek's
-	// revision (0: no record). Where it is the one the process knows the
-	// SKU by, the counter was seen under that incarnation, and the first
-	// commit's compare of the counter fences it (fencesIncarnation): the
-	// commit needs no compare of the SKU's meta record.
-	incarnation int64
+	ctr SegmentCounter
+	// cntMod and cntCreate are the counter's ModRevision and
+	// CreateRevision (0: no counter). A counter created no later than the
+	// revision the process read the SKU's meta record at (skuInfo.seenAt)
+	// was seen under that incarnation: it has existed since then, and
+	// deleting the SKU deletes it (peekInto).
+	cntMod, cntCreate int64
+	inbox, inMod      int64
+	locked            bool
 }
 
-// peekOps is what a peek costs a look transaction: the counter, the inbox,
-// a count of the lock's keys and the SKU's meta record, keys only (etcd
-// answers that from its index).
-const peekOps = 4
+// peekOps is what a peek costs a look transaction: the counter, the inbox
+// and a count of the lock's keys.
+const peekOps = 3
 
 // peekAt reads segment i of sku as a peek (no replay check, no other
 // segment), sharing the transaction with the looks and peeks of the moment.
@@ -175,8 +172,7 @@ func (e *Engine) readLooks(bg context.Context, batch []*lookReq) {
 		if pk := r.pk; pk != nil {
 			pk.at = len(ops)
 			ops = append(ops, clientv3.OpGet(e.keys.Segment(r.sku.name, pk.seg)), clientv3.OpGet(e.keys.Inbox(r.sku.name, pk.seg)),
-				clientv3.OpGet(e.keys.SegmentLock(r.sku.name, pk.seg), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-				clientv3.OpGet(e.keys.Meta(r.sku.name), clientv3.WithKeysOnly()))
+				clientv3.OpGet(e.keys.SegmentLock(r.sku.name, pk.seg), clientv3.WithPrefix(), clientv3.WithCountOnly()))
 		}
 	}
 	resp, err := e.kv.Txn(ctx).Then(ops...).Commit()
@@ -241,15 +237,12 @@ func decodePeek(rs []*pb.ResponseOp, inKey string) (p peek, err error) {
 		if p.ctr, err = DecodeSegmentCounter(string(kvs[0].Key), kvs[0].Value); err != nil {
 			return p, err
 		}
-		p.cntMod = kvs[0].ModRevision
+		p.cntMod, p.cntCreate = kvs[0].ModRevision, kvs[0].CreateRevision
 	}
 	if p.inbox, p.inMod, err = decodeCounterKV(inKey, rs[1].GetResponseRange()); err != nil {
 		return p, err
 	}
 	p.locked = rs[2].GetResponseRange().GetCount() > 0
-	if kvs := rs[3].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		p.incarnation = kvs[0].CreateRevision
-	}
 	return p, nil
 }
 

@@ -121,11 +121,13 @@ func TestColdDirectOrderPeeks(t *testing.T) {
 	}
 }
 
-// A peek reads the SKU's meta record with the segment: a segment peeked
-// under the incarnation the process knows the SKU by is verified, and the
-// first commit there leaves the SKU's incarnation compare out (the
-// counter's compare fences it: fencesIncarnation); one peeked after the
-// SKU was deleted and created again is not, and its commit compares it.
+// A peeked segment whose counter was created before the process read the
+// SKU's meta record is verified under that incarnation (it has existed
+// since, and the SKU's deletion would have deleted it), and the first
+// commit there leaves the SKU's incarnation compare out (the counter's
+// compare fences it: fencesIncarnation); one peeked after the SKU was
+// deleted and created again (a counter created since) is not, and its
+// commit compares the incarnation.
 func TestPeekVerifiesTheIncarnation(t *testing.T) {
 	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
 	ctx := t.Context()

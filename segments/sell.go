@@ -723,9 +723,16 @@ func (s *seller) peekInto(ctx context.Context, i int, qty int64, ownLazy bool) (
 		// a lock holder marked it.
 		return nil, nil
 	}
-	var verified int64 // the counter seen under the SKU's incarnation as this process knows it
-	if p.incarnation != 0 && p.incarnation == s.sku.created {
-		verified = p.incarnation
+	// The counter was seen under the SKU's incarnation as this process
+	// knows it if it was created no later than the read that told the
+	// process that incarnation (seenAt): it has existed since (a key
+	// deleted and put again is created anew), and the SKU's deletion
+	// deletes its counters with its meta record, so the SKU was not
+	// deleted in between. Its first commit then needs no compare of the
+	// incarnation: the counter's compare fences it (fencesIncarnation).
+	var verified int64
+	if info := s.sku; info.seenAt != 0 && p.cntCreate != 0 && p.cntCreate <= info.seenAt {
+		verified = info.created
 	}
 	st := s.st(i)
 	st.mu.Lock()
