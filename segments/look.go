@@ -52,10 +52,8 @@ type peekRead struct {
 type peek struct {
 	ctr SegmentCounter
 	// cntMod and cntCreate are the counter's ModRevision and
-	// CreateRevision (0: no counter). A counter created no later than the
-	// revision the process read the SKU's meta record at (skuInfo.seenAt)
-	// was seen under that incarnation: it has existed since then, and
-	// deleting the SKU deletes it (peekInto).
+	// CreateRevision (0: no counter); peekInto verifies the SKU's
+	// incarnation by the latter.
 	cntMod, cntCreate int64
 	inbox, inMod      int64
 	locked            bool
