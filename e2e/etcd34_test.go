@@ -349,3 +349,46 @@ func TestReturnsAndCartsOnEtcd34(t *testing.T) {
 		}
 	}
 }
+
+// On etcd 3.4 too, a process whose record of a SKU predates its deletion
+// and re-creation sells nothing under the old rules on its first, peeked,
+// order: the new counter's CreateRevision is later than the process's read
+// of the meta record, so the peek does not count as seen under the old
+// incarnation and the commit compares it (segments' peekInto). The new SKU
+// has a per-user limit of 1, the old one none. Then, the record read
+// again, the process sells under the new rules.
+func TestStaleFirstOrderOnEtcd34(t *testing.T) {
+	etcd := etcdtest.NewExternal(t)
+	t.Logf("etcd %s at %s", etcd.Version(), etcd.Endpoints()[0])
+	stale, admin := newCoord(t, etcd.Endpoints()), newCoord(t, etcd.Endpoints())
+	ctx := t.Context()
+	for _, sku := range []string{"v34-other", "v34-pr"} {
+		if _, err := admin.CreateSKU(ctx, sku, coordinator.SKUConfig{Total: 40, Segments: 4, InitialFill: 40}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The stale process's first order (of the other SKU) reads every
+	// SKU's meta record, v34-pr's too.
+	if _, err := stale.Allocate(ctx, "v34-other", "x1", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.DeleteSKU(ctx, "v34-pr"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateSKU(ctx, "v34-pr", coordinator.SKUConfig{Total: 40, Segments: 4, InitialFill: 40, PerUserLimit: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := stale.Allocate(ctx, "v34-pr", "o1", 2, "", coordinator.WithBuyer("u"))
+	if err == nil {
+		t.Fatalf("2 units sold to buyer u of a SKU with a per-user limit of 1 (the old SKU's rules): %+v", a)
+	}
+	if !errors.Is(err, coordinator.ErrConflict) && !errors.Is(err, coordinator.ErrUnknownSKU) && !errors.Is(err, coordinator.ErrLimitExceeded) {
+		t.Fatalf("o1: %v; want a conflict (the SKU changed), or the new SKU's limit", err)
+	}
+	if _, err := stale.Allocate(ctx, "v34-pr", "o2", 1, "", coordinator.WithBuyer("u")); err != nil {
+		t.Fatalf("an order within the new SKU's rules: %v", err)
+	}
+	if rep := mustAudit(t, admin, "v34-pr"); !rep.OK || rep.Allocated != 1 {
+		t.Fatalf("audit: %+v; want the books balanced with 1 allocated", rep)
+	}
+}
