@@ -268,8 +268,13 @@ stockctl_etcd_quota_backend_bytes{endpoint=%q} %d
 		t.Fatalf("reclaim under NOSPACE released %d bytes of space reserve (want %d), restored %v: %+v",
 			rec.ReserveReleased, segments.SpaceReserveBytes, rec.ReserveRestored, rec)
 	}
-	if room := rec.After[0].Quota - rec.After[0].DBSize; room < segments.SpaceReserveBytes/2 {
-		t.Fatalf("reclaim left %d bytes under the quota, want at least half the %d-byte reserve it released: %+v",
+	// A quarter of the reserve, not all of it: the database's size after a
+	// defragment is whole bolt pages, and the selling process may write
+	// (a settle) between the disarm and this read; beside four busy loops
+	// the room was 24,576 bytes twice in ~32 runs. Without the reserve it
+	// is ~0, and prune's rounds below are the proof that the room suffices.
+	if room := rec.After[0].Quota - rec.After[0].DBSize; room < segments.SpaceReserveBytes/4 {
+		t.Fatalf("reclaim left %d bytes under the quota, want at least a quarter of the %d-byte reserve it released: %+v",
 			room, segments.SpaceReserveBytes, rec)
 	}
 	// The order that crossed the quota may have been applied (etcd applies
