@@ -93,6 +93,7 @@ func New(client *clientv3.Client, opts ...Option) (*Coordinator, error) {
 		MaxTxnOps:     o.maxTxnOps,
 		CommitTimeout: o.commitTimeout,
 		LazySegments:  !o.eagerSegments,
+		SeatAtStart:   o.sellerSeat,
 		SpaceGuard:    o.spaceGuard,
 		Logger:        o.logger,
 		Metrics:       sm,

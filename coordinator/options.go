@@ -104,6 +104,7 @@ type options struct {
 	tenureMaxHold     time.Duration
 	lockDelay         time.Duration
 	eagerSegments     bool // WithEagerSegments: direct orders rewrite their counters (lazy is the default)
+	sellerSeat        bool // WithSellerSeat
 	spaceGuard        float64
 	logger            *slog.Logger
 	metrics           prometheus.Registerer // nil: no metrics
@@ -375,6 +376,26 @@ func WithLazySegments() Option {
 func WithEagerSegments() Option {
 	return func(o *options) error {
 		o.eagerSegments = true
+		return nil
+	}
+}
+
+// WithSellerSeat makes this coordinator announce itself as a seller when
+// it is created (New waits up to a quarter of a second for that), rather
+// than at its first order: pass it to the coordinators of a service that
+// sells. Each selling process holds a seat (a small number, under a lease
+// of its own), and a SKU's direct orders in a process start from the
+// seat's home segment of the SKU. A SKU created while this coordinator
+// holds its seat is then born with that home named to it (lazy segments,
+// the default): its first order of the SKU writes only the order's record,
+// where otherwise it would also write the segment's counter to take it
+// over. Without it, the seat is claimed at the first order, and SKUs
+// created before then are taken over as before. Admin tools (the stockctl
+// CLI's one-shot commands) leave it out: a home named to a process that
+// then exits is taken over by the next one, at the cost the option saves.
+func WithSellerSeat() Option {
+	return func(o *options) error {
+		o.sellerSeat = true
 		return nil
 	}
 }

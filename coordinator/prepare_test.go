@@ -32,7 +32,9 @@ func currentRev(t *testing.T, etcd *etcdtest.Single) int64 {
 // counter rewritten to name the process, in the order's commit) are made
 // by Prepare, many SKUs a transaction, before the sale. The same orders
 // in an unprepared process write a counter beside nearly every record
-// (the control), so the test fails where Prepare does nothing. The
+// (the control), so the test fails where Prepare does nothing; in a
+// process that held its seller seat before the SKUs were created
+// (WithSellerSeat), they write their records alone without Prepare. The
 // counters are never written by the orders; the books balance; an eager
 // process's Prepare only reads.
 func TestPrepareFirstOrdersWriteOneKey(t *testing.T) {
@@ -48,6 +50,9 @@ func TestPrepareFirstOrdersWriteOneKey(t *testing.T) {
 	}{
 		{name: "lazy prepared", prepare: true, wantOwned: skus, minKeys: 1, maxKeys: 1},
 		{name: "lazy unprepared", minKeys: 1.9, maxKeys: 2.05}, // 2.05: the seat's claim
+		// A seller's seat held before the SKUs are created: each is born
+		// with the process's home named to it, and nothing is taken over.
+		{name: "lazy with a seller seat", opts: []coordinator.Option{coordinator.WithSellerSeat()}, minKeys: 1, maxKeys: 1},
 		{name: "eager prepared", opts: []coordinator.Option{coordinator.WithEagerSegments()}, prepare: true, minKeys: 2, maxKeys: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

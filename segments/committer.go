@@ -693,6 +693,9 @@ func (g *txnGroup) setGone(info *skuInfo, err error) {
 // buyers' counters, and each order's allocation.
 func (g *txnGroup) committed(e *Engine, rev int64) {
 	for _, pp := range g.order {
+		if pp.fence != lockFence && pp.settle && pp.written.Owner != 0 {
+			e.ownsLazily(pp.st.sku) // a claim, or a settle that keeps the place (adoptDirect)
+		}
 		pp.committed(rev)
 	}
 	e.settleUsers(g.users, rev, nil)

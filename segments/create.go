@@ -3,9 +3,13 @@ package segments
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockctl/stockctl/internal/seats"
 )
 
 // SKUConfig describes a SKU to create.
@@ -145,6 +149,34 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig, fence
 	return meta, nil
 }
 
+// bornHomes returns, for each seat held by a process that sells lazily
+// (internal/seats.Holders), its home segment of a new SKU of n segments
+// (seats.Home) and the owner it names; where two seats share a home, the
+// lower one's. fillSegments writes those segments' counters lazy and
+// owned by them: the SKU is born with each selling process's home taken
+// over, so that its first order there writes only its record (peekInto,
+// adoptDirectLocked). Nothing else about the counter changes: it holds
+// its fill, and every reader counts it as it counts any lazy segment (no
+// records yet). A seat is a hint: a home named to a process that has
+// gone is taken over by the next that sells there, as an exact one would
+// be claimed. A failed read names nobody.
+func (e *Engine) bornHomes(ctx context.Context, sku string, n int) map[int]int64 {
+	prefix := e.keys.SellersPrefix()
+	resp, err := e.kv.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		e.log.Debug("create: read the sellers' seats", "sku", sku, "err", err)
+		return nil
+	}
+	holders := seats.Holders(prefix, resp.Kvs)
+	homes := make(map[int]int64, len(holders))
+	for _, k := range slices.Sorted(maps.Keys(holders)) {
+		if h := seats.Home(sku, k, n); homes[h] == 0 {
+			homes[h] = holders[k]
+		}
+	}
+	return homes
+}
+
 // fillSegments moves the initial fill from the pool into the segments, in
 // transactions that fit --max-txn-ops, each one conditional on the meta
 // record still being the one this creation wrote.
@@ -159,6 +191,7 @@ func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, me
 	}
 	info := &skuInfo{name: sku, segments: cfg.Segments}
 	perTxn := e.cfg.MaxTxnOps - 2
+	homes := e.bornHomes(ctx, sku, cfg.Segments)
 	for {
 		snap, err := e.snapshot(ctx, info, "")
 		if err != nil {
@@ -183,7 +216,11 @@ func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, me
 		var ops []clientv3.Op
 		for i := 0; i < cfg.Segments && len(ops) < perTxn; i++ {
 			if add := target(i) - snap.segs[i]; add > 0 {
-				ops = append(ops, clientv3.OpPut(e.keys.Segment(sku, i), EncodeCounter(snap.segs[i]+add)))
+				c := SegmentCounter{N: snap.segs[i] + add}
+				if snap.segs[i] == 0 {
+					c.Owner = homes[i] // 0 where no seat's home is
+				}
+				ops = append(ops, clientv3.OpPut(e.keys.Segment(sku, i), EncodeSegmentCounter(c)))
 				pool -= add
 			}
 		}

@@ -76,6 +76,66 @@ func (st *placeState) seeDirectLocked(value, mod int64, raw SegmentCounter, in, 
 	d.known = true
 }
 
+// adoptDirect makes st owned here for lazy sales from what a peek p read,
+// without the takeover's write, when p's counter names this process with
+// no base of its own (it is exact as of its ModRevision, and only its
+// owner's later sales, by records alone, are not in it) and this engine
+// has never owned a place of the SKU lazily (firstOwnership): then it has
+// never sent a commit that sells there by records alone, so none can land
+// after the peek, and the counter's N is the units. Such a counter is a
+// home the SKU was born with, named to this process (CreateSKU's
+// bornHomes), or one this process's own claim wrote in a commit whose
+// answer was lost (it holds the units after that commit's orders). Any
+// other writer moves the counter, which fails the first commit. A place
+// already owned here at that counter keeps its own, newer figures.
+// Reports whether st is owned here.
+func (e *Engine) adoptDirect(st *placeState, p peek, verified int64) bool {
+	st.mu.Lock()
+	d := st.direct
+	st.mu.Unlock()
+	already := d.known && d.owned && d.owner == e.owner && d.mod == p.cntMod
+	if !already && !e.firstOwnership(st.sku) {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	d = st.direct
+	if d.known && d.owned && d.owner == e.owner && d.mod == p.cntMod {
+		if verified != 0 {
+			st.direct.verified = verified
+		}
+		return true
+	}
+	if already {
+		return false // its cache moved on meanwhile: not what was adopted
+	}
+	st.direct = directState{known: true, value: p.ctr.N, mod: p.cntMod, raw: p.ctr,
+		inbox: p.inbox, inMod: p.inMod, reserved: d.reserved, pending: d.pending,
+		owned: true, owner: e.owner, verified: verified}
+	return true
+}
+
+// firstOwnership reports whether this engine has never owned a place of
+// sku lazily, and records that it does from now on (adoptDirect).
+func (e *Engine) firstOwnership(sku string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.ownedOnce[sku]; ok {
+		return false
+	}
+	e.ownedOnce[sku] = struct{}{}
+	return true
+}
+
+// ownsLazily records that this engine owns a place of sku lazily (before
+// its cache says so, and so before any commit sells there by records
+// alone): adoptDirect then never takes a counter naming it at its N.
+func (e *Engine) ownsLazily(sku string) {
+	e.mu.Lock()
+	e.ownedOnce[sku] = struct{}{}
+	e.mu.Unlock()
+}
+
 // seeDirectInboxLocked records the inbox as written by a deposit of this
 // process at mod (a pull or a refill), if the direct cache is in use.
 func (st *placeState) seeDirectInboxLocked(in, mod int64) {
@@ -258,6 +318,7 @@ func (t *takeover) apply(rs []*pb.ResponseOp, rev int64) error {
 		st.forgetDirect()
 		return err
 	}
+	t.e.ownsLazily(st.sku)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.direct = directState{known: true, value: units, mod: rev, raw: t.next,

@@ -31,6 +31,12 @@ type Config struct {
 	// segment's counter too. The coordinator turns it on unless
 	// coordinator.WithEagerSegments (coordinator.WithLazySegments says how).
 	LazySegments bool
+	// SeatAtStart claims the process's seller seat (internal/seats) when
+	// the engine is made, rather than at its first direct order: a SKU
+	// created from then on is born with this process's home segment named
+	// to it (CreateSKU), and its first order there writes only its record.
+	// See coordinator.WithSellerSeat.
+	SeatAtStart bool
 	// SpaceGuard is the share of etcd's quota over which new orders are
 	// refused (SpaceLowError); 0 turns the guard off. See
 	// coordinator.WithSpaceGuard.
@@ -96,11 +102,14 @@ type Engine struct {
 
 	// mu guards the maps. It is never held while taking a placeState's or a
 	// seller's mutex.
-	mu      sync.Mutex
-	skus    map[string]*skuInfo
-	places  map[placeID]*placeState
-	sellers map[string]*seller
-	reaping bool // the reaper of idle sellers runs
+	mu   sync.Mutex
+	skus map[string]*skuInfo
+	// ownedOnce holds the SKUs of which this engine has owned a place
+	// lazily (adoptDirect); never forgotten, one entry a SKU.
+	ownedOnce map[string]struct{}
+	places    map[placeID]*placeState
+	sellers   map[string]*seller
+	reaping   bool // the reaper of idle sellers runs
 	// metasLoading is closed when the first read of every SKU's meta ends;
 	// metasLoaded says it succeeded (then a miss reads one meta).
 	metasLoading chan struct{}
@@ -141,25 +150,36 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{
-		owner:   rand.Int64N(math.MaxInt64) + 1,
-		client:  client,
-		kv:      kv,
-		keys:    cfg.Keys,
-		locks:   locks,
-		bg:      bg,
-		cfg:     cfg,
-		log:     cfg.Logger,
-		metrics: cfg.Metrics,
-		skus:    make(map[string]*skuInfo),
-		places:  make(map[placeID]*placeState),
-		sellers: make(map[string]*seller),
+		owner:     rand.Int64N(math.MaxInt64) + 1,
+		client:    client,
+		kv:        kv,
+		keys:      cfg.Keys,
+		locks:     locks,
+		bg:        bg,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		metrics:   cfg.Metrics,
+		skus:      make(map[string]*skuInfo),
+		ownedOnce: make(map[string]struct{}),
+		places:    make(map[placeID]*placeState),
+		sellers:   make(map[string]*seller),
 	}
 	ttl := 10 * time.Second // coordinator.DefaultSessionTTL
 	if locks != nil {
 		ttl = locks.SessionTTL()
 	}
-	e.seat = seats.New(client, cfg.Keys.SellersPrefix(), ttl, bg, e.log)
+	var seatOwner int64 // a lazy engine's seat names its owner (CreateSKU's born homes)
+	if cfg.LazySegments {
+		seatOwner = e.owner
+	}
+	e.seat = seats.New(client, cfg.Keys.SellersPrefix(), ttl, bg, e.log, seatOwner)
 	e.seatWait = firstSeatWait
+	if cfg.SeatAtStart {
+		// Its first claim, waited for as an order would (awaitSeat): a SKU
+		// created right after can then name this process's home.
+		e.seat.Start()
+		e.seat.Wait(context.Background(), e.seatWait)
+	}
 	e.lockWatch = newLockWatch(e)
 	e.held = newCommitter(e, heldPlaceCost)
 	e.direct = newCommitter(e, directPlaceCost)

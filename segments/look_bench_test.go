@@ -20,6 +20,7 @@ type engineTestConfig struct {
 	tenureIdle, sellerIdle time.Duration
 	client                 *clientv3.Client // nil: a new embedded etcd
 	lazy                   bool
+	seatAtStart            bool // Config.SeatAtStart
 }
 
 // etcdEngine is an engine on a real embedded etcd, with the coordinator's
@@ -43,7 +44,8 @@ func etcdEngine(tb testing.TB, opts ...func(*engineTestConfig)) *Engine {
 		tb.Fatal(err)
 	}
 	e := NewEngine(client, kv, locks, bg, Config{Keys: space, FallbackWait: 50 * time.Millisecond, ClaimWait: time.Second,
-		TenureMaxHold: 250 * time.Millisecond, SellerIdle: tc.sellerIdle, MaxTxnOps: 128, CommitTimeout: 10 * time.Second, LazySegments: tc.lazy})
+		TenureMaxHold: 250 * time.Millisecond, SellerIdle: tc.sellerIdle, MaxTxnOps: 128, CommitTimeout: 10 * time.Second, LazySegments: tc.lazy,
+		SeatAtStart: tc.seatAtStart})
 	tb.Cleanup(func() {
 		_, _ = locks.Close()
 		bg.Stop()

@@ -611,11 +611,10 @@ func (s *seller) directHome() int {
 	salt := s.directSalt
 	s.mu.Unlock()
 	n := len(s.sts)
-	h := fnv.New32a()
 	if k := s.e.seat.Index(); k >= 0 {
-		h.Write([]byte(s.sku.name))
-		return (int(h.Sum32()%uint32(n)) + seats.Spread(k, n) + salt) % n
+		return (seats.Home(s.sku.name, k, n) + salt) % n
 	}
+	h := fnv.New32a()
 	h.Write([]byte(strconv.FormatInt(s.e.owner, 16)))
 	h.Write([]byte(s.sku.name))
 	h.Write([]byte(strconv.Itoa(salt)))
@@ -718,21 +717,17 @@ func (s *seller) peekInto(ctx context.Context, i int, qty int64, ownLazy bool) (
 	if err != nil || p.locked || p.cntMod == 0 || p.ctr.N+p.inbox < qty {
 		return nil, err
 	}
+	verified := s.peekVerified(p)
+	if p.ctr.Lazy() && p.ctr.Owner == s.e.owner && p.ctr.Base == 0 {
+		if st := s.st(i); s.e.adoptDirect(st, p, verified) {
+			s.directIdx.CompareAndSwap(-1, int32(i))
+			return st, nil
+		}
+	}
 	if p.ctr.Lazy() && (!ownLazy || p.ctr.Owner != s.e.owner) {
 		// Another process sells it lazily (its units are not its N), or
 		// a lock holder marked it.
 		return nil, nil
-	}
-	// The counter was seen under the SKU's incarnation as this process
-	// knows it if it was created no later than the read that told the
-	// process that incarnation (seenAt): it has existed since (a key
-	// deleted and put again is created anew), and the SKU's deletion
-	// deletes its counters with its meta record, so the SKU was not
-	// deleted in between. Its first commit then needs no compare of the
-	// incarnation: the counter's compare fences it (fencesIncarnation).
-	var verified int64
-	if info := s.sku; info.seenAt != 0 && p.cntCreate != 0 && p.cntCreate <= info.seenAt {
-		verified = info.created
 	}
 	st := s.st(i)
 	st.mu.Lock()
@@ -740,6 +735,22 @@ func (s *seller) peekInto(ctx context.Context, i int, qty int64, ownLazy bool) (
 	st.mu.Unlock()
 	s.directIdx.CompareAndSwap(-1, int32(i))
 	return st, nil
+}
+
+// peekVerified is the SKU incarnation a peeked counter is known to be
+// under (0: not known).
+func (s *seller) peekVerified(p peek) int64 {
+	// The counter was seen under the SKU's incarnation as this process
+	// knows it if it was created no later than the read that told the
+	// process that incarnation (seenAt): it has existed since (a key
+	// deleted and put again is created anew), and the SKU's deletion
+	// deletes its counters with its meta record, so the SKU was not
+	// deleted in between. Its first commit then needs no compare of the
+	// incarnation: the counter's compare fences it (fencesIncarnation).
+	if info := s.sku; info.seenAt != 0 && p.cntCreate != 0 && p.cntCreate <= info.seenAt {
+		return info.created
+	}
+	return 0
 }
 
 // rung names the dry rungs (2 to 4) for dryRungs.

@@ -15,6 +15,7 @@ package seats
 
 import (
 	"context"
+	"hash/fnv"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -41,7 +42,10 @@ const retryAfter = time.Second
 type Seat struct {
 	client *clientv3.Client
 	prefix string
-	ttl    int
+	// value is what the seat's key holds: the owner its process names in
+	// the segment counters it sells lazily (hex), or "" (Holders).
+	value string
+	ttl   int
 	bg     *background.Group
 	log    *slog.Logger
 
@@ -55,10 +59,17 @@ type Seat struct {
 
 // New returns the seat of a process under prefix (keys.Space.SellersPrefix),
 // claimed under a lease of ttl (rounded up to a second) by a goroutine of bg
-// from Start on, and given up (its lease revoked) when bg stops.
-func New(client *clientv3.Client, prefix string, ttl time.Duration, bg *background.Group, log *slog.Logger) *Seat {
+// from Start on, and given up (its lease revoked) when bg stops. owner, when
+// not 0, is written as the seat key's value (Holders reads it): the owner
+// the process names in the segment counters it sells lazily, so that a SKU
+// created while it holds the seat can be born with its home segment named
+// to it (segments.Engine.CreateSKU).
+func New(client *clientv3.Client, prefix string, ttl time.Duration, bg *background.Group, log *slog.Logger, owner int64) *Seat {
 	s := &Seat{client: client, prefix: prefix, ttl: max(1, int((ttl+time.Second-1)/time.Second)), bg: bg, log: log,
 		first: make(chan struct{})}
+	if owner > 0 {
+		s.value = strconv.FormatInt(owner, 16)
+	}
 	s.index.Store(-1)
 	return s
 }
@@ -191,7 +202,7 @@ func (s *Seat) claim(ctx context.Context, lease clientv3.LeaseID) (int, error) {
 		key := s.prefix + strconv.Itoa(k)
 		tr, err := s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, "", clientv3.WithLease(lease))).
+			Then(clientv3.OpPut(key, s.value, clientv3.WithLease(lease))).
 			Commit()
 		if err != nil {
 			return -1, err
@@ -217,6 +228,35 @@ func Smallest(prefix string, kvs []*mvccpb.KeyValue) int {
 		k++
 	}
 	return k
+}
+
+// Holders returns, for each seat of kvs (the keys and values under
+// prefix) whose key holds an owner (New's owner), that owner. Seats of
+// processes that name none (eager ones, or binaries older than the value)
+// and keys that are not seats are left out.
+func Holders(prefix string, kvs []*mvccpb.KeyValue) map[int]int64 {
+	out := map[int]int64{}
+	for _, kv := range kvs {
+		k, err := strconv.Atoi(strings.TrimPrefix(string(kv.Key), prefix))
+		if err != nil || k < 0 || len(kv.Value) == 0 {
+			continue
+		}
+		if owner, err := strconv.ParseInt(string(kv.Value), 16, 64); err == nil && owner > 0 {
+			out[k] = owner
+		}
+	}
+	return out
+}
+
+// Home is seat k's home segment of sku among n: a hash of the SKU moved
+// by the seat's place on the ring (Spread). The segment engine's direct
+// orders start there (segments.seller.directHome, before any race is
+// lost), and a SKU created while seat k is held is born with that segment
+// named to the seat's owner.
+func Home(sku string, k, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(sku))
+	return (int(h.Sum32()%uint32(n)) + Spread(k, n)) % n
 }
 
 // Spread is where seat k starts on a ring of n places: the k-th (mod n)

@@ -94,7 +94,7 @@ type process struct {
 // start starts a process's claim under a lease of ttl.
 func start(client *clientv3.Client, ttl time.Duration) *process {
 	bg := background.NewGroup()
-	s := New(client, prefix, ttl, bg, slog.New(slog.DiscardHandler))
+	s := New(client, prefix, ttl, bg, slog.New(slog.DiscardHandler), 0)
 	s.Start()
 	return &process{seat: s, bg: bg}
 }
@@ -225,7 +225,7 @@ func TestLostLeaseClaimsAgain(t *testing.T) {
 func TestNoClaimBeforeStart(t *testing.T) {
 	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
 	bg := background.NewGroup()
-	s := New(client, prefix, time.Second, bg, slog.New(slog.DiscardHandler))
+	s := New(client, prefix, time.Second, bg, slog.New(slog.DiscardHandler), 0)
 	// Before Start, Wait does not wait (a refused order must not).
 	waitStart := time.Now()
 	if k := s.Wait(t.Context(), time.Hour); k != -1 || time.Since(waitStart) > 10*time.Second {
@@ -238,5 +238,51 @@ func TestNoClaimBeforeStart(t *testing.T) {
 	bg.Wait()
 	if s.Index() != -1 || len(holders(t, client)) != 0 {
 		t.Fatalf("a seat never started holds %d; etcd %v", s.Index(), holders(t, client))
+	}
+}
+
+// A seat's key holds its process's owner (New's owner), which Holders
+// reads back; a seat that names none (owner 0: an eager process, or a
+// binary older than the value), a value that is not a positive hex
+// number, and a key that is not a seat are left out.
+func TestHoldersReadTheOwners(t *testing.T) {
+	client := etcdtest.NewSingle(t, etcdtest.WithNoFsync()).Client(t)
+	bg := background.NewGroup()
+	t.Cleanup(func() { bg.Stop(); bg.Wait() })
+	named := New(client, prefix, 10*time.Second, bg, slog.New(slog.DiscardHandler), 0xbeef)
+	named.Start()
+	p := &process{seat: named, bg: bg}
+	k := waitIndex(t, p, -1)
+	resp, err := client.Get(t.Context(), prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Holders(prefix, resp.Kvs); len(got) != 1 || got[k] != 0xbeef {
+		t.Fatalf("Holders of one named seat %d = %v", k, got)
+	}
+	kv := func(key, value string) *mvccpb.KeyValue {
+		return &mvccpb.KeyValue{Key: []byte(prefix + key), Value: []byte(value)}
+	}
+	got := Holders(prefix, []*mvccpb.KeyValue{kv("0", "1f"), kv("1", ""), kv("2", "zz"), kv("3", "-5"), kv("x", "1f"), kv("4", "0"), kv("5", "7fffffffffffffff")})
+	if want := map[int]int64{0: 0x1f, 5: 0x7fffffffffffffff}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Holders = %v, want %v", got, want)
+	}
+}
+
+// Home is the same segment for a SKU and a seat wherever it is worked
+// out, within the ring, and seats of one SKU start at different segments
+// while there are fewer seats than segments.
+func TestHomeSpreadsTheSeats(t *testing.T) {
+	for _, n := range []int{1, 2, 4, 20} {
+		for _, sku := range []string{"a", "sku-0042", "Ω"} {
+			seen := map[int]bool{}
+			for k := range n {
+				h := Home(sku, k, n)
+				if h < 0 || h >= n || seen[h] || Home(sku, k, n) != h {
+					t.Fatalf("Home(%q, %d, %d) = %d: out of the ring, shared or unsteady (seen %v)", sku, k, n, h, seen)
+				}
+				seen[h] = true
+			}
+		}
 	}
 }

@@ -29,7 +29,10 @@ type fleet struct {
 // open makes the coordinators, one per client of etcd, all under prefix.
 func (f *fleet) open(etcd []*clientv3.Client, processes int, prefix string) error {
 	for i := range processes {
-		c, err := coordinator.New(etcd[i], append([]coordinator.Option{coordinator.WithPrefix(prefix)}, f.opts...)...)
+		// Each process a service that sells (WithSellerSeat): its seat is
+		// held before the run's SKUs are created, as a service's would be
+		// before a sale's.
+		c, err := coordinator.New(etcd[i], append([]coordinator.Option{coordinator.WithPrefix(prefix), coordinator.WithSellerSeat()}, f.opts...)...)
 		if err != nil {
 			return err
 		}

@@ -127,7 +127,9 @@ func serveAction(c *ucli.Context) error {
 	defer stop()
 	sctx, cancel := g.boundedContext(ctx)
 	defer cancel()
-	var opts []coordinator.Option
+	// A service that sells: SKUs created while it runs are born with its
+	// home segment named to it (coordinator.WithSellerSeat).
+	opts := []coordinator.Option{coordinator.WithSellerSeat()}
 	if reg := metrics.registerer(); reg != nil {
 		opts = append(opts, coordinator.WithMetrics(reg))
 	}
