@@ -46,8 +46,8 @@ type Seat struct {
 	// the segment counters it sells lazily (hex), or "" (Holders).
 	value string
 	ttl   int
-	bg     *background.Group
-	log    *slog.Logger
+	bg    *background.Group
+	log   *slog.Logger
 
 	once    sync.Once
 	started atomic.Bool
