@@ -95,6 +95,38 @@ func ExampleCoordinator_Allocate() {
 	// remaining 7 allocated 3
 }
 
+// A selling service's coordinator announces itself at start
+// (WithSellerSeat), so that SKUs created while it runs are born with a
+// segment it sells from lazily: its first order of each writes only the
+// order's record, as later ones do, with no Prepare.
+func ExampleWithSellerSeat() {
+	client, err := clientv3.New(clientv3.Config{Endpoints: etcd(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	c, err := coordinator.New(client, coordinator.WithSellerSeat())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.CreateSKU(ctx, "mug", coordinator.SKUConfig{Total: 100, Segments: 4, InitialFill: 100}); err != nil {
+		log.Fatal(err)
+	}
+	a, err := c.Allocate(ctx, "mug", "order-1", 2, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := c.Status(ctx, "mug")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("allocated", a.Qty, "remaining", st.Remaining())
+	// Output:
+	// allocated 2 remaining 98
+}
+
 // A sale of many SKUs that opens at a set time: each process prepares for
 // them shortly before, so that its first order of each SKU writes only
 // its record (without Prepare it also writes the SKU's counter, and

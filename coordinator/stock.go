@@ -466,7 +466,9 @@ type Prepared = segments.Prepared
 // order is such a first one. Prepare does those reads and writes for many
 // SKUs a transaction: it claims the process's seat, peeks at each SKU's
 // segment for this process and takes it over (its counter rewritten with
-// the same units, naming this process). No stock moves.
+// the same units, naming this process). No stock moves. A SKU created
+// while this process held its seller seat (WithSellerSeat) was born with
+// that segment named to it: Prepare only peeks there, and writes nothing.
 //
 // Call it shortly before the sale opens, in every process that will sell:
 // what it prepares is kept while the SKU is in use, and forgotten once it

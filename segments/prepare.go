@@ -236,6 +236,9 @@ func (s *seller) prepare(ctx context.Context) (t *takeover, ready, own bool, err
 		st.mu.Lock()
 		d := st.direct
 		st.mu.Unlock()
+		if d.owned && d.owner == s.e.owner {
+			return nil, true, true, nil // a home the SKU was born with, adopted by the peek
+		}
 		t = s.e.newTakeover(s.sku, st, d)
 	}
 	return t, true, false, nil
