@@ -381,7 +381,8 @@ func WithEagerSegments() Option {
 }
 
 // WithSellerSeat makes this coordinator announce itself as a seller when
-// it is created (New waits up to a quarter of a second for that), rather
+// it is created (New waits for that, three round trips to etcd, up to 5
+// s), rather
 // than at its first order: pass it to the coordinators of a service that
 // sells. Each selling process holds a seat (a small number, under a lease
 // of its own), and a SKU's direct orders in a process start from the

@@ -175,10 +175,11 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 	e.seat = seats.New(client, cfg.Keys.SellersPrefix(), ttl, bg, e.log, seatOwner)
 	e.seatWait = firstSeatWait
 	if cfg.SeatAtStart {
-		// Its first claim, waited for as an order would (awaitSeat): a SKU
-		// created right after can then name this process's home.
+		// Its first claim (three round trips), waited for so that a SKU
+		// created right after names this process's home; bounded, for an
+		// etcd that does not answer (the claim goes on behind).
 		e.seat.Start()
-		e.seat.Wait(context.Background(), e.seatWait)
+		e.seat.Wait(context.Background(), seatAtStartWait)
 	}
 	e.lockWatch = newLockWatch(e)
 	e.held = newCommitter(e, heldPlaceCost)
@@ -198,6 +199,13 @@ func NewEngine(client *clientv3.Client, kv clientv3.KV, locks *lock.Engine, bg *
 	}
 	return e
 }
+
+// seatAtStartWait bounds how long NewEngine waits for the first claim of
+// a seat claimed at start (Config.SeatAtStart). Longer than an order's
+// firstSeatWait (250 ms): nothing waits on a coordinator being made, and on
+// a loaded machine a claim slower than that would leave the SKUs created
+// right after it born without this process's home.
+const seatAtStartWait = 5 * time.Second
 
 // Keys is the engine's key space.
 func (e *Engine) Keys() keys.Space { return e.keys }
