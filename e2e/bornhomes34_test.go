@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/stockctl/stockctl/coordinator"
 	"github.com/stockctl/stockctl/internal/etcdtest"
 )
@@ -61,16 +59,9 @@ func TestBornHomesOnEtcd34(t *testing.T) {
 				t.Fatal(err)
 			}
 			puts := 0
-			for rev := start.Header.Revision + 1; rev <= end.Header.Revision; rev++ {
-				resp, err := client.Get(ctx, coordinator.DefaultPrefix, clientv3.WithPrefix(), clientv3.WithRev(rev),
-					clientv3.WithMinModRev(rev), clientv3.WithKeysOnly())
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, kv := range resp.Kvs {
-					if !strings.HasPrefix(string(kv.Key), coordinator.DefaultPrefix+"sellers/") {
-						puts++ // a seat claimed at a first order is not the order's
-					}
+			for _, key := range etcdtest.KeysPut(t, client, coordinator.DefaultPrefix, start.Header.Revision, end.Header.Revision) {
+				if !strings.HasPrefix(key, coordinator.DefaultPrefix+"sellers/") {
+					puts++ // a seat claimed at a first order is not the order's
 				}
 			}
 			if puts != tc.wantKeys {

@@ -1,7 +1,6 @@
 package segments
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -38,20 +37,6 @@ func counterOf(t *testing.T, e *Engine, sku string, i int) (SegmentCounter, int6
 		t.Fatal(err)
 	}
 	return c, resp.Kvs[0].ModRevision
-}
-
-// keysPut counts the keys under e's prefix put from revision from+1 to to.
-func keysPut(t *testing.T, e *Engine, from, to int64) (puts int) {
-	t.Helper()
-	for rev := from + 1; rev <= to; rev++ {
-		resp, err := e.client.Get(t.Context(), e.keys.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(rev),
-			clientv3.WithMinModRev(rev), clientv3.WithKeysOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		puts += len(resp.Kvs)
-	}
-	return puts
 }
 
 func etcdRev(t *testing.T, e *Engine) int64 {
@@ -119,7 +104,7 @@ func TestBornHomeFirstOrdersWriteOnlyTheirRecords(t *testing.T) {
 					t.Fatalf("order %d sold from %+v; want the seller's home, segment %d", i, a.Parts, home)
 				}
 			}
-			if got := keysPut(t, seller, from, etcdRev(t, seller)); got != tc.wantKeys {
+			if got := len(etcdtest.KeysPut(t, seller.client, seller.keys.Prefix(), from, etcdRev(t, seller))); got != tc.wantKeys {
 				t.Fatalf("5 first orders wrote %d keys; want %d", got, tc.wantKeys)
 			}
 			if c, mod := counterOf(t, creator, sku, home); tc.lazy && !tc.seatAfter && (mod != bornMod || c.N != 25) {
@@ -256,5 +241,3 @@ func TestBornHomesSellOutTogether(t *testing.T) {
 		}
 	}
 }
-
-var _ = context.Background

@@ -694,7 +694,7 @@ func (g *txnGroup) setGone(info *skuInfo, err error) {
 func (g *txnGroup) committed(e *Engine, rev int64) {
 	for _, pp := range g.order {
 		if pp.fence != lockFence && pp.settle && pp.written.Owner != 0 {
-			e.ownsLazily(pp.st.sku) // a claim, or a settle that keeps the place (adoptDirect)
+			e.ownLazily(pp.st.sku) // a claim, or a settle that keeps the place (adoptDirect)
 		}
 		pp.committed(rev)
 	}

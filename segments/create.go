@@ -155,7 +155,7 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig, fence
 // lower one's. fillSegments writes those segments' counters lazy and
 // owned by them: the SKU is born with each selling process's home taken
 // over, so that its first order there writes only its record (peekInto,
-// adoptDirectLocked). Nothing else about the counter changes: it holds
+// adoptDirect). Nothing else about the counter changes: it holds
 // its fill, and every reader counts it as it counts any lazy segment (no
 // records yet). A seat is a hint: a home named to a process that has
 // gone is taken over by the next that sells there, as an exact one would

@@ -80,7 +80,7 @@ func (st *placeState) seeDirectLocked(value, mod int64, raw SegmentCounter, in, 
 // without the takeover's write, when p's counter names this process with
 // no base of its own (it is exact as of its ModRevision, and only its
 // owner's later sales, by records alone, are not in it) and this engine
-// has never owned a place of the SKU lazily (firstOwnership): then it has
+// has never owned a place of the SKU lazily (ownLazily): then it has
 // never sent a commit that sells there by records alone, so none can land
 // after the peek, and the counter's N is the units. Such a counter is a
 // home the SKU was born with, named to this process (CreateSKU's
@@ -90,23 +90,27 @@ func (st *placeState) seeDirectLocked(value, mod int64, raw SegmentCounter, in, 
 // already owned here at that counter keeps its own, newer figures.
 // Reports whether st is owned here.
 func (e *Engine) adoptDirect(st *placeState, p peek, verified int64) bool {
+	// Owned here at that counter already (another order's peek adopted
+	// it): its own, newer figures stand.
+	ownedAt := func(d *directState) bool { return d.known && d.owned && d.owner == e.owner && d.mod == p.cntMod }
 	st.mu.Lock()
-	d := st.direct
+	already := ownedAt(&st.direct)
 	st.mu.Unlock()
-	already := d.known && d.owned && d.owner == e.owner && d.mod == p.cntMod
-	if !already && !e.firstOwnership(st.sku) {
+	// e.mu is not taken under st.mu (SettleOwned, evictIdle take them the
+	// other way round): the first ownership is claimed between the two.
+	if !already && !e.ownLazily(st.sku) {
 		return false
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	d = st.direct
-	if d.known && d.owned && d.owner == e.owner && d.mod == p.cntMod {
+	d := &st.direct
+	switch {
+	case ownedAt(d):
 		if verified != 0 {
-			st.direct.verified = verified
+			d.verified = verified
 		}
 		return true
-	}
-	if already {
+	case already:
 		return false // its cache moved on meanwhile: not what was adopted
 	}
 	st.direct = directState{known: true, value: p.ctr.N, mod: p.cntMod, raw: p.ctr,
@@ -115,25 +119,16 @@ func (e *Engine) adoptDirect(st *placeState, p peek, verified int64) bool {
 	return true
 }
 
-// firstOwnership reports whether this engine has never owned a place of
-// sku lazily, and records that it does from now on (adoptDirect).
-func (e *Engine) firstOwnership(sku string) bool {
+// ownLazily records that this engine owns a place of sku lazily, before
+// its cache says so (and so before any commit sells there by records
+// alone), and reports whether it never had: adoptDirect takes a counter
+// naming this engine at its N only then.
+func (e *Engine) ownLazily(sku string) (first bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.ownedOnce[sku]; ok {
-		return false
-	}
+	_, had := e.ownedOnce[sku]
 	e.ownedOnce[sku] = struct{}{}
-	return true
-}
-
-// ownsLazily records that this engine owns a place of sku lazily (before
-// its cache says so, and so before any commit sells there by records
-// alone): adoptDirect then never takes a counter naming it at its N.
-func (e *Engine) ownsLazily(sku string) {
-	e.mu.Lock()
-	e.ownedOnce[sku] = struct{}{}
-	e.mu.Unlock()
+	return !had
 }
 
 // seeDirectInboxLocked records the inbox as written by a deposit of this
@@ -318,7 +313,7 @@ func (t *takeover) apply(rs []*pb.ResponseOp, rev int64) error {
 		st.forgetDirect()
 		return err
 	}
-	t.e.ownsLazily(st.sku)
+	t.e.ownLazily(st.sku)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.direct = directState{known: true, value: units, mod: rev, raw: t.next,

@@ -718,21 +718,20 @@ func (s *seller) peekInto(ctx context.Context, i int, qty int64, ownLazy bool) (
 		return nil, err
 	}
 	verified := s.peekVerified(p)
-	if p.ctr.Lazy() && p.ctr.Owner == s.e.owner && p.ctr.Base == 0 {
-		if st := s.st(i); s.e.adoptDirect(st, p, verified) {
-			s.directIdx.CompareAndSwap(-1, int32(i))
-			return st, nil
-		}
-	}
-	if p.ctr.Lazy() && (!ownLazy || p.ctr.Owner != s.e.owner) {
+	mine := p.ctr.Owner == s.e.owner
+	// A home the SKU was born with, named to this process, is adopted.
+	adopted := p.ctr.Lazy() && mine && p.ctr.Base == 0 && s.e.adoptDirect(s.st(i), p, verified)
+	if !adopted && p.ctr.Lazy() && (!ownLazy || !mine) {
 		// Another process sells it lazily (its units are not its N), or
 		// a lock holder marked it.
 		return nil, nil
 	}
 	st := s.st(i)
-	st.mu.Lock()
-	st.seeDirectLocked(p.ctr.N, p.cntMod, p.ctr, p.inbox, p.inMod, verified)
-	st.mu.Unlock()
+	if !adopted {
+		st.mu.Lock()
+		st.seeDirectLocked(p.ctr.N, p.cntMod, p.ctr, p.inbox, p.inMod, verified)
+		st.mu.Unlock()
+	}
 	s.directIdx.CompareAndSwap(-1, int32(i))
 	return st, nil
 }
