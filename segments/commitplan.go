@@ -166,6 +166,10 @@ type placePlan struct {
 	// verified: the SKU incarnation the direct cache's mod was seen under
 	// (directState.verified), 0 if unknown.
 	verified int64
+	// born: the direct cache is a born home's, unread (bornDirect): the
+	// commit compares the counter's value to bornValue too.
+	born      bool
+	bornValue string
 
 	// What stops the batch's orders there: found in planning (lost: a
 	// held place's lock is gone; short: the place cannot give take; err:
@@ -279,6 +283,12 @@ func (pp *placePlan) txn(cmps []clientv3.Cmp, ops []clientv3.Op) ([]clientv3.Cmp
 		return cmps, append(ops, clientv3.OpPut(st.key, EncodeCounter(pp.value)))
 	}
 	cmps = append(cmps, revisionIs(clientv3.ModRevision(st.key), pp.mod))
+	if pp.born {
+		// The counter is still as CreateSKU's fill wrote it for this
+		// process (bornDirect): which owner the fill named is known only
+		// from its value.
+		cmps = append(cmps, clientv3.Compare(clientv3.Value(st.key), "=", pp.bornValue))
+	}
 	if pp.fencedByLockRange() {
 		// The segment must have no lock key (a holder's cache is exact
 		// only while nobody else writes).
@@ -343,7 +353,13 @@ func (pp *placePlan) readElse(rs []*pb.ResponseOp) int {
 		locked = rs[2].GetResponseRange().GetCount() > 0
 		read++
 	}
-	if cntMod != pp.mod || locked || err1 != nil || err2 != nil {
+	// A born home's guess (bornDirect) that was wrong: the counter is at
+	// that ModRevision but names another process.
+	var wrongBirth bool
+	if kvs := rs[0].GetResponseRange().GetKvs(); pp.born {
+		wrongBirth = len(kvs) == 0 || string(kvs[0].Value) != pp.bornValue
+	}
+	if cntMod != pp.mod || locked || wrongBirth || err1 != nil || err2 != nil {
 		pp.raced = true
 		st.forgetDirect()
 		return read
@@ -417,8 +433,9 @@ func (pp *placePlan) settleDue(before int64, unsettled int) bool {
 }
 
 // directPlaceCost is what a direct place costs a transaction: up to three
-// compares (the counter, the inbox, and the lock's range when not lazy)
-// and two puts (the counter, an absorb).
+// compares (the counter, the inbox, and the lock's range when not lazy; a
+// born home's counter and its value) and two puts (the counter, an
+// absorb).
 var directPlaceCost = opCost{cmps: 3, puts: 2}
 
 // leanPlaceCost is what a lean direct place costs: one this process sells
@@ -470,6 +487,9 @@ func (pp *placePlan) planDirect(lazy bool, self, now int64) {
 	st.mu.Unlock()
 	pp.mod, pp.owner, pp.verified = d.mod, d.owner, d.verified
 	owned := d.known && d.owned && d.owner == self
+	if pp.born = d.born && owned; pp.born {
+		pp.bornValue = EncodeSegmentCounter(d.raw)
+	}
 	// A place that is nobody's (its counter exact) is taken over for lazy
 	// sales by a batch with an order that named no route key: such orders
 	// all go to the process's one direct home of the SKU, whose lazy base
@@ -489,7 +509,8 @@ func (pp *placePlan) planDirect(lazy bool, self, now int64) {
 		pp.short = true
 	case d.value >= pp.take:
 		pp.value = d.value - pp.take
-	case d.value+d.inbox >= pp.take:
+	case d.value+d.inbox >= pp.take && !pp.born:
+		// (A born home's inbox is not known: bornDirect did not read it.)
 		pp.absorb, pp.inMod = true, d.inMod
 		pp.value = d.value + d.inbox - pp.take
 	default:

@@ -129,13 +129,20 @@ func (e *Engine) CreateSKU(ctx context.Context, sku string, cfg SKUConfig, fence
 		}
 		meta, metaRev = old, kv.ModRevision // resume an interrupted creation
 	}
-	if err := e.fillSegments(ctx, sku, cfg, metaKey, metaRev); err != nil {
+	e.ensureSpaceReserve(ctx)
+	final := meta
+	final.Creating = false
+	completed, err := e.fillSegments(ctx, sku, cfg, metaKey, metaRev, final)
+	if err != nil {
 		return Meta{}, fmt.Errorf("create %s: %w", sku, err)
 	}
-	e.ensureSpaceReserve(ctx)
 	meta.Creating = false
-	final := meta
-	final.InitialFill = 0 // only a creation in progress needs it
+	if completed {
+		return meta, nil
+	}
+	// Completed apart from the fill (or the fill was already written): the
+	// record's revision does not date the counters (Meta.InitialFill).
+	final.InitialFill = 0
 	done, err := e.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(metaKey), "=", metaRev)).
 		Then(clientv3.OpPut(metaKey, EncodeMeta(final))).
@@ -179,23 +186,23 @@ func (e *Engine) bornHomes(ctx context.Context, sku string, n int) map[int]int64
 
 // fillSegments moves the initial fill from the pool into the segments, in
 // transactions that fit --max-txn-ops, each one conditional on the meta
-// record still being the one this creation wrote.
-func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, metaKey string, metaRev int64) error {
-	n := int64(cfg.Segments)
-	target := func(i int) int64 {
-		t := cfg.InitialFill / n
-		if int64(i) < cfg.InitialFill%n {
-			t++
-		}
-		return t
-	}
+// record still being the one this creation wrote. The transaction that
+// writes the rest of the fill also writes the completed meta record
+// (final), and completed is true. When it wrote the whole fill (nothing
+// of it was written before: an uninterrupted creation that fits one
+// transaction) the record keeps its InitialFill, and its ModRevision is
+// the revision of every segment's counter as born, which is how a seller
+// knows its born home's fence without reading it (bornInto); otherwise
+// it is written without it.
+func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, metaKey string, metaRev int64, final Meta) (completed bool, err error) {
+	target := func(i int) int64 { return fillShare(cfg.InitialFill, cfg.Segments, i) }
 	info := &skuInfo{name: sku, segments: cfg.Segments}
 	perTxn := e.cfg.MaxTxnOps - 2
 	homes := e.bornHomes(ctx, sku, cfg.Segments)
 	for {
 		snap, err := e.snapshot(ctx, info, "")
 		if err != nil {
-			return err
+			return false, err
 		}
 		// The pool's revision as of the snapshot: the fill below is worked
 		// out from the snapshot, so the transaction must fail if anyone
@@ -206,7 +213,7 @@ func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, me
 		// units made).
 		poolResp, err := e.kv.Get(ctx, e.keys.Pool(sku), clientv3.WithRev(snap.rev))
 		if err != nil {
-			return err
+			return false, err
 		}
 		poolMod := int64(0)
 		if len(poolResp.Kvs) > 0 {
@@ -214,7 +221,9 @@ func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, me
 		}
 		pool := snap.pool
 		var ops []clientv3.Op
-		for i := 0; i < cfg.Segments && len(ops) < perTxn; i++ {
+		whole := !slices.ContainsFunc(snap.segs, func(n int64) bool { return n != 0 }) // no part of the fill written yet
+		i := 0
+		for ; i < cfg.Segments && len(ops) < perTxn; i++ {
 			if add := target(i) - snap.segs[i]; add > 0 {
 				c := SegmentCounter{N: snap.segs[i] + add}
 				if snap.segs[i] == 0 {
@@ -225,28 +234,51 @@ func (e *Engine) fillSegments(ctx context.Context, sku string, cfg SKUConfig, me
 			}
 		}
 		if len(ops) == 0 {
-			return nil
+			return false, nil
 		}
 		if pool < 0 {
-			return fmt.Errorf("%w: pool of %s holds less than the initial fill", ErrCorrupt, sku)
+			return false, fmt.Errorf("%w: pool of %s holds less than the initial fill", ErrCorrupt, sku)
 		}
 		ops = append(ops, clientv3.OpPut(e.keys.Pool(sku), EncodeCounter(pool)))
+		// The rest of the fill is in this transaction (every segment was
+		// seen, and it holds at most perTxn of them): it completes the
+		// creation too, in the room left for it.
+		last := i == cfg.Segments
+		if last {
+			if !whole {
+				final.InitialFill = 0 // the counters are of several revisions
+			}
+			ops = append(ops, clientv3.OpPut(metaKey, EncodeMeta(final)))
+		}
 		resp, err := e.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(metaKey), "=", metaRev),
 				clientv3.Compare(clientv3.ModRevision(e.keys.Pool(sku)), "=", poolMod)).
 			Then(ops...).Commit()
 		if err != nil {
-			return err
+			return false, err
+		}
+		if resp.Succeeded && last {
+			return true, nil
 		}
 		if !resp.Succeeded {
 			// A concurrent resumption moved stock or finished: re-read.
 			m, err := e.kv.Get(ctx, metaKey)
 			if err != nil {
-				return err
+				return false, err
 			}
 			if len(m.Kvs) == 0 || m.Kvs[0].ModRevision != metaRev {
-				return fmt.Errorf("%w: the SKU changed during creation", ErrConflict)
+				return false, fmt.Errorf("%w: the SKU changed during creation (another CreateSKU completed it concurrently, or it was deleted)", ErrConflict)
 			}
 		}
 	}
+}
+
+// fillShare is segment i's share of an initial fill over n segments: the
+// fill spread evenly, the first segments taking one more of what is left.
+func fillShare(fill int64, n, i int) int64 {
+	t := fill / int64(n)
+	if int64(i) < fill%int64(n) {
+		t++
+	}
+	return t
 }

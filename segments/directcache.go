@@ -45,6 +45,13 @@ type directState struct {
 	// transaction, and creating it writes them anew): build leaves out the
 	// incarnation's compare (commitplan.go, fencesIncarnation).
 	verified int64
+	// born: the cache was seeded from the SKU's meta record alone
+	// (bornDirect), not from a read of the counter: raw is what CreateSKU's
+	// fill wrote there, naming this process, at ModRevision mod. The first
+	// commit compares the counter's value to raw beside its ModRevision,
+	// which proves it, and ends born (settleDirect); a refused one ends
+	// the cache (readElse).
+	born bool
 }
 
 // seeDirectLocked records a segment as a look saw it: units value, its
@@ -58,16 +65,17 @@ type directState struct {
 func (st *placeState) seeDirectLocked(value, mod int64, raw SegmentCounter, in, inMod, verified int64) {
 	d := &st.direct
 	switch {
-	case d.known && d.owned && mod == d.mod:
+	case d.known && d.owned && mod == d.mod && (!d.born || raw == d.raw):
 		if verified != 0 {
 			d.verified = verified // the same counter, seen in a checked read
 		}
+		d.born = false // its value seen: the ModRevision fences it alone
 	case d.known && mod < d.mod:
 		// An older look than what this process knows.
 	default:
 		d.value, d.mod, d.raw = value, mod, raw
 		d.verified = verified
-		d.owned = false
+		d.owned, d.born = false, false
 		d.unsettled = 0
 	}
 	if !d.known || inMod >= d.inMod {
@@ -119,6 +127,42 @@ func (e *Engine) adoptDirect(st *placeState, p peek, verified int64) bool {
 	return true
 }
 
+// bornDirect seeds st's direct cache, without a read, as the home CreateSKU's
+// fill named to this process (fillSegments, bornHomes): the counter holds
+// the segment's share of the fill, owned by this process, at the meta
+// record's ModRevision (info.fill, info.filledAt). It does so only for a
+// place whose cache is empty, of a SKU of which this engine never owned a
+// place lazily (ownLazily), and reports whether it did.
+//
+// That is what a peek would have read and adoptDirect taken, but unproven:
+// the seat this process holds now may not be the one the fill saw, and
+// another process may have written the counter since. So the first commit
+// also compares the counter's value (placePlan.txn): a counter at that
+// ModRevision with that value is exactly the born home (the ModRevision is
+// the completing transaction's, of the SKU's incarnation info.created),
+// with nothing sold since by anyone but this engine, which never sold
+// there. Where it is not, that commit is refused, and the orders climb
+// the ladder to a look; the SKU's later first orders take the peek and a
+// takeover, as for a SKU whose home was never born.
+func (e *Engine) bornDirect(info *skuInfo, st *placeState) bool {
+	c := info.bornCounter(st.place.Index(), e.owner)
+	st.mu.Lock()
+	known := st.direct.known
+	st.mu.Unlock()
+	if known || !e.ownLazily(info.name) {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	d := &st.direct
+	if d.known {
+		return false // a look got there meanwhile
+	}
+	st.direct = directState{known: true, value: c.N, mod: info.filledAt, raw: c,
+		reserved: d.reserved, pending: d.pending, owned: true, owner: e.owner, verified: info.created, born: true}
+	return true
+}
+
 // ownLazily records that this engine owns a place of sku lazily, before
 // its cache says so (and so before any commit sells there by records
 // alone), and reports whether it never had: adoptDirect takes a counter
@@ -153,7 +197,7 @@ func (st *placeState) reserveDirect(qty, self, created int64) (ok, lean bool) {
 	if !d.known || d.value+d.inbox-d.reserved < qty {
 		return false, false
 	}
-	lean = self != 0 && d.owned && d.owner == self && d.verified == created && created != 0 && d.value-d.reserved >= qty
+	lean = self != 0 && d.owned && d.owner == self && d.verified == created && created != 0 && d.value-d.reserved >= qty && !d.born
 	d.reserved += qty
 	d.pending++
 	return true, lean
@@ -181,6 +225,7 @@ func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled 
 	d.reserved -= take
 	d.pending -= n
 	d.value = value
+	d.born = false // a born cache's value was compared by the commit
 	if settled {
 		d.mod, d.raw, d.unsettled, d.verified = rev, written, 0, verified
 		d.owned = written.Owner != 0
@@ -199,7 +244,7 @@ func (st *placeState) settleDirect(take int64, n int, value, rev int64, settled 
 // the place was taken): the next direct order needs a look first.
 func (st *placeState) forgetDirect() {
 	st.mu.Lock()
-	st.direct.known, st.direct.owned = false, false
+	st.direct.known, st.direct.owned, st.direct.born = false, false, false
 	st.mu.Unlock()
 }
 

@@ -226,9 +226,13 @@ type Meta struct {
 	Creating bool `json:"creating,omitempty"`
 	// InitialFill is the part of the total CreateSKU puts in the segments.
 	// It is recorded while Creating, so that resuming an interrupted
-	// creation with another fill is a conflict, and dropped from the record
-	// when the creation completes (readers of a completed SKU's record see
-	// 0). CreateSKU's result carries it.
+	// creation with another fill is a conflict. A completed record keeps
+	// it when the transaction that completed the creation also wrote the
+	// whole fill: the segments' counters are then as born at the record's
+	// ModRevision, which a seller's first order uses as its fence without
+	// reading them (bornInto). Every other write of the record (a
+	// restock, a policy change) drops it, and older records have 0.
+	// CreateSKU's result carries it.
 	InitialFill int64     `json:"initialFill,omitempty"`
 	Created     time.Time `json:"created"`
 }

@@ -133,8 +133,12 @@ type Engine struct {
 	// looksRead and peeksRead count the looks and the peeks answered
 	// (look.go): what a first order of a SKU cost this process in reads.
 	looksRead, peeksRead atomic.Int64
-	carts                batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
-	decider              atomic.Pointer[Decider] // orders over several clusters (across.go)
+	// bornSeeded counts the direct caches seeded without a read, as born
+	// homes (bornInto).
+	bornSeeded atomic.Int64
+
+	carts   batch.Batcher[*cartReq] // orders of several lines (cartbatch.go)
+	decider atomic.Pointer[Decider] // orders over several clusters (across.go)
 }
 
 // SeatLease is the lease of this process's direct seller seat
@@ -232,6 +236,11 @@ type skuInfo struct {
 	// CreateRevision (0: not known): a key of the SKU created no later
 	// and still there belongs to the incarnation (peekInto).
 	seenAt int64
+	// fill is the initial fill of a SKU whose meta record, as read, was
+	// written by the transaction that wrote the whole fill (Meta.
+	// InitialFill), and filledAt that record's ModRevision: the revision
+	// of its counters as born (bornInto). 0: not known.
+	fill, filledAt int64
 	// gone is set once the SKU is known to have been deleted or replaced.
 	gone atomic.Bool
 	// hotUntil (Unix nanoseconds) is when this process's direct commits
@@ -285,7 +294,7 @@ func (e *Engine) sku(ctx context.Context, name string) (*skuInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	info = infoOf(name, meta, kv.CreateRevision, rev)
+	info = infoOf(name, meta, kv, rev)
 	e.mu.Lock()
 	e.skus[name] = info
 	e.mu.Unlock()
@@ -312,14 +321,27 @@ func (e *Engine) prefetchMetas(ctx context.Context) {
 			continue
 		}
 		if m, err := DecodeMeta(string(kv.Key), kv.Value); err == nil && !m.Creating && e.skus[name] == nil {
-			e.skus[name] = infoOf(name, m, kv.CreateRevision, resp.Header.Revision)
+			e.skus[name] = infoOf(name, m, kv, resp.Header.Revision)
 		}
 	}
 }
 
-func infoOf(name string, m Meta, created, seenAt int64) *skuInfo {
-	return &skuInfo{name: name, segments: m.Segments, refillBatch: m.RefillBatch, perUserLimit: m.PerUserLimit,
-		lowWatermark: m.LowWatermark, created: created, seenAt: seenAt}
+// infoOf is the cached view of SKU name's meta record m, read as kv at
+// revision seenAt.
+func infoOf(name string, m Meta, kv *mvccpb.KeyValue, seenAt int64) *skuInfo {
+	info := &skuInfo{name: name, segments: m.Segments, refillBatch: m.RefillBatch, perUserLimit: m.PerUserLimit,
+		lowWatermark: m.LowWatermark, created: kv.CreateRevision, seenAt: seenAt}
+	if !m.Creating && m.InitialFill > 0 {
+		info.fill, info.filledAt = m.InitialFill, kv.ModRevision
+	}
+	return info
+}
+
+// bornCounter is what CreateSKU's fill wrote in segment i's counter of a
+// SKU whose fill is known (info.fill), when it named owner its home: the
+// segment's share of the fill, owned lazily by owner (fillSegments).
+func (info *skuInfo) bornCounter(i int, owner int64) SegmentCounter {
+	return SegmentCounter{N: fillShare(info.fill, info.segments, i), Owner: owner}
 }
 
 // incarnation is the compare that sku is still the SKU info was read from

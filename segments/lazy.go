@@ -248,6 +248,7 @@ func (e *Engine) SettleOwned(ctx context.Context) (int, error) {
 		st    *placeState
 		value int64
 		mod   int64
+		born  string // a born home's value, unread (bornDirect): compared too
 	}
 	var todo []owned
 	e.mu.Lock()
@@ -256,7 +257,11 @@ func (e *Engine) SettleOwned(ctx context.Context) (int, error) {
 		d := st.direct
 		st.mu.Unlock()
 		if d.known && d.owned && d.owner == e.owner && d.pending == 0 {
-			todo = append(todo, owned{st: st, value: d.value, mod: d.mod})
+			o := owned{st: st, value: d.value, mod: d.mod}
+			if d.born {
+				o.born = EncodeSegmentCounter(d.raw)
+			}
+			todo = append(todo, o)
 		}
 	}
 	e.mu.Unlock()
@@ -266,6 +271,9 @@ func (e *Engine) SettleOwned(ctx context.Context) (int, error) {
 		var ops []clientv3.Op
 		for _, o := range chunk {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(o.st.key), "=", o.mod))
+			if o.born != "" {
+				cmps = append(cmps, clientv3.Compare(clientv3.Value(o.st.key), "=", o.born))
+			}
 			ops = append(ops, clientv3.OpPut(o.st.key, EncodeSegmentCounter(SegmentCounter{N: o.value})))
 		}
 		resp, err := e.kv.Txn(ctx).If(cmps...).Then(ops...).Commit()

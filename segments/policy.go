@@ -38,6 +38,7 @@ func (e *Engine) SetPolicy(ctx context.Context, sku string, lowWatermark, refill
 		case refillBatch > 0:
 			meta.RefillBatch = refillBatch
 		}
+		meta.InitialFill = 0 // the record's revision no longer dates the fill (Meta.InitialFill)
 		if err := meta.Validate(); err != nil {
 			return Meta{}, fmt.Errorf("set the policy of %s: %w", sku, err)
 		}

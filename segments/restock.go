@@ -127,6 +127,7 @@ func (e *Engine) Restock(ctx context.Context, sku, delivery string, qty int64) (
 		}
 		hp.delta = qty
 		meta.Total += qty
+		meta.InitialFill = 0 // the counters are no longer as born at the record's revision
 		pool := hp.newValue()
 		rec := Delivery{SKU: sku, ID: delivery, Qty: qty, Total: meta.Total, Pool: pool, At: time.Now().UTC()}
 		resp, err := e.kv.Txn(ctx).

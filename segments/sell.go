@@ -698,7 +698,37 @@ func (s *seller) peekDirect(ctx context.Context, req *allocReq, home int) {
 		return
 	}
 	s.awaitSeat(ctx)
-	_, _ = s.peekInto(ctx, s.directStart(req, home), req.qty, false)
+	i := s.directStart(req, home)
+	if s.bornInto(req, i) {
+		return
+	}
+	_, _ = s.peekInto(ctx, i, req.qty, false)
+}
+
+// bornInto makes segment i the direct segment without a read when it is
+// this process's home of a SKU born with it (bornDirect): the engine sells
+// lazily, holds a seat since before the SKU was created (so the
+// creator's read of the seats saw it) whose home of the SKU is i
+// (seats.Home, where the fill named it: bornHomes), the SKU's fill is
+// known at its meta record's revision, the segment's share of it holds
+// the order's quantity, and nobody holds or waits for its lock (as the
+// lock watch has it).
+func (s *seller) bornInto(req *allocReq, i int) bool {
+	info := s.sku
+	if !s.e.cfg.LazySegments || info.fill == 0 || info.filledAt == 0 {
+		return false
+	}
+	k, since := s.e.seat.Held()
+	if k < 0 || since == 0 || since >= info.created || i != seats.Home(info.name, k, len(s.sts)) ||
+		info.bornCounter(i, s.e.owner).N < req.qty || s.freeSegment(i) != i {
+		return false
+	}
+	if !s.e.bornDirect(info, s.st(i)) {
+		return false
+	}
+	s.e.bornSeeded.Add(1)
+	s.directIdx.CompareAndSwap(-1, int32(i))
+	return true
 }
 
 // peekInto peeks at segment i for direct sales (peekAt) and, when nobody

@@ -51,7 +51,7 @@ type Seat struct {
 
 	once    sync.Once
 	started atomic.Bool
-	index   atomic.Int32 // -1 while the process holds none
+	held    atomic.Pointer[held] // nil while the process holds none
 	lease   atomic.Int64 // the lease of the session under way, 0 when none
 	// first is closed when the first claim ends, done or failed.
 	first chan struct{}
@@ -70,7 +70,6 @@ func New(client *clientv3.Client, prefix string, ttl time.Duration, bg *backgrou
 	if owner > 0 {
 		s.value = strconv.FormatInt(owner, 16)
 	}
-	s.index.Store(-1)
 	return s
 }
 
@@ -114,7 +113,31 @@ func (s *Seat) Lease() int64 { return s.lease.Load() }
 
 // Index is the process's seat, or -1 while it holds none (before Start,
 // while the claim is under way, after its lease was lost).
-func (s *Seat) Index() int { return int(s.index.Load()) }
+func (s *Seat) Index() int {
+	if h := s.held.Load(); h != nil {
+		return h.index
+	}
+	return -1
+}
+
+// Held is the process's seat and the revision its key was created at (the
+// claim's), or -1 and 0 while it holds none. A SKU whose meta record was
+// created after that revision was created while the process held the
+// seat: its creator's read of the seats saw it (segments.Engine.CreateSKU
+// reads them after the meta record's first write).
+func (s *Seat) Held() (index int, since int64) {
+	if h := s.held.Load(); h != nil {
+		return h.index, h.since
+	}
+	return -1, 0
+}
+
+// held is a claim the process holds: its number, and its key's
+// CreateRevision.
+type held struct {
+	index int
+	since int64
+}
 
 // run holds a seat until ctx ends: a session (a lease kept alive), the
 // smallest free number claimed under it, and when the lease is lost, the
@@ -127,7 +150,7 @@ func (s *Seat) run(ctx context.Context) {
 		if err != nil && ctx.Err() == nil {
 			s.log.Debug("direct seller seat: claim failed, trying again", "after", retryAfter, "err", err)
 		}
-		s.index.Store(-1)
+		s.held.Store(nil)
 		background.Sleep(ctx, retryAfter)
 	}
 }
@@ -156,9 +179,9 @@ func (s *Seat) hold(ctx context.Context) error {
 		defer cancel()
 		_, _ = s.client.Revoke(rctx, sess.Lease())
 	}()
-	k, err := s.claim(ctx, sess.Lease())
+	k, since, err := s.claim(ctx, sess.Lease())
 	if k >= 0 {
-		s.index.Store(int32(k))
+		s.held.Store(&held{index: k, since: since})
 	}
 	s.firstEnded()
 	if err != nil || k < 0 {
@@ -188,16 +211,17 @@ func (s *Seat) firstEnded() {
 
 // claim writes the smallest number no key under the prefix names, bound to
 // lease; another process that claims the same number first makes it try
-// the next. It returns -1 when all MaxSeats are taken.
-func (s *Seat) claim(ctx context.Context, lease clientv3.LeaseID) (int, error) {
+// the next. It returns the number and the revision of its key's creation,
+// or -1 when all MaxSeats are taken.
+func (s *Seat) claim(ctx context.Context, lease clientv3.LeaseID) (int, int64, error) {
 	for ctx.Err() == nil {
 		resp, err := s.client.Get(ctx, s.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
-			return -1, err
+			return -1, 0, err
 		}
 		k := Smallest(s.prefix, resp.Kvs)
 		if k >= MaxSeats {
-			return -1, nil
+			return -1, 0, nil
 		}
 		key := s.prefix + strconv.Itoa(k)
 		tr, err := s.client.Txn(ctx).
@@ -205,13 +229,13 @@ func (s *Seat) claim(ctx context.Context, lease clientv3.LeaseID) (int, error) {
 			Then(clientv3.OpPut(key, s.value, clientv3.WithLease(lease))).
 			Commit()
 		if err != nil {
-			return -1, err
+			return -1, 0, err
 		}
 		if tr.Succeeded {
-			return k, nil
+			return k, tr.Header.Revision, nil
 		}
 	}
-	return -1, ctx.Err()
+	return -1, 0, ctx.Err()
 }
 
 // Smallest is the smallest number that no key of kvs (keys under prefix)
