@@ -543,19 +543,22 @@ func TestRunSaleCosts(t *testing.T) {
 // processes. The bench's processes hold their seller seats before the
 // SKUs are created (coordinator.WithSellerSeat), so every SKU is born with
 // each process's home named to it: an unprepared process's first order of
-// a SKU peeks and adopts its home (no takeover in its commit, and none of
-// the compares that went with one: the lock's range, the SKU's
-// incarnation, ~1.7 an order more), and a prepared one did that peek
-// before the window. So the two rows compare alike, give or take noise
-// (2.40 and 2.37 in one run; before born homes, 3.7 against 2 for first
-// orders), and the test fails if the unprepared run's first orders take
-// their homes over again: its compares an order must not exceed the
-// prepared run's by half of what those takeovers added, 0.8 (half of
-// ~1.7) times the first orders' share of its orders, the share expected
-// of uniform picks over 2,000 (SKU, process) pairs (a loaded machine's
-// run is nearly all first orders, 788 of 788 in a CI-like run; a quiet
-// one's a fifth). Keys an order are no measure here: the rebalancer's
-// moves in the window, ~300 to 2,000 keys, swamp the first touches.
+// a SKU is a born home's (segments' bornInto: no read, no takeover, one
+// compare more than a peeked home's, the counter's value), and a prepared
+// one peeked before the window. So the two rows compare alike but for
+// that one compare on first orders (2.47 and 2.37 in a quiet run whose
+// orders were a tenth first orders; before born homes a first order took
+// its home over, ~1.7 compares more and a read). The test fails if the
+// unprepared run's first orders take their homes over or peek them: its
+// compares an order must not exceed the prepared run's by 1.35 (between
+// the born compare's 1 and a takeover's 1.7) times the first orders'
+// share of its orders, the share expected of uniform picks over 2,000
+// (SKU, process) pairs (a loaded machine's run is nearly all first
+// orders, 788 of 788 in a CI-like run; a quiet one's a tenth), and its
+// reads an order must not exceed the prepared run's by half that share
+// (a peek reads once). Keys an order are no measure here: the
+// rebalancer's moves in the window, ~300 to 2,000 keys, swamp the first
+// touches.
 func TestRunSalePrepared(t *testing.T) {
 	counter := &EtcdCounter{}
 	cs := startEtcd(t, 2, grpc.WithChainUnaryInterceptor(counter.Interceptor()))
@@ -567,7 +570,7 @@ func TestRunSalePrepared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cmps []float64
+	var cmps, reads []float64
 	var unprepared int64
 	for _, r := range rows {
 		if r.Strategy != nameStockctl {
@@ -581,20 +584,25 @@ func TestRunSalePrepared(t *testing.T) {
 			t.Errorf("%s: %d of %d orders served in the second half, at %.0f/s", r.Shape.Name, r.LateOrders, r.Orders, r.LateOrdersPerSec)
 		}
 		cmps = append(cmps, *r.Costs.ComparesPerOrder)
+		reads = append(reads, float64(r.Etcd.Reads)/float64(r.Orders))
 		if !r.Shape.Prepare {
 			unprepared = r.Orders
 		}
-		t.Logf("%s: %d orders, prepared in %.2f s, %.2f compares an order, %d keys beyond one an order",
-			r.Shape.Name, r.Orders, r.PrepareSeconds, *r.Costs.ComparesPerOrder, r.EtcdServer.Puts-r.Orders)
+		t.Logf("%s: %d orders, prepared in %.2f s, %.2f compares an order, %.3f reads an order, %d keys beyond one an order",
+			r.Shape.Name, r.Orders, r.PrepareSeconds, *r.Costs.ComparesPerOrder, float64(r.Etcd.Reads)/float64(r.Orders), r.EtcdServer.Puts-r.Orders)
 	}
 	if len(rows) != 3 || len(cmps) != 2 {
 		t.Fatalf("%d rows, %d of stockctl; want the clusters' strategy to skip the prepared shape", len(rows), len(cmps))
 	}
 	pairs := float64(2 * skus)
 	firsts := pairs * (1 - math.Exp(-float64(unprepared)/pairs)) / float64(unprepared)
-	if most := 0.8 * firsts; cmps[0]-cmps[1] >= most {
-		t.Fatalf("prepared, %.2f compares an order; unprepared %.2f (first orders ~%.0f %% of its %d): want fewer than %.2f more, as with born homes",
+	if most := 1.35 * firsts; cmps[0]-cmps[1] >= most {
+		t.Errorf("prepared, %.2f compares an order; unprepared %.2f (first orders ~%.0f %% of its %d): want fewer than %.2f more, as with born homes",
 			cmps[1], cmps[0], 100*firsts, unprepared, most)
+	}
+	if most := 0.5 * firsts; reads[0]-reads[1] >= most {
+		t.Errorf("prepared, %.3f reads an order; unprepared %.3f (first orders ~%.0f %% of its %d): want fewer than %.3f more, as with born homes",
+			reads[1], reads[0], 100*firsts, unprepared, most)
 	}
 }
 
