@@ -52,7 +52,7 @@ type Seat struct {
 	once    sync.Once
 	started atomic.Bool
 	held    atomic.Pointer[held] // nil while the process holds none
-	lease   atomic.Int64 // the lease of the session under way, 0 when none
+	lease   atomic.Int64         // the lease of the session under way, 0 when none
 	// first is closed when the first claim ends, done or failed.
 	first chan struct{}
 }

@@ -583,13 +583,13 @@ func TestRunSalePrepared(t *testing.T) {
 		if r.LateOrders <= 0 || r.LateOrders >= r.Orders || r.LateOrdersPerSec <= 0 {
 			t.Errorf("%s: %d of %d orders served in the second half, at %.0f/s", r.Shape.Name, r.LateOrders, r.Orders, r.LateOrdersPerSec)
 		}
-		cmps = append(cmps, *r.Costs.ComparesPerOrder)
-		reads = append(reads, float64(r.Etcd.Reads)/float64(r.Orders))
+		read := float64(r.Etcd.Reads) / float64(r.Orders)
+		cmps, reads = append(cmps, *r.Costs.ComparesPerOrder), append(reads, read)
 		if !r.Shape.Prepare {
 			unprepared = r.Orders
 		}
 		t.Logf("%s: %d orders, prepared in %.2f s, %.2f compares an order, %.3f reads an order, %d keys beyond one an order",
-			r.Shape.Name, r.Orders, r.PrepareSeconds, *r.Costs.ComparesPerOrder, float64(r.Etcd.Reads)/float64(r.Orders), r.EtcdServer.Puts-r.Orders)
+			r.Shape.Name, r.Orders, r.PrepareSeconds, *r.Costs.ComparesPerOrder, read, r.EtcdServer.Puts-r.Orders)
 	}
 	if len(rows) != 3 || len(cmps) != 2 {
 		t.Fatalf("%d rows, %d of stockctl; want the clusters' strategy to skip the prepared shape", len(rows), len(cmps))
